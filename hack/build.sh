@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Builds the real control-plane components from their Go modules into a cache outside the repo, keyed by version:
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm.
+# A second run with the same versions does nothing. Prints the folder with the binaries on its last line.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=versions.env
+source "$here/versions.env"
+cache=${SUPERPOD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/superpod}
+key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
+bin="$cache/$key/bin"
+k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
+all=("${k8s_bins[@]}" etcd kwok helm)
+
+log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+have_all() { for b in "${all[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+
+if have_all; then
+  log "cached: $bin"
+  echo "$bin"
+  exit 0
+fi
+command -v go >/dev/null || { log "Go is not installed: it is needed to build the components"; exit 3; }
+mkdir -p "$bin"
+work="$cache/$key/src"
+mkdir -p "$work"
+export GOFLAGS="${GOFLAGS:--buildvcs=false} -trimpath" CGO_ENABLED=0
+
+# Kubernetes and etcd share one wrapper module: k8s.io/kubernetes replaces its ~33 staging modules with
+# directories that are not in its module zip, so the wrapper replaces each with the published v0.X.Y.
+build_k8s() {
+  local w="$work/k8s" minor=${K8S_VERSION#v1.} staging
+  minor=${minor%%.*}
+  mkdir -p "$w"
+  go mod download -json "k8s.io/kubernetes@${K8S_VERSION}" >"$w/download.json"
+  local mod_dir
+  mod_dir=$(sed -n 's/.*"Dir": "\(.*\)",/\1/p' "$w/download.json")
+  staging=$(grep -E '=> \./staging/' "$mod_dir/go.mod" | awk '{print $1}')
+  {
+    echo "module superpod.dev/hack/k8s"
+    echo
+    echo "go 1.26"
+    echo
+    echo "require ("
+    echo "	k8s.io/kubernetes ${K8S_VERSION}"
+    echo "	go.etcd.io/etcd/server/v3 ${ETCD_VERSION}"
+    echo ")"
+    echo
+    echo "replace ("
+    for m in $staging; do echo "	$m => $m v0.${minor}.${K8S_VERSION##*.}"; done
+    echo ")"
+  } >"$w/go.mod"
+  cat >"$w/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+  log "resolving modules for Kubernetes ${K8S_VERSION} ($(echo "$staging" | wc -w) staging modules replaced by v0.${minor}.${K8S_VERSION##*.})"
+  (cd "$w" && go mod tidy -e >/dev/null 2>"$w/tidy.log" || { cat "$w/tidy.log" >&2; exit 1; })
+  local ver=${K8S_VERSION} ld=""
+  for pkg in k8s.io/client-go/pkg/version k8s.io/component-base/version; do
+    ld+=" -X '$pkg.gitVersion=$ver' -X '$pkg.gitMajor=1' -X '$pkg.gitMinor=$minor'"
+    ld+=" -X '$pkg.gitTreeState=clean' -X '$pkg.buildDate=$(date -u +%Y-%m-%dT%H:%M:%SZ)'"
+  done
+  for b in "${k8s_bins[@]}"; do
+    [ -x "$bin/$b" ] && { log "have $b"; continue; }
+    log "building $b ${K8S_VERSION} (a few minutes each on 2 cores)"
+    (cd "$w" && go build -ldflags "-s -w $ld" -o "$bin/$b.tmp" "k8s.io/kubernetes/cmd/$b") && mv "$bin/$b.tmp" "$bin/$b"
+  done
+  if [ ! -x "$bin/etcd" ]; then
+    log "building etcd ${ETCD_VERSION}"
+    (cd "$w" && go build -ldflags "-s -w" -o "$bin/etcd.tmp" go.etcd.io/etcd/server/v3) && mv "$bin/etcd.tmp" "$bin/etcd"
+  fi
+}
+
+# kwok and helm carry no replace directives, so `go install pkg@version` builds them as published.
+install_tool() {
+  local name=$1 pkg=$2 ver=$3
+  [ -x "$bin/$name" ] && { log "have $name"; return; }
+  log "building $name $ver"
+  GOBIN="$work/gobin" go install -ldflags "-s -w" "$pkg@$ver"
+  mv "$work/gobin/$name" "$bin/$name"
+}
+
+start=$(date +%s)
+build_k8s
+install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
+install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+have_all || { log "some binaries are missing in $bin"; exit 1; }
+log "built in $(( $(date +%s) - start ))s; cache size $(du -sh "$cache/$key" | cut -f1) (binaries $(du -sh "$bin" | cut -f1))"
+for b in "${all[@]}"; do log "  $bin/$b"; done
+echo "$bin"

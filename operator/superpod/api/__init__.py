@@ -1,0 +1,1 @@
+"""Pydantic models of the CRDs (the single source of crds/*.yaml)."""

@@ -1,0 +1,22 @@
+"""The `superpod` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="superpod", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    from superpod.localcluster import cli as cluster_cli
+    from superpod.sim import cli as sim_cli
+
+    cluster_cli.register(sub)
+    sim_cli.register(sub)
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""kopf handlers, thin: parse -> core -> k8s writes."""
