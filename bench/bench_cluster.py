@@ -14,7 +14,7 @@ import statistics
 import time
 from pathlib import Path
 
-from kubernetes import client
+from kubernetes import client, watch
 
 from superpod.k8s.client import load
 from superpod.localcluster.cluster import COMPONENTS, LocalCluster, Ports, state_dir
@@ -39,10 +39,25 @@ def machine() -> str:
     return f"{platform.node()}: {os.cpu_count()} cores ({cpu}), {mem:.0f} GiB, Python {platform.python_version()}"
 
 
-def count_ready(core: client.CoreV1Api, selector: str) -> int:
-    items = core.list_node(label_selector=selector, _preload_content=False).json()["items"]
-    return sum(1 for n in items for c in n.get("status", {}).get("conditions", [])
-               if c["type"] == "Ready" and c["status"] == "True")
+def is_ready(node: dict) -> bool:
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions", []))
+
+
+def wait_all_ready(core: client.CoreV1Api, selector: str, n: int) -> None:
+    """Follow a watch (not repeated lists, which would load the API server being measured) until n nodes are Ready."""
+    listed = core.list_node(label_selector=selector, _preload_content=False).json()
+    ready = {i["metadata"]["name"] for i in listed["items"] if is_ready(i)}
+    rv = listed["metadata"]["resourceVersion"]
+    while len(ready) < n:
+        for event in watch.Watch().stream(
+            core.list_node, label_selector=selector, resource_version=rv, timeout_seconds=60
+        ):
+            node = event["raw_object"]
+            rv = node["metadata"]["resourceVersion"]
+            if is_ready(node):
+                ready.add(node["metadata"]["name"])
+            if len(ready) >= n:
+                return
 
 
 def main() -> None:
@@ -73,8 +88,7 @@ def main() -> None:
             nodes.create_nodes(api, objs)
             created = time.monotonic() - started
             selector = f"{presets.SIM_LABEL}={name}"
-            while count_ready(core, selector) < n:
-                time.sleep(0.5)
+            wait_all_ready(core, selector, n)
             ready = time.monotonic() - started
             print(f"{n:>6} simulated DGX H100 nodes ({n * 8} GPUs): created in {created:.1f}s "
                   f"({n / created:.0f} nodes/s), all Ready (KWOK) in {ready:.1f}s")
