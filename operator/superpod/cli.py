@@ -9,11 +9,13 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="superpod", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
+    from superpod import plan
     from superpod.localcluster import cli as cluster_cli
     from superpod.sim import cli as sim_cli
 
     cluster_cli.register(sub)
     sim_cli.register(sub)
+    plan.register(sub)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

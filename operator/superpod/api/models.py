@@ -1,0 +1,172 @@
+"""Pydantic models of the superpod.dev/v1alpha1 kinds: TrainingJob (namespaced) and ClusterTopology (cluster-scoped).
+
+Field names are the YAML names. Every field has a description: the CRDs are generated from these models.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+GROUP = "superpod.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+Quantity = int | float | str
+
+
+class _Spec(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class ObjectMeta(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(description="Object name.")
+    namespace: str | None = Field(None, description="Namespace (TrainingJob only).")
+    uid: str | None = Field(None, description="Unique id set by the API server.")
+    creationTimestamp: str | None = Field(None, description="RFC 3339 time the API server created the object.")
+    labels: dict[str, str] = Field(default_factory=dict, description="Labels.")
+    annotations: dict[str, str] = Field(default_factory=dict, description="Annotations.")
+
+
+class Resources(_Spec):
+    gpus: int | None = Field(None, ge=1, le=64, description="Whole GPUs per replica (resource nvidia.com/gpu).")
+    migProfile: str | None = Field(
+        None,
+        pattern=r"^[0-9]+g\.[0-9]+gb(\+me)?$",
+        max_length=32,
+        description="One MIG slice per replica instead of whole GPUs, e.g. 3g.40gb (resource nvidia.com/mig-3g.40gb).",
+    )
+    gpuProduct: str | None = Field(
+        None,
+        max_length=128,
+        description="Only nodes whose nvidia.com/gpu.product label equals this, e.g. NVIDIA-H100-80GB-HBM3.",
+    )
+    cpu: Quantity | None = Field(None, description="CPU per replica, a Kubernetes quantity (e.g. 32 or 500m).")
+    memory: Quantity | None = Field(None, description="Memory per replica, a Kubernetes quantity (e.g. 256Gi).")
+
+    @model_validator(mode="after")
+    def _gpus_or_mig(self) -> Resources:
+        if self.gpus and self.migProfile:
+            raise ValueError("set either gpus or migProfile, not both")
+        return self
+
+
+class TopologySpec(_Spec):
+    required: str | None = Field(
+        None,
+        max_length=63,
+        description="A ClusterTopology level name: all replicas must run inside one domain of this level.",
+    )
+    preferred: str | None = Field(
+        None, max_length=63, description="A tighter level to aim for, best effort: never makes the job unplaceable."
+    )
+    sliceSize: int | None = Field(
+        None, ge=1, description="Replicas per slice (e.g. a tensor-parallel group); replicas must be a multiple."
+    )
+    sliceRequired: str | None = Field(
+        None,
+        max_length=63,
+        description="Level that each slice of sliceSize consecutive replicas (by rank) must fit inside.",
+    )
+
+    @model_validator(mode="after")
+    def _slice_pair(self) -> TopologySpec:
+        if (self.sliceSize is None) != (self.sliceRequired is None):
+            raise ValueError("sliceSize and sliceRequired must be set together")
+        return self
+
+
+class TrainingJobSpec(_Spec):
+    replicas: int = Field(ge=1, le=100_000, description="Pods in the gang; all are placed at once or none is.")
+    resources: Resources = Field(description="What each replica needs.")
+    topology: TopologySpec = Field(default_factory=TopologySpec, description="Placement constraints.")
+    priority: int = Field(0, description="Higher runs first; equal priorities run in submission order.")
+    startupTimeoutSeconds: int = Field(
+        600, ge=1, description="If not all pods are Running by then, the gang is torn down and requeued with backoff."
+    )
+    maxRestarts: int = Field(3, ge=0, le=1000, description="Gang restarts allowed on pod failure or node loss.")
+    template: dict[str, Any] = Field(
+        description="A PodTemplateSpec for every replica: image, command, env, volumes, nodeSelector, affinity, "
+        "tolerations.",
+    )
+
+    @model_validator(mode="after")
+    def _slices_divide(self) -> TrainingJobSpec:
+        size = self.topology.sliceSize
+        if size and self.replicas % size:
+            raise ValueError(f"replicas ({self.replicas}) must be a multiple of topology.sliceSize ({size})")
+        return self
+
+
+class Condition(BaseModel):
+    type: str = Field(description="Condition type, e.g. Placed, Running.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str | None = Field(None, description="CamelCase reason.")
+    message: str | None = Field(None, description="Human-readable detail.")
+    lastTransitionTime: str | None = Field(None, description="RFC 3339 time of the last status change.")
+
+
+class TrainingJobStatus(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    phase: str | None = Field(None, description="Queued, Starting, Running, Restarting, Succeeded or Failed.")
+    conditions: list[Condition] = Field(default_factory=list, description="Observed conditions.")
+    placement: dict[str, list[int]] | None = Field(None, description="Node name to the replica indexes placed on it.")
+    domains: dict[str, list[str]] | None = Field(
+        None, description="Per ClusterTopology level, the domains the gang occupies, e.g. {leaf: [su-2]}."
+    )
+    domain: str | None = Field(None, description="The tightest single domain holding the whole gang, e.g. leaf su-2.")
+    attempt: int = Field(0, ge=0, description="Gang attempt number; pods of attempt N are named <job>-aN-<index>.")
+    attemptStartTime: str | None = Field(None, description="RFC 3339 time the current attempt was placed.")
+    startupFailures: int = Field(0, ge=0, description="Attempts torn down because not all pods ran in time.")
+    notBefore: str | None = Field(None, description="RFC 3339 time before which a requeued job is not placed again.")
+    gpus: str | None = Field(None, description="What the whole gang holds, e.g. 128 GPUs or 8 x mig-3g.40gb.")
+    ready: str | None = Field(None, description="Replicas running / replicas.")
+    gpuSeconds: float = Field(0, ge=0, description="GPU-seconds used by finished attempts (MIG slices count 1/7).")
+    observedGeneration: int | None = Field(None, description="The spec generation this status was computed from.")
+    reason: str | None = Field(None, description="Short machine-readable reason for the phase.")
+    message: str | None = Field(None, description="Why the job waits or failed, one sentence.")
+    restarts: int = Field(0, ge=0, description="Gang restarts so far.")
+    queuedAt: str | None = Field(None, description="RFC 3339 time the job entered the queue.")
+    startTime: str | None = Field(None, description="RFC 3339 time all replicas were running.")
+    completionTime: str | None = Field(None, description="RFC 3339 time the job finished.")
+
+
+class TrainingJob(BaseModel):
+    apiVersion: Literal["superpod.dev/v1alpha1"] = Field(API_VERSION, description="superpod.dev/v1alpha1")
+    kind: Literal["TrainingJob"] = Field("TrainingJob", description="TrainingJob")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: TrainingJobSpec = Field(description="The gang to run.")
+    status: TrainingJobStatus | None = Field(None, description="Set by the operator.")
+
+
+class TopologyLevel(_Spec):
+    name: str = Field(
+        min_length=1, max_length=63, description="Level name used by TrainingJob topology fields, e.g. leaf."
+    )
+    nodeLabel: str = Field(
+        min_length=1, max_length=317, description="Node label whose value names the domain, e.g. superpod.dev/leaf."
+    )
+
+
+class ClusterTopologySpec(_Spec):
+    levels: list[TopologyLevel] = Field(
+        min_length=1,
+        max_length=16,
+        description="Levels coarsest first; kubernetes.io/hostname as the last level means the node.",
+    )
+
+    @model_validator(mode="after")
+    def _unique(self) -> ClusterTopologySpec:
+        names = [lv.name for lv in self.levels]
+        if len(set(names)) != len(names):
+            raise ValueError(f"level names must be unique: {names}")
+        return self
+
+
+class ClusterTopology(BaseModel):
+    apiVersion: Literal["superpod.dev/v1alpha1"] = Field(API_VERSION, description="superpod.dev/v1alpha1")
+    kind: Literal["ClusterTopology"] = Field("ClusterTopology", description="ClusterTopology")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: ClusterTopologySpec = Field(description="The levels of the fabric.")

@@ -1,0 +1,118 @@
+"""What a job asks for, and the node filters that follow from it (pure data, no I/O)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+GPU = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # "" tolerates every effect
+
+    def tolerates(self, t: Taint) -> bool:
+        if self.effect and self.effect != t.effect:
+            return False
+        if not self.key:
+            return self.operator == "Exists"
+        if self.key != t.key:
+            return False
+        return self.operator == "Exists" or self.value == t.value
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One node selector requirement (required node affinity): key, operator, values."""
+
+    key: str
+    operator: str  # In | NotIn | Exists | DoesNotExist | Gt | Lt
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        v = labels.get(self.key)
+        op = self.operator
+        if op == "In":
+            return v is not None and v in self.values
+        if op == "NotIn":
+            return v is None or v not in self.values
+        if op == "Exists":
+            return v is not None
+        if op == "DoesNotExist":
+            return v is None
+        if op in ("Gt", "Lt") and v is not None and self.values:
+            try:
+                a, b = int(v), int(self.values[0])
+            except ValueError:
+                return False
+            return a > b if op == "Gt" else a < b
+        return False
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    """A gang: `replicas` identical pods, each requesting `requests` (canonical units: cpu in millicores,
+    memory in bytes, GPUs and MIG slices as counts). Topology names are ClusterTopology level names."""
+
+    namespace: str
+    name: str
+    replicas: int
+    requests: tuple[tuple[str, int], ...]
+    gpu_product: str | None = None
+    node_selector: tuple[tuple[str, str], ...] = ()
+    affinity: tuple[tuple[Requirement, ...], ...] = ()  # OR of terms, each an AND of requirements
+    tolerations: tuple[Toleration, ...] = ()
+    required: str | None = None
+    preferred: str | None = None
+    slice_size: int | None = None
+    slice_required: str | None = None
+    priority: int = 0
+    submitted: float = 0.0  # seconds since any fixed epoch; only the order matters
+    extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # seam for queues (GPUQueue)
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def per_replica(self) -> dict[str, int]:
+        return dict(self.requests)
+
+    @property
+    def gpus(self) -> int:
+        return self.per_replica.get(GPU, 0)
+
+    @property
+    def primary(self) -> str:
+        """The resource the best-fit measure counts: GPUs, else the MIG slice, else cpu."""
+        req = self.per_replica
+        if req.get(GPU, 0) > 0:
+            return GPU
+        for r, q in sorted(req.items()):
+            if r.startswith(MIG_PREFIX) and q > 0:
+                return r
+        return "cpu"
+
+    def filter_signature(self) -> tuple:
+        return (self.gpu_product, self.node_selector, self.affinity, self.tolerations)
+
+
+def make_request(
+    namespace: str, name: str, replicas: int, requests: dict[str, int] | None = None, **kw: Any
+) -> JobRequest:
+    """Convenience constructor: requests as a dict (zero entries dropped)."""
+    reqs = tuple(sorted((k, int(v)) for k, v in (requests or {}).items() if v))
+    return JobRequest(namespace=namespace, name=name, replicas=replicas, requests=reqs, **kw)

@@ -1,0 +1,151 @@
+"""Kubernetes objects to core types: quantities, nodes, pods, TrainingJobs, ClusterTopology; errors name the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from superpod.api.convert import ConvertError, job_from_k8s, node_from_k8s, pod_from_k8s, quantity, topology_from_k8s
+from superpod.api.models import ClusterTopology, TrainingJob
+from superpod.core.request import GPU, Requirement, Toleration
+
+
+@pytest.mark.parametrize(
+    ("value", "resource", "expected"),
+    [("500m", "cpu", 500), ("2", "cpu", 2000), (1.5, "cpu", 1500), ("1Gi", "memory", 2**30), ("2063937772Ki", "memory",
+     2063937772 * 1024), ("1e3", "memory", 1000), ("8", GPU, 8), ("1k", "pods", 1000)],
+)  # fmt: skip
+def test_quantities(value, resource, expected):
+    assert quantity(value, resource) == expected
+
+
+def test_bad_quantity_names_object_and_field():
+    obj = {"kind": "Node", "metadata": {"name": "n1"}, "status": {"allocatable": {"cpu": "lots"}}}
+    with pytest.raises(ConvertError, match=r"^Node n1: status.allocatable.cpu: not a Kubernetes quantity"):
+        node_from_k8s(obj)
+
+
+def test_node_conversion():
+    obj = {
+        "kind": "Node",
+        "metadata": {"name": "n1", "labels": {"superpod.dev/leaf": "su-1"}},
+        "spec": {"unschedulable": True, "taints": [{"key": "gpu", "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"cpu": "224", "memory": "2Ti", "nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "False"}],
+        },
+    }
+    n = node_from_k8s(obj)
+    assert n.allocatable == {"cpu": 224000, "memory": 2 * 2**40, GPU: 8}
+    assert n.unschedulable and not n.ready and n.taints[0].key == "gpu"
+    assert node_from_k8s({"kind": "Node", "metadata": {"name": "m"}}).ready
+
+
+def test_pods_count_only_when_bound_and_not_terminal():
+    spec = {
+        "nodeName": "n1",
+        "containers": [
+            {"resources": {"requests": {"cpu": "1"}, "limits": {"nvidia.com/gpu": "2"}}},
+            {"resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}},
+        ],
+        "initContainers": [{"resources": {"requests": {"cpu": "4"}}}],
+    }
+    pod = pod_from_k8s({"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": spec})
+    assert pod.key == "ns/p" and pod.node == "n1"
+    assert dict(pod.requests) == {"cpu": 4000, "memory": 2**30, GPU: 2}
+    done = {"kind": "Pod", "metadata": {"name": "p"}, "spec": spec, "status": {"phase": "Succeeded"}}
+    assert pod_from_k8s(done) is None
+    assert pod_from_k8s({"kind": "Pod", "metadata": {"name": "q"}, "spec": {"containers": []}}) is None
+
+
+def tj(spec: dict, **meta) -> dict:
+    return {
+        "apiVersion": "superpod.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "llm", "namespace": "team-a", "creationTimestamp": "2026-11-30T05:00:00Z", **meta},
+        "spec": {"template": {"spec": {"containers": [{"name": "main", "image": "trainer"}]}}, **spec},
+    }
+
+
+def test_trainingjob_conversion():
+    template = {
+        "spec": {
+            "nodeSelector": {"pool": "train"},
+            "tolerations": [{"key": "dedicated", "operator": "Exists"}],
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchExpressions": [{"key": "zone", "operator": "In", "values": ["a"]}]}
+                        ]
+                    }
+                }
+            },
+        }
+    }
+    spec = {
+        "replicas": 16,
+        "resources": {"gpus": 8, "gpuProduct": "NVIDIA-H100-80GB-HBM3", "cpu": "32", "memory": "256Gi"},
+        "topology": {"required": "leaf", "preferred": "node", "sliceSize": 4, "sliceRequired": "nvlink"},
+        "priority": 100,
+        "template": template,
+    }
+    j = job_from_k8s(tj(spec))
+    assert (j.key, j.replicas, j.priority) == ("team-a/llm", 16, 100)
+    assert j.per_replica == {GPU: 8, "cpu": 32000, "memory": 256 * 2**30}
+    assert (j.required, j.preferred, j.slice_size, j.slice_required) == ("leaf", "node", 4, "nvlink")
+    assert j.node_selector == (("pool", "train"),)
+    assert j.tolerations == (Toleration("dedicated", "Exists"),)
+    assert j.affinity == ((Requirement("zone", "In", ("a",)),),)
+    assert j.submitted == 1796014800.0
+    mig = job_from_k8s(tj({"replicas": 2, "resources": {"migProfile": "3g.40gb"}}))
+    assert mig.per_replica == {"nvidia.com/mig-3g.40gb": 1}
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"replicas": 0, "resources": {"gpus": 8}}, "spec.replicas"),
+        ({"replicas": 2, "resources": {"gpus": 8, "migProfile": "3g.40gb"}}, "spec.resources"),
+        ({"replicas": 2, "resources": {"gpu": 8}}, "spec.resources.gpu"),
+        ({"replicas": 3, "resources": {"gpus": 8}, "topology": {"sliceSize": 2, "sliceRequired": "leaf"}}, "spec"),
+        ({"replicas": 2, "resources": {"gpus": 8}, "topology": {"sliceSize": 2}}, "spec.topology"),
+        ({"replicas": 2, "resources": {"cpu": "x"}}, "spec.resources.cpu"),
+    ],
+)
+def test_trainingjob_errors_name_object_and_field(spec, field):
+    with pytest.raises(ConvertError) as e:
+        job_from_k8s(tj(spec))
+    assert e.value.obj == "TrainingJob team-a/llm" and e.value.field == field
+
+
+def test_topology_conversion_and_errors():
+    obj = {
+        "apiVersion": "superpod.dev/v1alpha1",
+        "kind": "ClusterTopology",
+        "metadata": {"name": "default"},
+        "spec": {
+            "levels": [
+                {"name": "spine", "nodeLabel": "superpod.dev/spine"},
+                {"name": "leaf", "nodeLabel": "superpod.dev/leaf"},
+                {"name": "node", "nodeLabel": "kubernetes.io/hostname"},
+            ]
+        },
+    }
+    t = topology_from_k8s(obj)
+    assert [lv.name for lv in t.domain_levels] == ["spine", "leaf"] and t.index("node") == 3
+    obj["spec"]["levels"][1] = {"name": "leaf"}
+    with pytest.raises(ConvertError, match=r"ClusterTopology default: spec.levels.1.nodeLabel: Field required"):
+        topology_from_k8s(obj)
+
+
+def test_every_field_is_described():
+    def walk(model, seen):
+        for name, f in model.model_fields.items():
+            assert f.description, f"{model.__name__}.{name} has no description"
+            for t in getattr(f.annotation, "__args__", ()) + (f.annotation,):
+                if isinstance(t, type) and hasattr(t, "model_fields") and t not in seen:
+                    seen.add(t)
+                    walk(t, seen)
+
+    walk(TrainingJob, set())
+    walk(ClusterTopology, set())

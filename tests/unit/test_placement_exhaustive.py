@@ -1,0 +1,178 @@
+"""Placement against exhaustive search on small clusters (hypothesis)."""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from superpod.core.model import Snapshot, Topology, filter_reason
+from superpod.core.placement import Solver, solve
+from superpod.core.request import JobRequest
+from tests.unit.builders import LEAF, NODE, NVLINK, SPINE, job, node, snapshot
+
+TOPOS = [Topology((LEAF, NODE)), Topology((SPINE, LEAF, NODE)), Topology((SPINE, LEAF, NVLINK, NODE))]
+
+
+@st.composite
+def scenarios(draw, multi: bool = False):
+    """Small clusters with mixed free GPUs; `multi` biases towards gangs that need several nodes."""
+    topo = draw(st.sampled_from(TOPOS))
+    levels = topo.domain_levels
+    n = draw(st.integers(6 if multi else 1, 16))
+    nodes, used = [], {}
+    mig = not multi and draw(st.integers(0, 5)) == 0  # a MIG job: one 1g.10gb slice per replica
+    cpu_bound = draw(st.booleans())
+    for i in range(n):
+        b = node(f"n{i:02d}").gpus(8)
+        if mig:
+            b.mig("1g.10gb", draw(st.integers(0, 7)))
+        if cpu_bound:
+            b.cpu(draw(st.sampled_from([8000, 16000, 64000])))
+        path = ""
+        for lv in levels:
+            path += str(draw(st.integers(0, 2)))
+            b.label(lv.label, path)
+        if draw(st.integers(0, 9)) == 0:
+            b.cordoned()
+        nodes.append(b)
+        used[b.n.name] = draw(st.sampled_from([0, 0, 0, 4, 8, 2] if multi else [0, 0, 2, 4, 6, 8, 1, 3]))
+    names = [lv.name for lv in topo.levels]
+    g = draw(st.sampled_from([4, 8] if multi else [1, 2, 4, 8, 8]))
+    jb = job("j").mig("1g.10gb") if mig else job("j").gpus(g)
+    if cpu_bound:
+        jb.cpu(4000)
+    if draw(st.booleans()):
+        size = draw(st.sampled_from([2, 3]))
+        jb.slices(size, draw(st.sampled_from(names)))
+        jb.replicas(size * draw(st.integers(1, 3)))
+    else:
+        jb.replicas(draw(st.integers(2 if multi else 1, 8)))
+    req = draw(st.sampled_from([None] * 4 + names[:-1] if multi else [None, *names]))
+    if req:
+        jb.required(req)
+    snap = snapshot(nodes, topo, used)
+    exclude = frozenset(
+        draw(st.sets(st.integers(1, len(snap.domains) - 1), max_size=1)) if len(snap.domains) > 1 else ()
+    )
+    nodes_out = (
+        frozenset(draw(st.sets(st.integers(0, n - 1), max_size=3))) if draw(st.integers(0, 3)) == 0 else frozenset()
+    )
+    return snap, jb.build(), exclude if draw(st.integers(0, 3)) == 0 else frozenset(), nodes_out
+
+
+EXCLUDED: set[str] = set()  # nodes excluded (reserved) in the current example
+
+
+def _slots(snap: Snapshot, job: JobRequest, name: str) -> int:
+    n = snap.nodes[snap.index[name]]
+    if filter_reason(n, job) is not None or name in EXCLUDED:
+        return 0
+    free = snap.free[snap.index[name]]
+    return min(max(free.get(r, 0), 0) // q for r, q in job.requests if q)
+
+
+def _paths(snap: Snapshot, name: str) -> list[tuple[str, ...]]:
+    labels = snap.nodes[snap.index[name]].labels
+    out, key = [], ()
+    for lv in snap.levels:
+        key = key + (labels[lv.label],)
+        out.append(key)
+    return out + [(*key, name)]
+
+
+def _cost(snap: Snapshot, job: JobRequest, names: list[str]) -> tuple:
+    """(domains per level..., nodes, free GPUs of chosen domains per level..., of chosen nodes) from scratch."""
+    eligible = [n.name for n in snap.nodes if filter_reason(n, job) is None]
+    free = {x: max(snap.free[snap.index[x]].get(job.primary, 0), 0) for x in eligible}
+    depth = len(snap.levels) + 1
+    counts, frees = [], []
+    for lvl in range(depth):
+        chosen = {_paths(snap, x)[lvl] for x in names}
+        counts.append(len(chosen))
+        frees.append(sum(free[x] for x in eligible if _paths(snap, x)[lvl] in chosen))
+    return tuple(counts + frees)
+
+
+def _feasible(snap: Snapshot, job: JobRequest, names: tuple[str, ...]) -> bool:
+    topo = snap.topology
+    if len(names) > job.replicas:
+        return False
+    if job.required:
+        q = topo.index(job.required) - 1
+        if len({_paths(snap, x)[q] for x in names}) != 1:
+            return False
+    u = job.slice_size or 1
+    s = topo.index(job.slice_required) - 1 if job.slice_required else None
+    if s is None or u == 1:
+        return sum(_slots(snap, job, x) for x in names) >= job.replicas
+    groups: dict = {}
+    for x in names:
+        groups.setdefault(_paths(snap, x)[s], []).append(x)
+    lo = hi = 0
+    node_level = s == len(snap.levels)
+    for members in groups.values():
+        if node_level:
+            top = (_slots(snap, job, members[0]) // u) * u
+            low = u
+        else:
+            top = (sum(_slots(snap, job, x) for x in members) // u) * u
+            low = -(-len(members) // u) * u
+        if top < low:
+            return False
+        lo, hi = lo + low, hi + top
+    return lo <= job.replicas <= hi
+
+
+def _check_feasible(snap: Snapshot, job: JobRequest, assign: dict[str, list[int]]) -> None:
+    ranks = sorted(r for rs in assign.values() for r in rs)
+    assert ranks == list(range(job.replicas))
+    for name, rs in assign.items():
+        assert 0 < len(rs) <= _slots(snap, job, name), "overcommits a node"
+    topo = snap.topology
+    owner = {r: name for name, rs in assign.items() for r in rs}
+    if job.required:
+        q = topo.index(job.required) - 1
+        assert len({_paths(snap, x)[q] for x in assign}) == 1
+    if job.slice_required:
+        s = topo.index(job.slice_required) - 1
+        for start in range(0, job.replicas, job.slice_size):
+            group = {_paths(snap, owner[r])[s] for r in range(start, start + job.slice_size)}
+            assert len(group) == 1, f"slice at {start} spans domains"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_placement_matches_exhaustive_search(sc):
+    _check_against_exhaustive(*sc)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(multi=True))
+def test_multi_node_gangs_match_exhaustive_search(sc):
+    _check_against_exhaustive(*sc)
+
+
+def _check_against_exhaustive(
+    snap: Snapshot, job: JobRequest, exclude: frozenset[int], exclude_nodes: frozenset[int]
+) -> None:
+    EXCLUDED.clear()
+    EXCLUDED.update(snap.nodes[i].name for d in exclude for i in snap.nodes_under(d))
+    EXCLUDED.update(snap.nodes[i].name for i in exclude_nodes)
+    candidates = [n.name for n in snap.nodes if _slots(snap, job, n.name) > 0]
+    best = None
+    for k in range(1, min(job.replicas, len(candidates)) + 1):
+        for names in combinations(candidates, k):
+            if _feasible(snap, job, names):
+                c = _cost(snap, job, list(names))
+                if best is None or c < best:
+                    best = c
+    got = solve(Solver(snap, job, exclude, exclude_nodes=exclude_nodes))
+    if best is None:
+        assert got is None
+        return
+    assert got is not None, f"exhaustive search found {best}"
+    _check_feasible(snap, job, got.assignments)
+    assert _cost(snap, job, list(got.assignments)) == best
+    assert got.counts == best[: len(snap.levels) + 1]

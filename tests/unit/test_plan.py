@@ -1,0 +1,130 @@
+"""`superpod plan`: a dump of the simulated DGX H100 SuperPOD in, stable JSON out; malformed input names the field."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from superpod.api.convert import ConvertError
+from superpod.plan import plan_objects, plan_text, run
+from superpod.sim.presets import preset_nodes
+
+TOPOLOGY = {
+    "apiVersion": "superpod.dev/v1alpha1",
+    "kind": "ClusterTopology",
+    "metadata": {"name": "default"},
+    "spec": {
+        "levels": [
+            {"name": "spine", "nodeLabel": "superpod.dev/spine"},
+            {"name": "leaf", "nodeLabel": "superpod.dev/leaf"},
+            {"name": "node", "nodeLabel": "kubernetes.io/hostname"},
+        ]
+    },
+}
+
+
+TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "trainer"}]}}
+
+
+def trainingjob(name: str, replicas: int, gpus: int, priority: int = 0, minute: int = 0, **topology) -> dict:
+    return {
+        "apiVersion": "superpod.dev/v1alpha1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "namespace": "team-a", "creationTimestamp": f"2026-11-30T05:{minute:02d}:00Z"},
+        "spec": {"replicas": replicas, "resources": {"gpus": gpus}, "topology": topology, "priority": priority,
+                 "template": TEMPLATE},
+    }
+
+
+def busy_pod(name: str, node: str, gpus: int) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "other"},
+        "spec": {"nodeName": node, "containers": [{"resources": {"requests": {"nvidia.com/gpu": str(gpus)}}}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def dgx_dump() -> list[dict]:
+    nodes = preset_nodes("dgx-h100")
+    names = [n["metadata"]["name"] for n in nodes]
+    nodes[5]["spec"]["unschedulable"] = True
+    pods = [busy_pod(f"busy-{i}", names[i], 8) for i in range(0, 20)]  # su-1: 20 of 32 nodes busy
+    jobs = [
+        trainingjob("pretrain", 64, 8, priority=10, required="leaf"),  # never fits: a leaf has 32 nodes
+        trainingjob("finetune", 32, 8, priority=5, minute=1, required="leaf"),
+        trainingjob("eval", 1, 4, minute=2),
+        trainingjob("sweep", 8, 8, minute=3, required="leaf"),
+    ]
+    done = trainingjob("old", 4, 8)
+    done["status"] = {"phase": "Succeeded"}
+    return [{"apiVersion": "v1", "kind": "List", "items": [*nodes, *pods, TOPOLOGY, *jobs, done]}]
+
+
+def test_plan_on_simulated_dgx_h100_superpod():
+    out = plan_objects(dgx_dump()[0]["items"])
+    assert [j["name"] for j in out["jobs"]] == ["pretrain", "finetune", "eval", "sweep"]
+    assert set(out["jobs"][0]) == {"namespace", "name", "placed", "assignments", "reason"}
+    pre, fine, ev, sweep = out["jobs"]
+    assert not pre["placed"] and pre["assignments"] == {}
+    assert pre["reason"].startswith("needs 64 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf")
+    assert fine["placed"] and len(fine["assignments"]) == 32 and fine["reason"] is None
+    assert sorted(r for rs in fine["assignments"].values() for r in rs) == list(range(32))
+    # the 4-GPU eval job goes to the tightest leaf (su-1, partly busy) — never into a whole free leaf
+    assert ev["placed"] and next(iter(ev["assignments"])).startswith("dgx-su01-")
+    assert sweep["placed"] and len({n[:8] for n in sweep["assignments"]}) == 1
+
+
+def test_plan_reads_multi_document_yaml_and_cli_exit_codes(tmp_path, capsys):
+    items = dgx_dump()[0]["items"]
+    f = tmp_path / "dump.yaml"
+    f.write_text(yaml.safe_dump_all(items))
+    assert plan_text(f.read_text()) == plan_objects(items)
+    assert run(SimpleNamespace(file=str(f), pretty=False)) == 0
+    assert json.loads(capsys.readouterr().out)["jobs"][1]["placed"] is True
+    bad = [i for i in items if i["kind"] != "TrainingJob"] + [trainingjob("broken", 0, 8)]
+    f.write_text(yaml.safe_dump_all(bad))
+    assert run(SimpleNamespace(file=str(f), pretty=False)) == 1
+    assert "TrainingJob team-a/broken: spec.replicas:" in capsys.readouterr().err
+    assert run(SimpleNamespace(file=str(tmp_path / "missing.yaml"), pretty=False)) == 2
+
+
+@pytest.mark.parametrize(
+    ("doc", "where"),
+    [
+        ("- 1\n", "document 1"),
+        ("kind: List\nitems: 3\n", "List (document 1): items"),
+        ("kind: Node\nmetadata: {name: n1}\nstatus: {allocatable: {cpu: many}}\n", "Node n1: status.allocatable.cpu"),
+        ("kind: List\nitems:\n- {kind: ClusterTopology, metadata: {name: a}, spec: {levels: []}}\n", "spec.levels"),
+        ("a: [\n", "input: <yaml>"),
+    ],
+)
+def test_malformed_input_names_the_object_and_field(doc, where):
+    with pytest.raises(ConvertError) as e:
+        plan_text(doc)
+    assert where in str(e.value)
+
+
+def test_plan_rejects_ambiguous_topology_and_duplicate_nodes():
+    items = dgx_dump()[0]["items"]
+    second = {**TOPOLOGY, "metadata": {"name": "other"}}
+    with pytest.raises(ConvertError, match="ClusterTopology default, other: metadata.name: more than one"):
+        plan_objects([*items, second])
+    node = next(i for i in items if i["kind"] == "Node")
+    with pytest.raises(ConvertError, match=f"Node {node['metadata']['name']}: metadata.name: duplicate node"):
+        plan_objects([*items, node])
+
+
+def test_plan_without_topology_places_on_nodes_only():
+    nodes = preset_nodes("rental-mixed")
+    b200 = trainingjob("b", 1, 8, minute=1)
+    b200["spec"]["resources"]["gpuProduct"] = "NVIDIA-B200"
+    out = plan_objects([*nodes, trainingjob("a", 3, 8), b200])
+    assert out["jobs"][0]["placed"] and len(out["jobs"][0]["assignments"]) == 3
+    assert out["jobs"][1]["reason"] == (
+        "needs 1 replica of 8 free NVIDIA-B200 GPUs; no node qualifies: 12 nodes of another GPU product"
+    )
