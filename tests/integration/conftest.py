@@ -57,3 +57,31 @@ def namespace(cluster):
     core.create_namespace({"metadata": {"name": name}})
     yield name
     core.delete_namespace(name)
+
+
+@pytest.fixture(scope="session")
+def crds(cluster):
+    from tests.integration.operator_env import REPO, ensure_topology
+
+    cluster.kubectl("apply", "-f", str(REPO / "crds"))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/trainingjobs.superpod.dev",
+                    "crd/clustertopologies.superpod.dev", "--timeout=60s")
+    ensure_topology(cluster.api)
+    return cluster
+
+
+@pytest.fixture(scope="session")
+def operator(crds, tmp_path_factory):
+    from tests.integration.operator_env import OperatorProcess
+
+    op = OperatorProcess(crds.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log")
+    op.start()
+    yield op
+    op.stop()
+
+
+@pytest.fixture
+def jobs(cluster, namespace):
+    from tests.integration.operator_env import Jobs
+
+    return Jobs(cluster.api, namespace)

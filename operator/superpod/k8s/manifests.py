@@ -31,13 +31,15 @@ def pod_name(job_name: str, attempt: int, index: int) -> str:
     return f"{job_name}-a{attempt}-{index}"
 
 
-def gpu_resources(spec: dict) -> dict[str, str]:
+def replica_resources(spec: dict) -> dict[str, str]:
+    """What each replica requests, from spec.resources: GPUs or one MIG slice, and cpu/memory when given."""
     res = spec.get("resources") or {}
+    out = {k: str(res[k]) for k in ("cpu", "memory") if res.get(k) is not None}
     if res.get("migProfile"):
-        return {f"nvidia.com/mig-{res['migProfile']}": "1"}
-    if res.get("gpus"):
-        return {"nvidia.com/gpu": str(res["gpus"])}
-    return {}
+        out[f"nvidia.com/mig-{res['migProfile']}"] = "1"
+    elif res.get("gpus"):
+        out["nvidia.com/gpu"] = str(res["gpus"])
+    return out
 
 
 def pod(job: dict, attempt: int, index: int, node: str) -> dict:
@@ -60,11 +62,12 @@ def pod(job: dict, attempt: int, index: int, node: str) -> dict:
     for i, c in enumerate(containers):
         names = {e["name"] for e in env}
         c["env"] = [e for e in c.get("env") or [] if e.get("name") not in names] + env
-        if i == 0:  # the GPU request goes on the first container
+        if i == 0:  # the replica's resources go on the first container
             res = c.setdefault("resources", {})
-            gpus = gpu_resources(spec)
+            wanted = replica_resources(spec)
+            gpus = {k: v for k, v in wanted.items() if k.startswith("nvidia.com/")}
             res["limits"] = {**(res.get("limits") or {}), **gpus}
-            res["requests"] = {**(res.get("requests") or {}), **gpus}
+            res["requests"] = {**(res.get("requests") or {}), **wanted}
     pspec.update(
         {
             "nodeName": node,

@@ -7,7 +7,7 @@ These are stand-ins for hardware. Each node has the labels NVIDIA GPU Feature Di
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 SIM_LABEL = "sim.superpod.dev/cluster"
 KWOK_LABEL = ("type", "kwok")
@@ -132,9 +132,15 @@ PRESETS: dict[str, tuple[Callable[..., Iterator[NodeSpec]], str]] = {
 }
 
 
-def preset_nodes(preset: str, nodes: int | None = None, cluster: str | None = None) -> list[dict]:
+def preset_nodes(preset: str, nodes: int | None = None, cluster: str | None = None, **shape: int) -> list[dict]:
+    """Node objects of `preset`. A cluster named other than the preset prefixes its node names with that name, so
+    several simulated clusters of one preset can live side by side. `shape`: the preset's own sizes, e.g.
+    nodes_per_unit=4 for dgx-h100."""
     if preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; presets: {', '.join(PRESETS)}")
     make = PRESETS[preset][0]
-    specs = make() if nodes is None else make(nodes)
-    return [node_object(s, cluster or preset) for s in specs]
+    specs = make(**shape) if nodes is None else make(nodes, **shape)
+    cluster = cluster or preset
+    if cluster != preset:
+        specs = (replace(s, name=f"{cluster}-{s.name}") for s in specs)
+    return [node_object(s, cluster) for s in specs]

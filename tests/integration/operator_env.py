@@ -1,0 +1,125 @@
+"""Helpers for tests that run the operator (`superpod run`, a real subprocess) against the real API server."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from superpod.sim import nodes, presets
+from tests.integration.wait import wait_for
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "superpod.dev", "v1alpha1"
+TOPOLOGY = {
+    "apiVersion": f"{GROUP}/{VERSION}", "kind": "ClusterTopology", "metadata": {"name": "default"},
+    "spec": {"levels": [{"name": "spine", "nodeLabel": "superpod.dev/spine"},
+                        {"name": "leaf", "nodeLabel": "superpod.dev/leaf"},
+                        {"name": "nvlink", "nodeLabel": "nvidia.com/gpu.clique"},
+                        {"name": "node", "nodeLabel": "kubernetes.io/hostname"}]},
+}
+
+
+class OperatorProcess:
+    """`superpod run` as a child process that a test can kill at any instant and start again."""
+
+    def __init__(self, kubeconfig: Path, log: Path) -> None:
+        self.kubeconfig, self.log, self.proc = kubeconfig, log, None
+
+    def start(self) -> None:
+        out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
+        env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "superpod.cli", "run", "--namespace", "superpod-system", "--metrics-port", "0",
+             "--log-level", "INFO"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+        out.close()
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as a crash or an OOM kill would leave it."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+
+def sim_cluster(api: client.ApiClient, preset: str, count: int, **shape: int) -> tuple[str, list[dict]]:
+    """A simulated cluster of its own (unique node names), all nodes Ready."""
+    name = f"t{uuid.uuid4().hex[:6]}"
+    objs = presets.preset_nodes(preset, count, name, **shape)
+    nodes.create_nodes(api, objs)
+    core = client.CoreV1Api(api)
+
+    def ready():
+        items = core.list_node(label_selector=f"{presets.SIM_LABEL}={name}").items
+        return len(items) == count and all(
+            any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []) for n in items)
+    wait_for(ready, 60, f"{count} simulated nodes Ready")
+    return name, objs
+
+
+def training_job(name: str, cluster: str, replicas: int, gpus: int | None = None, mig: str | None = None,
+                 annotations: dict | None = None, **spec) -> dict:
+    resources = {"gpus": gpus} if gpus else {"migProfile": mig}
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
+        "spec": {"replicas": replicas, "resources": resources, **spec, "template": {
+            "metadata": {"annotations": annotations or {}},
+            "spec": {"nodeSelector": {presets.SIM_LABEL: cluster},
+                     "containers": [{"name": "main", "image": "trainer", "command": ["torchrun", "train.py"]}]}}},
+    }
+
+
+class Jobs:
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.ns = namespace
+
+    def create(self, body: dict) -> dict:
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.ns, "trainingjobs", body)
+
+    def get(self, name: str) -> dict:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.ns, "trainingjobs", name)
+
+    def patch(self, name: str, body: dict) -> dict:
+        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.ns, "trainingjobs", name, body)
+
+    def status(self, name: str) -> dict:
+        return self.get(name).get("status") or {}
+
+    def phase(self, name: str) -> str | None:
+        return self.status(name).get("phase")
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 60) -> dict:
+        wait_for(lambda: self.phase(name) == phase, timeout, f"{name} {phase} (status {self.status(name)})")
+        return self.status(name)
+
+    def pods(self, name: str, live: bool = True) -> list:
+        pods = self.core.list_namespaced_pod(self.ns, label_selector=f"superpod.dev/job-name={name}").items
+        return [p for p in pods if not (live and p.metadata.deletion_timestamp)]
+
+    def events(self, name: str) -> list[tuple[str, str]]:
+        evs = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={name}").items
+        return [(e.reason, e.message) for e in evs]
+
+
+def ensure_topology(api: client.ApiClient) -> None:
+    custom = client.CustomObjectsApi(api)
+    try:
+        custom.create_cluster_custom_object(GROUP, VERSION, "clustertopologies", TOPOLOGY)
+    except ApiException as e:
+        if e.status != 409:
+            raise

@@ -1,0 +1,128 @@
+"""The operator end to end on the real API server with simulated SuperPOD nodes: gang placement, topology,
+waiting with a reason, lifecycle, restarts, bad input."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from kubernetes import client
+
+from tests.integration.operator_env import sim_cluster, training_job
+from tests.integration.wait import wait_for
+
+
+def node_labels(cluster, name: str) -> dict:
+    return client.CoreV1Api(cluster.api).read_node(name).metadata.labels
+
+
+def test_two_jobs_compete_for_one_leaf_one_waits_with_a_reason_then_both_complete(cluster, operator, jobs):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 4, nodes_per_unit=4)
+    run = {"sim.superpod.dev/run-for": "6s"}
+    jobs.create(training_job("first", sim, 4, gpus=8, annotations=run, topology={"required": "leaf"}))
+    jobs.wait_phase("first", "Running")
+    jobs.create(training_job("second", sim, 4, gpus=8, annotations=run, topology={"required": "leaf"}))
+    wait_for(lambda: jobs.status("second").get("message"), 30, "a reason on the waiting job")
+    waiting = jobs.status("second")
+    assert waiting["phase"] == "Queued"
+    assert "needs 4 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf" in waiting["message"]
+    assert any(reason == "Waiting" and "inside one leaf" in msg for reason, msg in jobs.events("second"))
+    assert jobs.pods("second") == [], "a queued job holds no pods"
+
+    first = jobs.wait_phase("first", "Succeeded", 60)
+    assert first["gpuSeconds"] > 0 and first["completionTime"]
+    assert {p.status.phase for p in jobs.pods("first")} == {"Succeeded"}
+    jobs.wait_phase("second", "Running", 60)
+    jobs.wait_phase("second", "Succeeded", 60)
+    reasons = [r for r, _ in jobs.events("second")]
+    assert {"Waiting", "Placed", "Running", "Completed"} <= set(reasons)
+
+
+def test_required_leaf_keeps_the_gang_in_one_scalable_unit_with_torchrun_env(cluster, operator, jobs):
+    sim, objs = sim_cluster(cluster.api, "dgx-h100", 16, nodes_per_unit=4)
+    # Occupy 2 nodes of each of three leaves: only su-3 has 4 whole nodes left, 10 nodes are free in all.
+    busy = [o["metadata"]["name"] for o in objs if o["metadata"]["labels"]["superpod.dev/leaf"] != "su-3"][::2]
+    core = client.CoreV1Api(cluster.api)
+    for i, node in enumerate(busy):
+        core.create_namespaced_pod(jobs.ns, {"metadata": {"name": f"other-{i}"}, "spec": {
+            "nodeName": node, "containers": [{"name": "c", "image": "x", "resources": {
+                "limits": {"nvidia.com/gpu": "8"}}}]}})
+    jobs.create(training_job("unit", sim, 4, gpus=8, topology={"required": "leaf"}))
+    st = jobs.wait_phase("unit", "Running", 60)
+    pods = jobs.pods("unit")
+    leaves = {node_labels(cluster, p.spec.node_name)["superpod.dev/leaf"] for p in pods}
+    assert leaves == {"su-3"} and st["domain"] == "leaf su-3"
+    assert len({p.spec.node_name for p in pods}) == 4
+    env = {p.metadata.labels["superpod.dev/replica-index"]: {e.name: e.value for e in p.spec.containers[0].env}
+           for p in pods}
+    assert env["2"]["RANK"] == "2" and env["2"]["WORLD_SIZE"] == "4"
+    assert env["0"]["MASTER_ADDR"] == f"unit-0.unit.{jobs.ns}.svc"
+    assert all(p.spec.scheduler_name == "superpod-scheduler" for p in pods)
+    svc = core.read_namespaced_service("unit", jobs.ns)
+    assert svc.spec.cluster_ip == "None"
+
+
+def test_nvl72_slices_stay_inside_one_nvlink_clique(cluster, operator, jobs):
+    sim, _ = sim_cluster(cluster.api, "gb200-nvl72", 12, trays_per_rack=6)  # 2 racks of 6 trays x 4 GPUs
+    jobs.create(training_job("tp", sim, 8, gpus=4,
+                             topology={"required": "spine", "sliceSize": 4, "sliceRequired": "nvlink"}))
+    jobs.wait_phase("tp", "Running", 60)
+    cliques = defaultdict(set)
+    for p in jobs.pods("tp"):
+        rank = int(p.metadata.labels["superpod.dev/replica-index"])
+        cliques[rank // 4].add(node_labels(cluster, p.spec.node_name)["nvidia.com/gpu.clique"])
+    assert sorted(len(c) for c in cliques.values()) == [1, 1], cliques
+
+
+def test_pod_failure_restarts_the_gang_until_max_restarts_then_fails(cluster, operator, jobs):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 2, nodes_per_unit=2)
+    jobs.create(training_job("flaky", sim, 2, gpus=8, maxRestarts=1))
+    jobs.wait_phase("flaky", "Running")
+    core = client.CoreV1Api(cluster.api)
+
+    def fail_one(attempt: int) -> None:
+        pod = next(p for p in jobs.pods("flaky") if p.metadata.labels["superpod.dev/attempt"] == str(attempt))
+        core.patch_namespaced_pod(pod.metadata.name, jobs.ns,
+                                  {"metadata": {"annotations": {"sim.superpod.dev/fail-after": "0s"}}})
+
+    fail_one(1)
+    wait_for(lambda: jobs.status("flaky").get("attempt") == 2 and jobs.phase("flaky") == "Running", 90,
+             "gang restarted as attempt 2")
+    st = jobs.status("flaky")
+    assert st["restarts"] == 1
+    assert {p.metadata.labels["superpod.dev/attempt"] for p in jobs.pods("flaky")} == {"2"}
+    assert any(r == "PodFailed" for r, _ in jobs.events("flaky"))
+    fail_one(2)
+    st = jobs.wait_phase("flaky", "Failed", 60)
+    assert "maxRestarts (1) exhausted" in st["message"]
+    wait_for(lambda: not jobs.pods("flaky"), 30, "a failed job's pods removed")
+
+
+def test_node_deletion_restarts_the_gang_elsewhere(cluster, operator, jobs):
+    sim, objs = sim_cluster(cluster.api, "dgx-h100", 3, nodes_per_unit=3)
+    jobs.create(training_job("lost", sim, 2, gpus=8))
+    jobs.wait_phase("lost", "Running")
+    victim = jobs.pods("lost")[0].spec.node_name
+    client.CoreV1Api(cluster.api).delete_node(victim)
+    wait_for(lambda: jobs.status("lost").get("attempt") == 2 and jobs.phase("lost") == "Running", 90,
+             "gang restarted on the remaining nodes")
+    assert victim not in {p.spec.node_name for p in jobs.pods("lost")}
+    assert any(r == "NodeLost" for r, _ in jobs.events("lost"))
+
+
+def test_unknown_level_is_invalid_until_the_spec_is_fixed(cluster, operator, jobs):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 1, nodes_per_unit=1)
+    jobs.create(training_job("typo", sim, 1, gpus=8, topology={"required": "rack"}))
+    st = jobs.wait_phase("typo", "Invalid", 30)
+    assert "'rack'" in st["message"] and "leaf" in st["message"]
+    assert any(r == "Invalid" for r, _ in jobs.events("typo"))
+    jobs.patch("typo", {"spec": {"topology": {"required": "leaf"}}})
+    jobs.wait_phase("typo", "Running", 30)
+
+
+def test_product_no_node_has_is_invalid(cluster, operator, jobs):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 1, nodes_per_unit=1)
+    body = training_job("b300b", sim, 1, gpus=8)
+    body["spec"]["resources"]["gpuProduct"] = "NVIDIA-B300"
+    jobs.create(body)
+    st = jobs.wait_phase("b300b", "Invalid", 30)
+    assert "no node has GPU product 'NVIDIA-B300'" in st["message"]
