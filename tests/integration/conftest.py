@@ -72,9 +72,9 @@ def crds(cluster):
 
 @pytest.fixture(scope="session")
 def operator(crds, tmp_path_factory):
-    from tests.integration.operator_env import OperatorProcess
+    from tests.integration.operator_env import OperatorProcess, free_port
 
-    op = OperatorProcess(crds.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log")
+    op = OperatorProcess(crds.kubeconfig, tmp_path_factory.mktemp("operator") / "operator.log", free_port())
     op.start()
     yield op
     op.stop()

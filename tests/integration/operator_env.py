@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import uuid
@@ -29,15 +30,16 @@ TOPOLOGY = {
 class OperatorProcess:
     """`superpod run` as a child process that a test can kill at any instant and start again."""
 
-    def __init__(self, kubeconfig: Path, log: Path) -> None:
-        self.kubeconfig, self.log, self.proc = kubeconfig, log, None
+    def __init__(self, kubeconfig: Path, log: Path, metrics_port: int = 0) -> None:
+        self.kubeconfig, self.log, self.metrics_port, self.proc = kubeconfig, log, metrics_port, None
 
     def start(self) -> None:
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "superpod.cli", "run", "--namespace", "superpod-system", "--metrics-port", "0",
-             "--log-level", "INFO"], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
+            [sys.executable, "-m", "superpod.cli", "run", "--namespace", "superpod-system",
+             "--metrics-port", str(self.metrics_port), "--log-level", "INFO"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         out.close()
 
     def kill(self) -> None:
@@ -53,6 +55,12 @@ class OperatorProcess:
                 self.proc.wait(15)
             except subprocess.TimeoutExpired:
                 self.kill()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def sim_cluster(api: client.ApiClient, preset: str, count: int, **shape: int) -> tuple[str, list[dict]]:
@@ -110,6 +118,12 @@ class Jobs:
     def pods(self, name: str, live: bool = True) -> list:
         pods = self.core.list_namespaced_pod(self.ns, label_selector=f"superpod.dev/job-name={name}").items
         return [p for p in pods if not (live and p.metadata.deletion_timestamp)]
+
+    def wait_event(self, name: str, reason: str, text: str = "", timeout: float = 30) -> str:
+        """The message of the first Event on job `name` with `reason` (and containing `text`)."""
+        def found():
+            return next((m for r, m in self.events(name) if r == reason and text in (m or "")), None)
+        return wait_for(found, timeout, f"event {reason} on {name} (have {self.events(name)})")
 
     def events(self, name: str) -> list[tuple[str, str]]:
         evs = self.core.list_namespaced_event(self.ns, field_selector=f"involvedObject.name={name}").items

@@ -3,6 +3,7 @@ waiting with a reason, lifecycle, restarts, bad input."""
 
 from __future__ import annotations
 
+import urllib.request
 from collections import defaultdict
 
 from kubernetes import client
@@ -25,7 +26,7 @@ def test_two_jobs_compete_for_one_leaf_one_waits_with_a_reason_then_both_complet
     waiting = jobs.status("second")
     assert waiting["phase"] == "Queued"
     assert "needs 4 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf" in waiting["message"]
-    assert any(reason == "Waiting" and "inside one leaf" in msg for reason, msg in jobs.events("second"))
+    jobs.wait_event("second", "Waiting", "inside one leaf")
     assert jobs.pods("second") == [], "a queued job holds no pods"
 
     first = jobs.wait_phase("first", "Succeeded", 60)
@@ -33,8 +34,8 @@ def test_two_jobs_compete_for_one_leaf_one_waits_with_a_reason_then_both_complet
     assert {p.status.phase for p in jobs.pods("first")} == {"Succeeded"}
     jobs.wait_phase("second", "Running", 60)
     jobs.wait_phase("second", "Succeeded", 60)
-    reasons = [r for r, _ in jobs.events("second")]
-    assert {"Waiting", "Placed", "Running", "Completed"} <= set(reasons)
+    for reason in ("Placed", "Running", "Completed"):
+        jobs.wait_event("second", reason)
 
 
 def test_required_leaf_keeps_the_gang_in_one_scalable_unit_with_torchrun_env(cluster, operator, jobs):
@@ -90,7 +91,7 @@ def test_pod_failure_restarts_the_gang_until_max_restarts_then_fails(cluster, op
     st = jobs.status("flaky")
     assert st["restarts"] == 1
     assert {p.metadata.labels["superpod.dev/attempt"] for p in jobs.pods("flaky")} == {"2"}
-    assert any(r == "PodFailed" for r, _ in jobs.events("flaky"))
+    jobs.wait_event("flaky", "PodFailed")
     fail_one(2)
     st = jobs.wait_phase("flaky", "Failed", 60)
     assert "maxRestarts (1) exhausted" in st["message"]
@@ -106,7 +107,7 @@ def test_node_deletion_restarts_the_gang_elsewhere(cluster, operator, jobs):
     wait_for(lambda: jobs.status("lost").get("attempt") == 2 and jobs.phase("lost") == "Running", 90,
              "gang restarted on the remaining nodes")
     assert victim not in {p.spec.node_name for p in jobs.pods("lost")}
-    assert any(r == "NodeLost" for r, _ in jobs.events("lost"))
+    jobs.wait_event("lost", "NodeLost")
 
 
 def test_unknown_level_is_invalid_until_the_spec_is_fixed(cluster, operator, jobs):
@@ -114,7 +115,7 @@ def test_unknown_level_is_invalid_until_the_spec_is_fixed(cluster, operator, job
     jobs.create(training_job("typo", sim, 1, gpus=8, topology={"required": "rack"}))
     st = jobs.wait_phase("typo", "Invalid", 30)
     assert "'rack'" in st["message"] and "leaf" in st["message"]
-    assert any(r == "Invalid" for r, _ in jobs.events("typo"))
+    jobs.wait_event("typo", "Invalid")
     jobs.patch("typo", {"spec": {"topology": {"required": "leaf"}}})
     jobs.wait_phase("typo", "Running", 30)
 
@@ -126,3 +127,43 @@ def test_product_no_node_has_is_invalid(cluster, operator, jobs):
     jobs.create(body)
     st = jobs.wait_phase("b300b", "Invalid", 30)
     assert "no node has GPU product 'NVIDIA-B300'" in st["message"]
+
+
+def test_startup_timeout_tears_down_and_requeues_with_backoff(cluster, operator, jobs):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 2, nodes_per_unit=2)
+    jobs.create(training_job("stuck", sim, 2, gpus=8, annotations={"sim.superpod.dev/stay-pending": ""},
+                             startupTimeoutSeconds=3))
+    wait_for(lambda: jobs.status("stuck").get("startupFailures") == 1, 60, "startup timeout")
+    st = jobs.status("stuck")
+    assert st["phase"] == "Queued" and st["reason"] == "StartupTimeout" and st["restarts"] == 0
+    assert "only 0 of 2 replicas were running after 3s" in st["message"] and st["notBefore"]
+    jobs.wait_event("stuck", "StartupTimeout")
+    wait_for(lambda: jobs.status("stuck").get("attempt") == 2, 60, "a second attempt after the backoff")
+
+
+def test_deleting_a_job_removes_its_pods_and_service(cluster, operator, jobs):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 1, nodes_per_unit=1)
+    jobs.create(training_job("bye", sim, 1, gpus=8))
+    jobs.wait_phase("bye", "Running")
+    jobs.custom.delete_namespaced_custom_object("superpod.dev", "v1alpha1", jobs.ns, "trainingjobs", "bye")
+    core = client.CoreV1Api(cluster.api)
+    wait_for(lambda: not jobs.pods("bye", live=False), 60, "pods garbage-collected")
+    wait_for(lambda: not core.list_namespaced_service(jobs.ns, field_selector="metadata.name=bye").items, 60,
+             "service garbage-collected")
+
+
+def test_metrics_report_jobs_gpus_and_latency(cluster, operator, jobs):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 1, nodes_per_unit=1)
+    jobs.create(training_job("measured", sim, 1, gpus=8, annotations={"sim.superpod.dev/run-for": "1s"}))
+    jobs.wait_phase("measured", "Succeeded", 60)
+
+    def scrape() -> dict[str, float]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5).read().decode()
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line and not line.startswith("#")}
+    m = wait_for(lambda: (s := scrape()).get('superpod_jobs{phase="Succeeded"}', 0) >= 1 and s, 30, "metrics")
+    assert m["superpod_placement_seconds_count"] >= 1
+    assert m["superpod_queue_wait_seconds_count"] >= 1
+    assert m['superpod_gpus_free{product="NVIDIA-H100-80GB-HBM3"}'] >= 8
+    assert m[f'superpod_gpu_seconds_total{{namespace="{jobs.ns}"}}'] > 0
+    assert "superpod_gang_restarts_total" in m and "superpod_mig_reconfigurations_total" in m

@@ -1,0 +1,59 @@
+"""What `kubectl apply` of bad TrainingJobs tells the user: the CRD schema and CEL rules, on the real API server."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+CONTAINERS = {"containers": [{"name": "main", "image": "trainer"}]}
+
+
+def job(**spec) -> str:
+    body = {"replicas": 4, "resources": {"gpus": 8}, "template": {"spec": CONTAINERS}}
+    body.update(spec)
+    return yaml.safe_dump({"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob",
+                           "metadata": {"name": "bad"}, "spec": body})
+
+
+BAD = [
+    (job(resources={"gpus": 8, "migProfile": "3g.40gb"}), "set exactly one of resources.gpus"),
+    (job(resources={}), "set exactly one of resources.gpus"),
+    (job(replicas=6, topology={"sliceSize": 4, "sliceRequired": "nvlink"}),
+     "replicas must be a multiple of topology.sliceSize"),
+    (job(topology={"sliceSize": 2}), "topology.sliceSize and topology.sliceRequired must be set together"),
+    (job(topology={"required": "node", "sliceSize": 2, "sliceRequired": "leaf"}),
+     "topology.required must not be a finer level than topology.sliceRequired"),
+    (job(topology={"required": "leaf", "preferred": "spine"}),
+     "topology.preferred must be a level at or inside topology.required"),
+    (job(template={"spec": {"nodeName": "n1", **CONTAINERS}}), "template.spec.nodeName must not be set"),
+    (job(template={"spec": {"schedulerName": "default-scheduler", **CONTAINERS}}),
+     "template.spec.schedulerName must not be set"),
+    (job(template={"spec": {"restartPolicy": "Always", **CONTAINERS}}), "template.spec.restartPolicy must be Never"),
+    (job(template={"spec": {"containers": [{"name": "m", "image": "x",
+                                            "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}),
+     "containers must not request nvidia.com/* resources"),
+    (job(template={"spec": {"containers": []}}), "template.spec.containers must list at least one container"),
+    (job(resources={"migProfile": "3g"}), "spec.resources.migProfile in body should match"),
+    (job(replicas=0), "spec.replicas in body should be greater than or equal to 1"),
+]
+
+
+@pytest.mark.parametrize(("manifest", "message"), BAD, ids=[m for _, m in BAD])
+def test_bad_spec_is_refused_at_apply_with_a_clear_message(crds, namespace, manifest, message):
+    out = crds.kubectl("apply", "-n", namespace, "-f", "-", input=manifest, check=False)
+    assert out.returncode != 0
+    assert message in out.stderr, out.stderr
+
+
+def test_good_spec_is_accepted_with_defaults(crds, namespace):
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=job(topology={"required": "leaf"}))
+    got = yaml.safe_load(crds.kubectl("get", "tj", "bad", "-n", namespace, "-o", "yaml").stdout)
+    assert got["spec"]["maxRestarts"] == 3 and got["spec"]["startupTimeoutSeconds"] == 600
+    assert got["spec"]["priority"] == 0
+
+
+def test_explain_describes_every_topology_field(crds):
+    out = crds.kubectl("explain", "trainingjob.spec.topology").stdout
+    for field in ("required", "preferred", "sliceSize", "sliceRequired"):
+        assert field in out
+    assert "ClusterTopology level name" in out
