@@ -67,7 +67,7 @@ def test_preset_nodes_carry_gpu_capacity_and_topology(cluster, dgx):
         assert labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
         assert labels["nvidia.com/gpu.count"] == "8"
         assert labels["superpod.dev/leaf"] == "su-1"
-        assert labels["superpod.dev/spine"] == "spine-1"
+        assert labels["superpod.dev/spine"] == "dgx-spine-1"
         assert labels["kubernetes.io/hostname"] == n["metadata"]["name"]
         ready = [c for c in n["status"]["conditions"] if c["type"] == "Ready"]
         assert ready and ready[0]["status"] == "True", "KWOK initialised the node"

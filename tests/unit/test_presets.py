@@ -13,7 +13,7 @@ def test_dgx_h100_superpod_is_four_units_of_32_nodes_under_one_spine():
     objs = preset_nodes("dgx-h100")
     assert len(objs) == 128
     assert labels(objs, "superpod.dev/leaf") == {f"su-{u}": 32 for u in range(1, 5)}
-    assert labels(objs, "superpod.dev/spine") == {"spine-1": 128}
+    assert labels(objs, "superpod.dev/spine") == {"dgx-spine-1": 128}
     assert sum(int(o["status"]["allocatable"]["nvidia.com/gpu"]) for o in objs) == 1024
     assert labels(objs, "nvidia.com/gpu.product") == {"NVIDIA-H100-80GB-HBM3": 128}
     assert "nvidia.com/gpu.clique" not in objs[0]["metadata"]["labels"], "HGX has no multi-node NVLink"

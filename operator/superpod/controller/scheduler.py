@@ -103,7 +103,8 @@ class Scheduler:
             if st.get("notBefore") and timestamp(st["notBefore"]) > now:
                 continue
             if not st.get("queuedAt"):
-                await self._patch(job, {"phase": lc.QUEUED, "queuedAt": rfc3339(now)})
+                await self._patch(job, {"phase": lc.QUEUED, "queuedAt": rfc3339(now), "gpus": holdings(job["spec"]),
+                                        "ready": f"0/{job['spec']['replicas']}"})
             out.append(req)
         return out
 

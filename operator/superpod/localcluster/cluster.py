@@ -126,8 +126,10 @@ class LocalCluster:
         self._wait(self._default_service_account, "the default ServiceAccount", deadline)
 
     def down(self, timeout: float = 20) -> None:
-        """Stop every component (newest first) and leave no process or bound port behind."""
-        for name in reversed(COMPONENTS):
+        """Stop every component (newest first), and whatever else was started beside them (the demo's operator),
+        and leave no process or bound port behind."""
+        extras = sorted({f.stem for f in self.run.glob("*.pid")} - set(COMPONENTS)) if self.run.exists() else []
+        for name in [*extras, *reversed(COMPONENTS)]:
             pid = self._pid(name)
             if pid is not None:
                 _kill(pid, timeout)
@@ -257,11 +259,13 @@ class LocalCluster:
         (self.root / "kwok.yaml").write_text(KWOK_OPTIONS + stages)
 
     def _start(self, name: str, bin_dir: Path, args: list[str]) -> None:
+        self.start_process(name, [str(bin_dir / name), *args])
+
+    def start_process(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> None:
+        """Start a detached process that `down` stops; its output goes to logs/<name>.log."""
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
-        proc = subprocess.Popen(
-            [str(bin_dir / name), *args], stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True, env=env)
         log.close()
         (self.run / f"{name}.pid").write_text(str(proc.pid))
 

@@ -79,6 +79,7 @@ def node_object(spec: NodeSpec, cluster: str) -> dict:
 
 
 def _topology(spine: str, leaf: str, clique: str | None = None) -> dict[str, str]:
+    """Domain names are unique across presets, so several presets can share one cluster and one topology."""
     labels = {"superpod.dev/spine": spine, "superpod.dev/leaf": leaf}
     if clique:
         labels["nvidia.com/gpu.clique"] = clique
@@ -91,14 +92,15 @@ def dgx_h100(nodes: int = 128, nodes_per_unit: int = 32, units_per_spine: int = 
         unit = i // nodes_per_unit + 1
         spine = (unit - 1) // units_per_spine + 1
         yield NodeSpec(f"dgx-su{unit:02d}-n{i % nodes_per_unit + 1:02d}", DGX_H100,
-                       _topology(f"spine-{spine}", f"su-{unit}"))
+                       _topology(f"dgx-spine-{spine}", f"su-{unit}"))
 
 
 def hgx_h20(nodes: int = 140, nodes_per_leaf: int = 20) -> Iterator[NodeSpec]:
     """The 140-server HGX H20 cluster (96 GB GPUs): leaf groups of 20 servers under one spine."""
     for i in range(nodes):
         leaf = i // nodes_per_leaf + 1
-        yield NodeSpec(f"h20-l{leaf:02d}-n{i % nodes_per_leaf + 1:02d}", HGX_H20, _topology("spine-1", f"leaf-{leaf}"))
+        yield NodeSpec(f"h20-l{leaf:02d}-n{i % nodes_per_leaf + 1:02d}", HGX_H20,
+                       _topology("h20-spine-1", f"h20-leaf-{leaf}"))
 
 
 def gb200_nvl72(nodes: int = 144, trays_per_rack: int = 18, racks_per_leaf: int = 4) -> Iterator[NodeSpec]:
@@ -108,7 +110,7 @@ def gb200_nvl72(nodes: int = 144, trays_per_rack: int = 18, racks_per_leaf: int 
         rack = i // trays_per_rack + 1
         leaf = (rack - 1) // racks_per_leaf + 1
         yield NodeSpec(f"gb200-r{rack:02d}-t{i % trays_per_rack + 1:02d}", GB200_TRAY,
-                       _topology("spine-1", f"leaf-{leaf}", f"{cluster_uuid}.{rack}"))
+                       _topology("gb200-spine-1", f"gb200-leaf-{leaf}", f"{cluster_uuid}.{rack}"))
 
 
 def rental_mixed(nodes: int = 12) -> Iterator[NodeSpec]:
@@ -121,7 +123,8 @@ def rental_mixed(nodes: int = 12) -> Iterator[NodeSpec]:
         extra = {"nvidia.com/mig.config": "all-disabled"}
         if (i // 3) % 2 == 1:
             extra["superpod.dev/mig-dynamic"] = "true"
-        yield NodeSpec(f"rent-{short}-{i // 3 + 1:02d}", server, _topology("spine-1", f"leaf-{i // 6 + 1}"), extra)
+        yield NodeSpec(f"rent-{short}-{i // 3 + 1:02d}", server,
+                       _topology("rent-spine-1", f"rent-leaf-{i // 6 + 1}"), extra)
 
 
 PRESETS: dict[str, tuple[Callable[..., Iterator[NodeSpec]], str]] = {
