@@ -37,7 +37,7 @@ def test_node_conversion():
     n = node_from_k8s(obj)
     assert n.allocatable == {"cpu": 224000, "memory": 2 * 2**40, GPU: 8}
     assert n.unschedulable and not n.ready and n.taints[0].key == "gpu"
-    assert node_from_k8s({"kind": "Node", "metadata": {"name": "m"}}).ready
+    assert not node_from_k8s({"kind": "Node", "metadata": {"name": "m"}}).ready, "not registered yet"
 
 
 def test_pods_count_only_when_bound_and_not_terminal():

@@ -49,8 +49,14 @@ def busy_pod(name: str, node: str, gpus: int) -> dict:
     }
 
 
+def ready(nodes: list[dict]) -> list[dict]:
+    for n in nodes:  # as KWOK reports them once initialised
+        n["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return nodes
+
+
 def dgx_dump() -> list[dict]:
-    nodes = preset_nodes("dgx-h100")
+    nodes = ready(preset_nodes("dgx-h100"))
     names = [n["metadata"]["name"] for n in nodes]
     nodes[5]["spec"]["unschedulable"] = True
     pods = [busy_pod(f"busy-{i}", names[i], 8) for i in range(0, 20)]  # su-1: 20 of 32 nodes busy
@@ -120,7 +126,7 @@ def test_plan_rejects_ambiguous_topology_and_duplicate_nodes():
 
 
 def test_plan_without_topology_places_on_nodes_only():
-    nodes = preset_nodes("rental-mixed")
+    nodes = ready(preset_nodes("rental-mixed"))
     b200 = trainingjob("b", 1, 8, minute=1)
     b200["spec"]["resources"]["gpuProduct"] = "NVIDIA-B200"
     out = plan_objects([*nodes, trainingjob("a", 3, 8), b200])

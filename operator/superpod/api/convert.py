@@ -79,7 +79,8 @@ def node_from_k8s(obj: dict) -> Node:
     if not name:
         raise ConvertError(describe(obj), "metadata.name", "missing")
     conds = _get(obj, "status.conditions", list, [])
-    ready = all(c.get("status") == "True" for c in conds if isinstance(c, dict) and c.get("type") == "Ready")
+    # No Ready condition yet means the node has not finished registering: not ready.
+    ready = any(isinstance(c, dict) and c.get("type") == "Ready" and c.get("status") == "True" for c in conds)
     taints = tuple(
         Taint(str(t.get("key", "")), str(t.get("value", "")), str(t.get("effect", "NoSchedule")))
         for t in _get(obj, "spec.taints", list, [])

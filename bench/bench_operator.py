@@ -1,0 +1,138 @@
+"""Operator throughput on the local control plane: 1,000 simulated DGX H100 nodes (8,000 GPUs), 500 TrainingJobs of
+mixed sizes submitted at once -> time until every job is Running, and pods placed per second. Beside it, in the same
+run, the ceiling: a bare client creating the same number of pods with their nodes already assigned.
+
+    .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500]
+
+Runs on its own ports and state folder and wipes them afterwards."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from kubernetes import client, watch
+
+from superpod.k8s.client import load
+from superpod.localcluster.cluster import REPO, LocalCluster, Ports, state_dir
+from superpod.sim import nodes, presets
+
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_cluster import machine, wait_all_ready  # noqa: E402
+
+PORTS = Ports(etcd=12779, etcd_peer=12780, apiserver=16843, controller_manager=20657, scheduler=20659, kwok=20647)
+# (share of jobs, replicas, GPUs per replica): 1-GPU notebooks up to 16-node gangs inside one leaf
+MIX = [(0.42, 1, 1), (0.20, 1, 8), (0.20, 2, 8), (0.10, 4, 8), (0.06, 8, 8), (0.02, 16, 8)]
+WORKERS = 32
+
+
+def job_shapes(count: int) -> list[tuple[int, int]]:
+    shapes = []
+    for share, replicas, gpus in MIX:
+        shapes += [(replicas, gpus)] * round(share * count)
+    return (shapes + [(1, 1)] * count)[:count]
+
+
+def wait_running(core: client.CoreV1Api, ns: str, total: int, started: float) -> float:
+    running: set[str] = set()
+    while len(running) < total:
+        for ev in watch.Watch().stream(core.list_namespaced_pod, ns, timeout_seconds=120):
+            p = ev["object"]
+            if p.status.phase == "Running":
+                running.add(p.metadata.name)
+            if len(running) >= total:
+                break
+    return time.monotonic() - started
+
+
+def bare_client(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]]) -> tuple[float, float]:
+    core = client.CoreV1Api(api)
+    ns = "bench-bare"
+    core.create_namespace({"metadata": {"name": ns}})
+    pods, i = [], 0
+    for j, (replicas, gpus) in enumerate(shapes):
+        for r in range(replicas):
+            pods.append({"metadata": {"name": f"j{j}-{r}"}, "spec": {
+                "nodeName": node_names[i % len(node_names)], "restartPolicy": "Never",
+                "containers": [{"name": "main", "image": "trainer",
+                                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}})
+            i += 1
+    started = time.monotonic()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(lambda p: core.create_namespaced_pod(ns, p, _preload_content=False), pods))
+    created = time.monotonic() - started
+    running = wait_running(core, ns, len(pods), started)
+    core.delete_namespace(ns)
+    return created, running
+
+
+def operator_run(api: client.ApiClient, local: LocalCluster, shapes: list[tuple[int, int]]) -> tuple[float, int]:
+    custom = client.CustomObjectsApi(api)
+    core = client.CoreV1Api(api)
+    ns = "bench-operator"
+    core.create_namespace({"metadata": {"name": ns}})
+    env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
+    local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0"], env)
+    time.sleep(3)
+
+    def submit(j: int) -> None:
+        replicas, gpus = shapes[j]
+        custom.create_namespaced_custom_object("superpod.dev", "v1alpha1", ns, "trainingjobs", {
+            "apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": f"j{j}"},
+            "spec": {"replicas": replicas, "resources": {"gpus": gpus},
+                     "topology": {"required": "leaf"} if replicas > 1 else {},
+                     "template": {"spec": {"containers": [{"name": "main", "image": "trainer"}]}}}})
+
+    total = sum(r for r, _ in shapes)
+    started = time.monotonic()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(submit, range(len(shapes))))
+    elapsed = wait_running(core, ns, total, started)
+    running_jobs = sum(1 for j in custom.list_namespaced_custom_object("superpod.dev", "v1alpha1", ns,
+                                                                       "trainingjobs")["items"]
+                       if (j.get("status") or {}).get("phase") in ("Starting", "Running"))
+    return elapsed, running_jobs
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--jobs", type=int, default=500)
+    args = ap.parse_args()
+    print(f"machine: {machine()}")
+    local = LocalCluster(state_dir().parent / "cluster-bench-operator", PORTS)
+    local.wipe()
+    local.up(local.build(quiet=True))
+    try:
+        api = load(local.kubeconfig, pool_size=WORKERS)
+        objs = presets.preset_nodes("dgx-h100", args.nodes)
+        nodes.create_nodes(api, objs)
+        wait_all_ready(client.CoreV1Api(api), presets.SIM_LABEL, len(objs))  # KWOK ignores pods of unready nodes
+        kubectl = [str(local.build(quiet=True) / "kubectl"), f"--kubeconfig={local.kubeconfig}"]
+        for step in (["apply", "-f", str(REPO / "crds")], ["wait", "--for=condition=Established", "crd", "--all"],
+                     ["apply", "-f", str(REPO / "samples" / "topology.yaml")]):
+            subprocess.run(kubectl + step, check=True, capture_output=True)
+        shapes = job_shapes(args.jobs)
+        pods = sum(r for r, _ in shapes)
+        gpus = sum(r * g for r, g in shapes)
+        print(f"cluster: {args.nodes} simulated DGX H100 nodes ({args.nodes * 8} GPUs); workload: {len(shapes)} jobs, "
+              f"{pods} pods, {gpus} GPUs (multi-node jobs require one leaf)")
+        created, bare = bare_client(api, [o["metadata"]["name"] for o in objs], shapes)
+        print(f"bare client, {WORKERS} threads, nodes pre-assigned: {pods} pods created in {created:.1f}s "
+              f"({pods / created:.0f} pods/s), all Running in {bare:.1f}s ({pods / bare:.0f} pods/s)")
+        time.sleep(10)
+        elapsed, running_jobs = operator_run(api, local, shapes)
+        print(f"operator: {running_jobs}/{len(shapes)} jobs placed, all {pods} pods Running {elapsed:.1f}s after "
+              f"submission began ({pods / elapsed:.0f} pods/s); ratio to the bare-client ceiling "
+              f"{(pods / elapsed) / (pods / bare):.2f}")
+    finally:
+        local.wipe()
+
+
+if __name__ == "__main__":
+    main()
