@@ -8,6 +8,7 @@ pods the next cycle creates under the same names."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import logging
 import time
@@ -51,10 +52,8 @@ class Scheduler:
 
     async def cycle(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
-        for key in list(self.state.jobs):
-            job = self.state.jobs.get(key)
-            if job and (job.get("status") or {}).get("phase") in lc.ACTIVE:
-                await self._judge(job, now)
+        await _together(self._judge(job, now) for job in list(self.state.jobs.values())
+                        if (job.get("status") or {}).get("phase") in lc.ACTIVE)
         pending = await self._pending(now)
         assumed = {}
         for key, job in self.state.jobs.items():
@@ -69,21 +68,22 @@ class Scheduler:
         for req in pending:
             if why := validate(snap, req) or self._unsatisfiable(req):
                 invalid[req.key] = why
-        for key, why in invalid.items():
-            await self._set_invalid(self.state.jobs[key], why)
+        await _together(self._set_invalid(self.state.jobs[key], why) for key, why in invalid.items())
         started = time.perf_counter()
         decisions = schedule(snap, [r for r in pending if r.key not in invalid])
         if self.metrics:
             self.metrics.placement_seconds.observe(time.perf_counter() - started)
+        writes = []
         for d in decisions:
             job = self.state.jobs.get(d.job.key)
             if job is None:
                 continue
             if d.placement is not None:
                 self.state.adopt(d.job, d.placement.assignments)
-                await self._start(job, d.job, d.placement.assignments, now)
+                writes.append(self._start(job, d.job, d.placement.assignments, now))
             else:
-                await self._wait(job, d.reason or "waiting", now)
+                writes.append(self._wait(job, d.reason or "waiting", now))
+        await _together(writes)  # jobs are independent: their writes go out in parallel
         if self.metrics:
             self.metrics.observe_cluster(self.state)
 
@@ -102,9 +102,6 @@ class Scheduler:
                 continue
             if st.get("notBefore") and timestamp(st["notBefore"]) > now:
                 continue
-            if not st.get("queuedAt"):
-                await self._patch(job, {"phase": lc.QUEUED, "queuedAt": rfc3339(now), "gpus": holdings(job["spec"]),
-                                        "ready": f"0/{job['spec']['replicas']}"})
             out.append(req)
         return out
 
@@ -130,6 +127,7 @@ class Scheduler:
             return
         await self._patch(job, {"phase": lc.QUEUED, "reason": "Unschedulable", "message": reason,
                                 "queuedAt": st.get("queuedAt") or rfc3339(now), "notBefore": None,
+                                "gpus": holdings(job["spec"]), "ready": f"0/{job['spec']['replicas']}",
                                 "conditions": [_cond("Schedulable", "False", "Unschedulable", reason)]})
         await self._say(job, "Normal", "Waiting", reason)
 
@@ -144,12 +142,14 @@ class Scheduler:
             "phase": lc.STARTING, "attempt": attempt, "placement": assignments, "domains": domains,
             "domain": domain, "attemptStartTime": rfc3339(now), "reason": "Placed", "message": message,
             "gpus": holdings(spec), "ready": f"0/{req.replicas}", "notBefore": None,
+            "queuedAt": st.get("queuedAt") or rfc3339(now),
             "conditions": [_cond("Schedulable", "True", "Placed", message)]})
         if updated is None:  # the job is gone
             self.state.drop(req)
             return
-        if self.metrics and st.get("queuedAt"):
-            self.metrics.queue_wait_seconds.observe(max(0.0, now - timestamp(st["queuedAt"])))
+        if self.metrics:
+            queued = timestamp(st.get("queuedAt") or job["metadata"].get("creationTimestamp"))
+            self.metrics.queue_wait_seconds.observe(max(0.0, now - queued))
         await self._say(updated, "Normal", "Placed", message)
         await self.writer.ensure_service(manifests.headless_service(updated))
         await self._create(updated, attempt, _by_index(assignments))
@@ -247,6 +247,16 @@ class Scheduler:
             return
         self._said[key] = message
         await self.writer.event(job, kind, reason, message)
+
+
+async def _together(coros, limit: int = 64) -> None:
+    """Run independent per-job write sequences concurrently, at most `limit` at a time."""
+    sem = asyncio.Semaphore(limit)
+
+    async def one(c):
+        async with sem:
+            await c
+    await asyncio.gather(*(one(c) for c in coros))
 
 
 def _by_index(assignments: dict[str, list[int]]) -> dict[int, str]:
