@@ -48,6 +48,9 @@ def run(args) -> int:
     if local._pid("operator") is None:
         local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "18080"], env)
         print(f"operator started (logs {local.logs / 'operator.log'}, metrics http://127.0.0.1:18080/metrics)")
+    if local._pid("mig-manager") is None:
+        local.start_process("mig-manager", [sys.executable, "-m", "superpod.cli", "sim", "mig-manager"], env)
+        print("simulated MIG manager started (a stand-in for NVIDIA's, for the simulated nodes)")
     kubectl("apply", "-f", str(REPO / "samples"))
     custom = client.CustomObjectsApi(api)
     deadline = time.monotonic() + args.wait

@@ -30,15 +30,16 @@ TOPOLOGY = {
 class OperatorProcess:
     """`superpod run` as a child process that a test can kill at any instant and start again."""
 
-    def __init__(self, kubeconfig: Path, log: Path, metrics_port: int = 0) -> None:
-        self.kubeconfig, self.log, self.metrics_port, self.proc = kubeconfig, log, metrics_port, None
+    def __init__(self, kubeconfig: Path, log: Path, metrics_port: int = 0, args: tuple[str, ...] = (
+            "run", "--namespace", "superpod-system", "--mig-timeout", "20", "--log-level", "INFO")) -> None:
+        self.kubeconfig, self.log, self.metrics_port, self.args, self.proc = kubeconfig, log, metrics_port, args, None
 
     def start(self) -> None:
         out = open(self.log, "ab")  # noqa: SIM115 - handed to the child
         env = {**os.environ, "KUBECONFIG": str(self.kubeconfig)}
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "superpod.cli", "run", "--namespace", "superpod-system",
-             "--metrics-port", str(self.metrics_port), "--log-level", "INFO"],
+            [sys.executable, "-m", "superpod.cli", *self.args,
+             *(["--metrics-port", str(self.metrics_port)] if self.args[0] == "run" else [])],
             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         out.close()
 

@@ -16,6 +16,7 @@ import kopf
 from kubernetes import client
 
 from superpod.controller.metrics import Metrics
+from superpod.controller.mig import MigFlow
 from superpod.controller.scheduler import Scheduler
 from superpod.controller.state import ClusterState
 from superpod.k8s.client import load
@@ -30,10 +31,13 @@ KINDS = (("", "v1", "nodes"), ("", "v1", "pods"), (GROUP, VERSION, "trainingjobs
 
 class Operator:
     def __init__(self, api: client.ApiClient, namespace: str, topology: str, metrics: Metrics,
+                 mig_configmap: str = "superpod-mig-parted-config", mig_timeout: float = 300,
                  identity: str | None = None, lease_seconds: int = 15) -> None:
         self.api = api
         self.state = ClusterState(topology)
-        self.scheduler = Scheduler(self.state, Writer(api), metrics)
+        writer = Writer(api)
+        mig = MigFlow(self.state, writer, namespace, mig_configmap, mig_timeout, metrics)
+        self.scheduler = Scheduler(self.state, writer, metrics, mig)
         self.lease = LeaderLease(api, namespace, "superpod-scheduler",
                                  identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}", lease_seconds)
         self.wake = asyncio.Event()
@@ -105,6 +109,10 @@ def register(sub) -> None:
                    help="namespace of the leader-election Lease")
     p.add_argument("--topology", default="default", help="name of the ClusterTopology to use")
     p.add_argument("--metrics-port", type=int, default=8080, help="0 disables /metrics")
+    p.add_argument("--mig-configmap", default="superpod-mig-parted-config",
+                   help="ConfigMap (in --namespace) the mig-parted config is written to, key config.yaml")
+    p.add_argument("--mig-timeout", type=float, default=300,
+                   help="seconds a MIG reconfiguration may stay pending before the node is marked failed")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=run)
 
@@ -119,7 +127,7 @@ def run(args) -> int:
     metrics = Metrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
-    op = Operator(api, args.namespace, args.topology, metrics)
+    op = Operator(api, args.namespace, args.topology, metrics, args.mig_configmap, args.mig_timeout)
     asyncio.run(_main(op))
     return 0
 

@@ -15,6 +15,7 @@ import time
 
 from superpod.api.convert import ConvertError, job_from_k8s, timestamp
 from superpod.controller.metrics import Metrics
+from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle as lc
 from superpod.core.cycle import schedule
@@ -46,12 +47,15 @@ def holdings(spec: dict) -> str:
 
 
 class Scheduler:
-    def __init__(self, state: ClusterState, writer: Writer, metrics: Metrics | None = None) -> None:
-        self.state, self.writer, self.metrics = state, writer, metrics
+    def __init__(self, state: ClusterState, writer: Writer, metrics: Metrics | None = None,
+                 mig: MigFlow | None = None) -> None:
+        self.state, self.writer, self.metrics, self.mig = state, writer, metrics, mig
         self._said: dict[tuple[str, str], str] = {}  # (job, reason) -> last event message, to post changes only
 
     async def cycle(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
+        if self.mig:
+            await self.mig.check(now)
         await _together(self._judge(job, now) for job in list(self.state.jobs.values())
                         if (job.get("status") or {}).get("phase") in lc.ACTIVE)
         pending = await self._pending(now)
@@ -73,6 +77,10 @@ class Scheduler:
         decisions = schedule(snap, [r for r in pending if r.key not in invalid])
         if self.metrics:
             self.metrics.placement_seconds.observe(time.perf_counter() - started)
+        reasons = {d.job.key: d.reason for d in decisions if d.placement is None}
+        if self.mig:
+            waiting = [d.job for d in decisions if d.placement is None and not d.reserved_nodes]
+            reasons.update(await self.mig.plan(waiting, now))
         writes = []
         for d in decisions:
             job = self.state.jobs.get(d.job.key)
@@ -82,7 +90,7 @@ class Scheduler:
                 self.state.adopt(d.job, d.placement.assignments)
                 writes.append(self._start(job, d.job, d.placement.assignments, now))
             else:
-                writes.append(self._wait(job, d.reason or "waiting", now))
+                writes.append(self._wait(job, reasons.get(d.job.key) or "waiting", now))
         await _together(writes)  # jobs are independent: their writes go out in parallel
         if self.metrics:
             self.metrics.observe_cluster(self.state)

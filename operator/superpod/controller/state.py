@@ -4,8 +4,9 @@ change."""
 
 from __future__ import annotations
 
+import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from superpod.api.convert import ConvertError, node_from_k8s, pod_from_k8s, topology_from_k8s
 from superpod.core.model import Node, Pod, Snapshot, Topology
@@ -13,6 +14,24 @@ from superpod.core.request import JobRequest
 from superpod.k8s.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL
 
 log = logging.getLogger(__name__)
+# Dynamic MIG bookkeeping on the nodes themselves (see controller/mig.py), so it survives an operator restart.
+MIG_EXPECT = "superpod.dev/mig-expect"  # resources the node must advertise once reconfigured (JSON)
+MIG_LAYOUT = "superpod.dev/mig-layout"  # per-GPU geometry we configured (JSON)
+MIG_REQUESTED_AT = "superpod.dev/mig-requested-at"  # epoch seconds
+MIG_FOR = "superpod.dev/mig-for"  # the jobs the reconfiguration is for
+MIG_FAILED = "superpod.dev/mig-failed"  # why the last reconfiguration failed; no more MIG plans here
+
+
+def mig_held(obj: dict) -> bool:
+    """A node we asked to reconfigure, until the MIG manager says success and its allocatable shows the result."""
+    meta = obj.get("metadata") or {}
+    expect = (meta.get("annotations") or {}).get(MIG_EXPECT)
+    if not expect:
+        return False
+    if (meta.get("labels") or {}).get("nvidia.com/mig.config.state") != "success":
+        return True
+    alloc = (obj.get("status") or {}).get("allocatable") or {}
+    return any(str(alloc.get(r, "0")) != str(n) for r, n in json.loads(expect).items())
 
 
 @dataclass(frozen=True)
@@ -60,6 +79,7 @@ class ClusterState:
     def __init__(self, topology_name: str = "default") -> None:
         self.topology_name = topology_name
         self.nodes: dict[str, Node] = {}
+        self.node_objs: dict[str, dict] = {}
         self.node_bad: dict[str, str] = {}  # nodes that could not be read, and why
         self.pods: dict[str, PodInfo] = {}
         self.jobs: dict[str, dict] = {}
@@ -72,9 +92,13 @@ class ClusterState:
         name = obj["metadata"]["name"]
         if kind == "DELETED":
             changed = self.nodes.pop(name, None) is not None
+            self.node_objs.pop(name, None)
         else:
+            self.node_objs[name] = obj
             try:
                 node = node_from_k8s(obj)
+                if mig_held(obj):  # being repartitioned: no placement until the new resources are there
+                    node = replace(node, ready=False)
                 self.node_bad.pop(name, None)
             except ConvertError as e:
                 self.node_bad[name] = str(e)

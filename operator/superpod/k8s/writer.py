@@ -101,6 +101,18 @@ class Writer:
     async def label_node(self, name: str, labels: dict[str, str | None]) -> None:
         await self._call(self.core.patch_node, name, {"metadata": {"labels": labels}}, _preload_content=False)
 
+    async def annotate_node(self, name: str, notes: dict[str, str | None]) -> None:
+        await self._call(self.core.patch_node, name, {"metadata": {"annotations": notes}}, _preload_content=False)
+
+    async def read_config_map(self, namespace: str, name: str) -> dict[str, str] | None:
+        try:
+            cm = await self._call(self.core.read_namespaced_config_map, name, namespace)
+        except ApiException as e:
+            if e.status == 404:
+                return None
+            raise
+        return cm.data or {}
+
     async def apply_config_map(self, namespace: str, name: str, data: dict[str, str]) -> None:
         body = {"metadata": {"name": name, "namespace": namespace}, "data": data}
         try:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
+import signal
 import sys
+import threading
 import time
 
 from superpod.k8s.client import load
 from superpod.sim import nodes, presets
+from superpod.sim.mig_manager import SimMigManager
 
 
 def register(sub) -> None:
@@ -23,6 +27,12 @@ def register(sub) -> None:
     d.add_argument("name")
     d.add_argument("--kubeconfig")
     d.set_defaults(func=_delete)
+    m = simsub.add_parser("mig-manager", help="play NVIDIA's MIG manager and device plugin for simulated nodes")
+    m.add_argument("--namespace", default="superpod-system", help="namespace of the mig-parted ConfigMap")
+    m.add_argument("--configmap", default="superpod-mig-parted-config")
+    m.add_argument("--delay", type=float, default=2.0, help="seconds a reconfiguration takes")
+    m.add_argument("--kubeconfig")
+    m.set_defaults(func=_mig_manager)
     ls = simsub.add_parser("list", help="simulated clusters and their node counts; the presets")
     ls.add_argument("--kubeconfig")
     ls.set_defaults(func=_list)
@@ -44,6 +54,16 @@ def _cluster(args) -> int:
 def _delete(args) -> int:
     count = nodes.delete_cluster(load(args.kubeconfig), args.name)
     print(f"{args.name}: {count} nodes deleted", file=sys.stderr)
+    return 0
+
+
+def _mig_manager(args) -> int:
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    print("simulated MIG manager running (a stand-in for NVIDIA's, for simulated nodes)", file=sys.stderr)
+    SimMigManager(load(args.kubeconfig), args.namespace, args.configmap, args.delay).run(stop)
     return 0
 
 
