@@ -19,6 +19,13 @@ PRESETS = ("dgx-h100", "gb200-nvl72", "rental-mixed")
 SETTLED = ("Running", "Succeeded", "Failed", "Invalid")
 
 
+def _settled(st: dict) -> bool:
+    """Running or done, or waiting with a reason that is not a MIG reconfiguration still under way."""
+    message = st.get("message") or ""
+    mig = message.startswith("repartitioning") or "MIG reconfiguration" in message
+    return st.get("phase") in SETTLED or (st.get("phase") == "Queued" and bool(message) and not mig)
+
+
 def register(sub) -> None:
     p = sub.add_parser("demo", help="local cluster + simulated SuperPOD + operator + sample jobs, and the outcome")
     p.add_argument("--wait", type=float, default=60, help="seconds to wait for the jobs to settle")
@@ -56,8 +63,7 @@ def run(args) -> int:
     deadline = time.monotonic() + args.wait
     while True:
         items = custom.list_cluster_custom_object("superpod.dev", "v1alpha1", "trainingjobs")["items"]
-        settled = [j for j in items if (j.get("status") or {}).get("phase") in SETTLED
-                   or ((j.get("status") or {}).get("phase") == "Queued" and j["status"].get("message"))]
+        settled = [j for j in items if _settled(j.get("status") or {})]
         if len(settled) == len(items) or time.monotonic() > deadline:
             break
         time.sleep(1)
