@@ -1,4 +1,5 @@
-"""Write crds/*.yaml from the pydantic models (superpod.api.crd); with --check, fail if they are stale."""
+"""Write crds/*.yaml and the chart's copy from the pydantic models (superpod.api.crd); with --check, fail if
+any is stale."""
 
 from __future__ import annotations
 
@@ -20,7 +21,9 @@ def render(obj: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--check", action="store_true", help="exit 1 if crds/ differs from what would be generated")
-    ap.add_argument("--out", type=Path, nargs="*", default=[Path(__file__).resolve().parents[1] / "crds"])
+    root = Path(__file__).resolve().parents[1]
+    ap.add_argument("--out", type=Path, nargs="*", default=[root / "crds", root / "charts/superpod-scheduler/crds"],
+                    help="folders to write (default: crds/ and the chart's crds/)")
     args = ap.parse_args()
     stale = []
     for out in args.out:

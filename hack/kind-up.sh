@@ -15,4 +15,11 @@ kubectl wait --for=condition=Established crd/stages.kwok.x-k8s.io --timeout=60s
 kubectl apply -f operator/superpod/localcluster/kwok-stages.yaml  # our node and pod lifecycle stages
 kubectl -n kube-system rollout status deployment/kwok-controller --timeout=120s
 superpod sim cluster --preset "$preset"
+docker build -f operator/Dockerfile -t superpod-scheduler:0.1.0 .
+kind load docker-image superpod-scheduler:0.1.0 --name "$name"
+# The operator runs on kind's real node, not on a simulated one (KWOK would only pretend to run it).
+helm install superpod-scheduler charts/superpod-scheduler -n superpod-system --create-namespace \
+  --set topology.create=true --set image.tag=0.1.0 \
+  --set-json 'affinity={"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"type","operator":"NotIn","values":["kwok"]}]}]}}}' \
+  --set-json 'tolerations=[{"key":"node-role.kubernetes.io/control-plane","operator":"Exists","effect":"NoSchedule"}]'
 echo "kind cluster $name is up with the $preset preset; run the tests with: KUBECONFIG=$KUBECONFIG bash hack/test.sh"

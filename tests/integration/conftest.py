@@ -30,6 +30,14 @@ class Cluster:
         return subprocess.run([self.kubectl_path, f"--kubeconfig={self.kubeconfig}", *args], capture_output=True,
                               text=True, check=check, input=input, timeout=120)
 
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        helm = shutil.which("helm") if self.local is None else str(Path(self.kubectl_path).parent / "helm")
+        out = subprocess.run([helm, f"--kubeconfig={self.kubeconfig}", *args], capture_output=True, text=True,
+                             timeout=300)
+        if check and out.returncode != 0:
+            raise AssertionError(f"helm {' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
+        return out
+
 
 @pytest.fixture(scope="session")
 def cluster():

@@ -32,12 +32,13 @@ KINDS = (("", "v1", "nodes"), ("", "v1", "pods"), (GROUP, VERSION, "trainingjobs
 class Operator:
     def __init__(self, api: client.ApiClient, namespace: str, topology: str, metrics: Metrics,
                  mig_configmap: str = "superpod-mig-parted-config", mig_timeout: float = 300,
-                 identity: str | None = None, lease_seconds: int = 15) -> None:
+                 scheduler_name: str = "superpod-scheduler", identity: str | None = None,
+                 lease_seconds: int = 15) -> None:
         self.api = api
         self.state = ClusterState(topology)
         writer = Writer(api)
         mig = MigFlow(self.state, writer, namespace, mig_configmap, mig_timeout, metrics)
-        self.scheduler = Scheduler(self.state, writer, metrics, mig)
+        self.scheduler = Scheduler(self.state, writer, metrics, mig, scheduler_name)
         self.lease = LeaderLease(api, namespace, "superpod-scheduler",
                                  identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}", lease_seconds)
         self.wake = asyncio.Event()
@@ -98,6 +99,7 @@ class Operator:
 
 def _settings(settings: kopf.OperatorSettings, **_) -> None:
     settings.posting.enabled = False  # the scheduler writes its own Events on TrainingJobs
+    settings.scanning.disabled = True  # the four watched kinds are fixed: no need to list CRDs or namespaces
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
 
@@ -113,6 +115,8 @@ def register(sub) -> None:
                    help="ConfigMap (in --namespace) the mig-parted config is written to, key config.yaml")
     p.add_argument("--mig-timeout", type=float, default=300,
                    help="seconds a MIG reconfiguration may stay pending before the node is marked failed")
+    p.add_argument("--scheduler-name", default="superpod-scheduler",
+                   help="spec.schedulerName of the pods it creates (they are bound already; no other scheduler acts)")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=run)
 
@@ -127,7 +131,8 @@ def run(args) -> int:
     metrics = Metrics()
     if args.metrics_port:
         metrics.serve(args.metrics_port)
-    op = Operator(api, args.namespace, args.topology, metrics, args.mig_configmap, args.mig_timeout)
+    op = Operator(api, args.namespace, args.topology, metrics, args.mig_configmap, args.mig_timeout,
+                  args.scheduler_name)
     asyncio.run(_main(op))
     return 0
 
@@ -141,10 +146,14 @@ async def _main(op: Operator) -> None:
 
 
 def _ensure_namespace(api: client.ApiClient, name: str) -> None:
+    """Create the Lease's namespace when running outside a cluster; in-cluster it exists (and the chart's
+    ServiceAccount may not read namespaces: then just go on)."""
     core = client.CoreV1Api(api)
     try:
         core.read_namespace(name)
     except client.ApiException as e:
+        if e.status == 403:
+            return
         if e.status != 404:
             raise
         core.create_namespace({"metadata": {"name": name}})

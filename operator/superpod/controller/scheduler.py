@@ -48,8 +48,9 @@ def holdings(spec: dict) -> str:
 
 class Scheduler:
     def __init__(self, state: ClusterState, writer: Writer, metrics: Metrics | None = None,
-                 mig: MigFlow | None = None) -> None:
+                 mig: MigFlow | None = None, scheduler_name: str = manifests.SCHEDULER_NAME) -> None:
         self.state, self.writer, self.metrics, self.mig = state, writer, metrics, mig
+        self.scheduler_name = scheduler_name
         self._said: dict[tuple[str, str], str] = {}  # (job, reason) -> last event message, to post changes only
 
     async def cycle(self, now: float | None = None) -> None:
@@ -163,7 +164,8 @@ class Scheduler:
         await self._create(updated, attempt, _by_index(assignments))
 
     async def _create(self, job: dict, attempt: int, nodes: dict[int, str], only: set[int] | None = None) -> None:
-        pods = [manifests.pod(job, attempt, i, n) for i, n in sorted(nodes.items()) if only is None or i in only]
+        pods = [manifests.pod(job, attempt, i, n, self.scheduler_name) for i, n in sorted(nodes.items())
+                if only is None or i in only]
         error = await self.writer.create_pods(pods)
         if error is None:
             return

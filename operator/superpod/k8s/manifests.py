@@ -42,7 +42,7 @@ def replica_resources(spec: dict) -> dict[str, str]:
     return out
 
 
-def pod(job: dict, attempt: int, index: int, node: str) -> dict:
+def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SCHEDULER_NAME) -> dict:
     """Replica `index` of `job`'s gang attempt `attempt`, bound to `node`."""
     meta, spec = job["metadata"], job["spec"]
     name, replicas = meta["name"], int(spec["replicas"])
@@ -71,7 +71,7 @@ def pod(job: dict, attempt: int, index: int, node: str) -> dict:
     pspec.update(
         {
             "nodeName": node,
-            "schedulerName": SCHEDULER_NAME,
+            "schedulerName": scheduler_name,
             "hostname": f"{name}-{index}",
             "subdomain": name,
             "restartPolicy": "Never",

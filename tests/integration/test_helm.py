@@ -1,0 +1,132 @@
+"""The Helm chart on the real API server with RBAC on: lint and template clean; install (CRDs established, the
+Deployment's pods run as simulated pods); the operator, authenticated as the chart's ServiceAccount, runs a gang
+scenario (the ClusterRole is sufficient) and is refused what it must not do; upgrade and uninstall."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.integration.operator_env import REPO, OperatorProcess, sim_cluster, training_job
+from tests.integration.wait import wait_for
+
+CHART = str(REPO / "charts" / "superpod-scheduler")
+NS = "superpod-helm"
+RELEASE = "superpod-scheduler"
+
+
+def test_lint_and_template_are_clean(cluster):
+    lint = cluster.helm("lint", CHART, "--strict")
+    assert "0 chart(s) failed" in lint.stdout
+    out = cluster.helm("template", RELEASE, CHART, "-n", NS, "--kube-version", "1.37.2",
+                       "--set", "topology.create=true", "--set", "metrics.serviceMonitor.enabled=true").stdout
+    kinds = sorted(d["kind"] for d in yaml.safe_load_all(out) if d)
+    assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
+                            "Deployment", "ClusterTopology", "ServiceMonitor"])
+    rules = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ClusterRole")["rules"]
+    assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules), "no wildcards"
+    deploy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")
+    sc = deploy["spec"]["template"]["spec"]["containers"][0]["securityContext"]
+    assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"]["drop"] == ["ALL"]
+    assert deploy["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"]
+
+
+def token_kubeconfig(cluster, tmp_path) -> tuple:
+    core = client.CoreV1Api(cluster.api)
+    request = {"spec": {"expirationSeconds": 3600}}
+    token = core.create_namespaced_service_account_token(RELEASE, NS, request).status.token
+    base = cluster.api.configuration
+    cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sa",
+           "clusters": [{"name": "c", "cluster": {"server": base.host, "certificate-authority": base.ssl_ca_cert}}],
+           "users": [{"name": "sa", "user": {"token": token}}],
+           "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}]}
+    path = tmp_path / "sa.kubeconfig"
+    path.write_text(json.dumps(cfg))
+    sa = client.Configuration()
+    sa.host, sa.ssl_ca_cert = base.host, base.ssl_ca_cert
+    sa.api_key = {"authorization": f"Bearer {token}"}
+    return path, client.ApiClient(sa)
+
+
+@pytest.fixture
+def installed(cluster, crds, operator):
+    sim_cluster(cluster.api, "dgx-h100", 2, nodes_per_unit=2)  # somewhere for the Deployment's pods to run
+    cluster.helm("install", RELEASE, CHART, "-n", NS, "--create-namespace", "--wait", "--timeout", "120s")
+    operator.stop()  # the admin-credentialled test operator steps aside: only the chart's identity schedules
+    yield
+    operator.start()
+    cluster.helm("uninstall", RELEASE, "-n", NS, check=False)
+
+
+def test_install_run_as_the_chart_service_account_upgrade_uninstall(cluster, installed, jobs, tmp_path):
+    apps = client.AppsV1Api(cluster.api)
+    ext = client.ApiextensionsV1Api(cluster.api)
+    for crd in ("trainingjobs.superpod.dev", "clustertopologies.superpod.dev"):
+        conds = {c.type: c.status for c in ext.read_custom_resource_definition(crd).status.conditions}
+        assert conds["Established"] == "True"
+    assert apps.read_namespaced_deployment(RELEASE, NS).status.ready_replicas == 2
+
+    kubeconfig, as_sa = token_kubeconfig(cluster, tmp_path)
+    op = OperatorProcess(kubeconfig, tmp_path / "sa-operator.log",
+                         args=("run", "--namespace", NS, "--log-level", "INFO"))
+    op.start()
+    try:
+        sim, _ = sim_cluster(cluster.api, "dgx-h100", 2, nodes_per_unit=2)
+        run = {"sim.superpod.dev/run-for": "3s"}
+        jobs.create(training_job("rbac-a", sim, 2, gpus=8, annotations=run, topology={"required": "leaf"}))
+        jobs.wait_phase("rbac-a", "Running", 60)
+        jobs.create(training_job("rbac-b", sim, 2, gpus=8, annotations=run, topology={"required": "leaf"}))
+        jobs.wait_event("rbac-b", "Waiting", "inside one leaf")
+        jobs.wait_phase("rbac-a", "Succeeded", 60)
+        jobs.wait_phase("rbac-b", "Succeeded", 60)
+        lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease("superpod-scheduler", NS)
+        assert lease.spec.holder_identity
+    finally:
+        op.stop()
+    log = (tmp_path / "sa-operator.log").read_text()
+    assert "Forbidden" not in log and "403" not in log, log[-3000:]
+
+    refused = {
+        "read Secrets": lambda: client.CoreV1Api(as_sa).list_namespaced_secret(NS),
+        "delete Nodes": lambda: client.CoreV1Api(as_sa).delete_node(jobs.pods("rbac-a", live=False)[0].spec.node_name),
+        "write ConfigMaps elsewhere": lambda: client.CoreV1Api(as_sa).create_namespaced_config_map(
+            jobs.ns, {"metadata": {"name": "x"}}),
+        "read other ConfigMaps": lambda: client.CoreV1Api(as_sa).read_namespaced_config_map("kube-root-ca.crt", NS),
+        "change a job's spec": lambda: client.CustomObjectsApi(as_sa).patch_namespaced_custom_object(
+            "superpod.dev", "v1alpha1", jobs.ns, "trainingjobs", "rbac-a", {"spec": {"priority": 5}}),
+        "delete jobs": lambda: client.CustomObjectsApi(as_sa).delete_namespaced_custom_object(
+            "superpod.dev", "v1alpha1", jobs.ns, "trainingjobs", "rbac-a"),
+        "create Deployments": lambda: client.AppsV1Api(as_sa).create_namespaced_deployment(jobs.ns, {
+            "metadata": {"name": "x"}, "spec": {"selector": {"matchLabels": {"a": "b"}}, "template": {
+                "metadata": {"labels": {"a": "b"}}, "spec": {"containers": [{"name": "c", "image": "x"}]}}}}),
+    }
+    for what, call in refused.items():
+        with pytest.raises(ApiException) as e:
+            call()
+        assert e.value.status == 403, what
+
+    cluster.helm("upgrade", RELEASE, CHART, "-n", NS, "--set", "replicaCount=1", "--set", "logLevel=DEBUG",
+                 "--wait", "--timeout", "120s")
+    deploy = apps.read_namespaced_deployment(RELEASE, NS)
+    assert deploy.spec.replicas == 1 and "--log-level=DEBUG" in deploy.spec.template.spec.containers[0].args
+
+    cluster.helm("uninstall", RELEASE, "-n", NS, "--wait")
+    core, rbac = client.CoreV1Api(cluster.api), client.RbacAuthorizationV1Api(cluster.api)
+    left = {
+        "Deployment": [d.metadata.name for d in apps.list_namespaced_deployment(NS).items],
+        "ServiceAccount": [s.metadata.name for s in core.list_namespaced_service_account(NS).items
+                           if s.metadata.name != "default"],
+        "Service": [s.metadata.name for s in core.list_namespaced_service(NS).items],
+        "Role": [r.metadata.name for r in rbac.list_namespaced_role(NS).items],
+        "RoleBinding": [r.metadata.name for r in rbac.list_namespaced_role_binding(NS).items],
+        "ClusterRole": [r.metadata.name for r in rbac.list_cluster_role().items if r.metadata.name == RELEASE],
+        "ClusterRoleBinding": [r.metadata.name for r in rbac.list_cluster_role_binding().items
+                               if r.metadata.name == RELEASE],
+    }
+    assert not any(left.values()), left
+    wait_for(lambda: not client.CoreV1Api(cluster.api).list_namespaced_pod(NS).items, 60, "operator pods gone")
+    assert ext.read_custom_resource_definition("trainingjobs.superpod.dev"), "CRDs stay (Helm's crds/ rule)"
