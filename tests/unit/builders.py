@@ -125,3 +125,18 @@ def snapshot(
     built = [n.build() if isinstance(n, NodeBuilder) else n for n in nodes]
     pods = [Pod(f"other/{name}", name, ((GPU, g),)) for name, g in (used or {}).items() if g]
     return Snapshot(built, topology, pods)
+
+
+# A ClusterTopology object as kubectl prints it: spine, leaf, node.
+TOPOLOGY_OBJECT = {
+    "apiVersion": "superpod.dev/v1alpha1",
+    "kind": "ClusterTopology",
+    "metadata": {"name": "default"},
+    "spec": {
+        "levels": [
+            {"name": "spine", "nodeLabel": "superpod.dev/spine"},
+            {"name": "leaf", "nodeLabel": "superpod.dev/leaf"},
+            {"name": "node", "nodeLabel": "kubernetes.io/hostname"},
+        ]
+    },
+}

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
 from superpod.api.convert import ConvertError, job_from_k8s, node_from_k8s, pod_from_k8s, quantity, topology_from_k8s
 from superpod.api.models import ClusterTopology, TrainingJob
 from superpod.core.request import GPU, Requirement, Toleration
+from tests.unit.builders import TOPOLOGY_OBJECT
 
 
 @pytest.mark.parametrize(
@@ -119,18 +122,7 @@ def test_trainingjob_errors_name_object_and_field(spec, field):
 
 
 def test_topology_conversion_and_errors():
-    obj = {
-        "apiVersion": "superpod.dev/v1alpha1",
-        "kind": "ClusterTopology",
-        "metadata": {"name": "default"},
-        "spec": {
-            "levels": [
-                {"name": "spine", "nodeLabel": "superpod.dev/spine"},
-                {"name": "leaf", "nodeLabel": "superpod.dev/leaf"},
-                {"name": "node", "nodeLabel": "kubernetes.io/hostname"},
-            ]
-        },
-    }
+    obj = copy.deepcopy(TOPOLOGY_OBJECT)
     t = topology_from_k8s(obj)
     assert [lv.name for lv in t.domain_levels] == ["spine", "leaf"] and t.index("node") == 3
     obj["spec"]["levels"][1] = {"name": "leaf"}

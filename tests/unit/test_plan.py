@@ -11,20 +11,7 @@ import yaml
 from superpod.api.convert import ConvertError
 from superpod.plan import plan_objects, plan_text, run
 from superpod.sim.presets import preset_nodes
-
-TOPOLOGY = {
-    "apiVersion": "superpod.dev/v1alpha1",
-    "kind": "ClusterTopology",
-    "metadata": {"name": "default"},
-    "spec": {
-        "levels": [
-            {"name": "spine", "nodeLabel": "superpod.dev/spine"},
-            {"name": "leaf", "nodeLabel": "superpod.dev/leaf"},
-            {"name": "node", "nodeLabel": "kubernetes.io/hostname"},
-        ]
-    },
-}
-
+from tests.unit.builders import TOPOLOGY_OBJECT as TOPOLOGY
 
 TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "trainer"}]}}
 

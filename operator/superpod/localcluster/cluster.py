@@ -196,34 +196,32 @@ class LocalCluster:
             "--v=1",
         ]
 
-    def _controller_manager_args(self) -> list[str]:
+    def _client_component_args(self, port: int) -> list[str]:
+        """What the controller-manager and the scheduler share: credentials, a local secure port, no election."""
         return [
             f"--kubeconfig={self.kubeconfig}",
             f"--authentication-kubeconfig={self.kubeconfig}",
             f"--authorization-kubeconfig={self.kubeconfig}",
             "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports.controller_manager}",
+            f"--secure-port={port}",
+            "--leader-elect=false",
+            "--v=1",
+        ]
+
+    def _controller_manager_args(self) -> list[str]:
+        return [
+            *self._client_component_args(self.ports.controller_manager),
             f"--service-account-private-key-file={self.pki / 'sa.key'}",
             f"--root-ca-file={self.pki / 'ca.crt'}",
             "--use-service-account-credentials=true",
             "--controllers=*,-node-ipam-controller",
-            "--leader-elect=false",
             f"--node-monitor-grace-period={NODE_LEASE_SECONDS + 60}s",
             "--kube-api-qps=500",
             "--kube-api-burst=1000",
-            "--v=1",
         ]
 
     def _scheduler_args(self) -> list[str]:
-        return [
-            f"--kubeconfig={self.kubeconfig}",
-            f"--authentication-kubeconfig={self.kubeconfig}",
-            f"--authorization-kubeconfig={self.kubeconfig}",
-            "--bind-address=127.0.0.1",
-            f"--secure-port={self.ports.scheduler}",
-            "--leader-elect=false",
-            "--v=1",
-        ]
+        return self._client_component_args(self.ports.scheduler)
 
     def _kwok_args(self) -> list[str]:
         return [
