@@ -93,6 +93,7 @@ class Scheduler:
             else:
                 writes.append(self._wait(job, reasons.get(d.job.key) or "waiting", now))
         await _together(writes)  # jobs are independent: their writes go out in parallel
+        self._said = {k: v for k, v in self._said.items() if k[0] in self.state.jobs}  # forget deleted jobs
         if self.metrics:
             self.metrics.observe_cluster(self.state)
 
