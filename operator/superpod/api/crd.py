@@ -108,7 +108,7 @@ PRINTER_COLUMNS = {
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
     "ClusterTopology": [
-        {"name": "Levels", "type": "string", "jsonPath": ".spec.levels[*].name"},
+        {"name": "Coarsest", "type": "string", "jsonPath": ".spec.levels[0].name"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
 }

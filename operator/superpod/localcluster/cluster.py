@@ -119,6 +119,7 @@ class LocalCluster:
         self._wait(lambda: self._api_ok("/readyz"), "kube-apiserver", deadline)
         self._start("kube-controller-manager", bin_dir, self._controller_manager_args())
         self._start("kube-scheduler", bin_dir, self._scheduler_args())
+        self._release_node_leases()
         self._start("kwok", bin_dir, self._kwok_args())
         self._wait(lambda: self._https_ok(self.ports.controller_manager), "kube-controller-manager", deadline)
         self._wait(lambda: self._https_ok(self.ports.scheduler), "kube-scheduler", deadline)
@@ -302,6 +303,19 @@ class LocalCluster:
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # self-signed serving certificate of a local component
         return self._http_ok(f"https://127.0.0.1:{port}/healthz", ctx)
+
+    def _release_node_leases(self) -> None:
+        """KWOK takes a node over only through its Lease, under a new random identity each start: after a restart
+        the old leases would keep every existing node unmanaged until they expire. Only simulated nodes live here."""
+        req = urllib.request.Request(
+            f"https://127.0.0.1:{self.ports.apiserver}/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases",
+            method="DELETE")
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=self._ssl(client=True)):
+                pass
+        except urllib.error.HTTPError as e:
+            if e.code != 404:
+                raise ClusterError(f"could not release node leases: {e}") from e
 
     def _default_service_account(self) -> bool:
         return self._api_ok("/api/v1/namespaces/default/serviceaccounts/default")
