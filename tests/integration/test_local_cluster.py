@@ -31,3 +31,31 @@ def test_up_is_healthy_and_down_leaves_no_process_or_port(cluster, tmp_path):
     assert not any(_alive(pid) for pid in pids)
     assert not any(_port_in_use(p) for p in PORTS.all().values())
     assert not local.running()
+
+
+def test_after_a_restart_kwok_runs_pods_on_existing_nodes_at_once(cluster, tmp_path):
+    from kubernetes import client
+
+    from superpod.k8s.client import load
+    from superpod.sim import nodes, presets
+    from tests.integration.wait import wait_for
+
+    local = LocalCluster(tmp_path / "cluster", PORTS)
+    bin_dir = cluster.local.build(quiet=True) if cluster.local else local.build(quiet=True)
+    local.up(bin_dir)
+    try:
+        node = presets.preset_nodes("dgx-h100", 1, "restart")[0]
+        nodes.create_nodes(load(local.kubeconfig), [node])
+        core = client.CoreV1Api(load(local.kubeconfig))
+        name = node["metadata"]["name"]
+        wait_for(lambda: any(c.type == "Ready" and c.status == "True"
+                             for c in core.read_node(name).status.conditions or []), 60, "node Ready")
+        local.down()
+        local.up(bin_dir)  # same etcd data: the node and its lease, held by the previous KWOK, are still there
+        core = client.CoreV1Api(load(local.kubeconfig))
+        core.create_namespaced_pod("default", {"metadata": {"name": "after-restart"}, "spec": {
+            "nodeName": name, "containers": [{"name": "c", "image": "x"}]}})
+        wait_for(lambda: core.read_namespaced_pod("after-restart", "default").status.phase == "Running", 30,
+                 "the pod Running without waiting for the old node lease to expire")
+    finally:
+        local.down()
