@@ -52,6 +52,7 @@ class Scheduler:
         self.state, self.writer, self.metrics, self.mig = state, writer, metrics, mig
         self.scheduler_name = scheduler_name
         self._said: dict[tuple[str, str], str] = {}  # (job, reason) -> last event message, to post changes only
+        self._parsed: dict[str, tuple[str, JobRequest | ConvertError]] = {}  # job -> (resourceVersion, request)
 
     async def cycle(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
@@ -64,10 +65,9 @@ class Scheduler:
         for key, job in self.state.jobs.items():
             st = job.get("status") or {}
             if st.get("phase") in lc.ACTIVE and st.get("placement"):
-                try:
-                    assumed[key] = (job_from_k8s(job), st["placement"])
-                except ConvertError:
-                    continue
+                req = self._request(key, job)
+                if isinstance(req, JobRequest):
+                    assumed[key] = (req, st["placement"])
         snap = self.state.snapshot(assumed)
         invalid = {}
         for req in pending:
@@ -94,6 +94,7 @@ class Scheduler:
                 writes.append(self._wait(job, reasons.get(d.job.key) or "waiting", now))
         await _together(writes)  # jobs are independent: their writes go out in parallel
         self._said = {k: v for k, v in self._said.items() if k[0] in self.state.jobs}  # forget deleted jobs
+        self._parsed = {k: v for k, v in self._parsed.items() if k in self.state.jobs}
         if self.metrics:
             self.metrics.observe_cluster(self.state)
 
@@ -105,15 +106,26 @@ class Scheduler:
             if st.get("phase") in (*lc.ACTIVE, lc.SUCCEEDED, lc.FAILED):
                 continue
             await self._remove_stale(key, keep_attempt=None)
-            try:
-                req = job_from_k8s(job)
-            except ConvertError as e:
-                await self._set_invalid(job, str(e))
+            req = self._request(key, job)
+            if isinstance(req, ConvertError):
+                await self._set_invalid(job, str(req))
                 continue
             if st.get("notBefore") and timestamp(st["notBefore"]) > now:
                 continue
             out.append(req)
         return out
+
+    def _request(self, key: str, job: dict) -> JobRequest | ConvertError:
+        """The core request of a job, parsed once per version of the object."""
+        rv = job["metadata"].get("resourceVersion", "")
+        cached = self._parsed.get(key)
+        if cached is None or cached[0] != rv:
+            try:
+                cached = (rv, job_from_k8s(job))
+            except ConvertError as e:
+                cached = (rv, e)
+            self._parsed[key] = cached
+        return cached[1]
 
     def _unsatisfiable(self, req: JobRequest) -> str | None:
         if req.gpu_product:

@@ -82,6 +82,7 @@ class ClusterState:
         self.node_objs: dict[str, dict] = {}
         self.node_bad: dict[str, str] = {}  # nodes that could not be read, and why
         self.pods: dict[str, PodInfo] = {}
+        self._by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
         self.jobs: dict[str, dict] = {}
         self.topologies: dict[str, dict] = {}
         self._snap: Snapshot | None = None
@@ -117,6 +118,14 @@ class ClusterState:
             self.pods.pop(info.key, None)
         else:
             self.pods[info.key] = info
+        if info.job:
+            keys = self._by_job.setdefault(info.job, set())
+            if kind == "DELETED":
+                keys.discard(info.key)
+                if not keys:
+                    del self._by_job[info.job]
+            else:
+                keys.add(info.key)
 
     def on_job(self, kind: str, obj: dict) -> None:
         key = f"{obj['metadata'].get('namespace', 'default')}/{obj['metadata']['name']}"
@@ -150,7 +159,7 @@ class ClusterState:
             return Topology(), str(e)
 
     def pods_of(self, job_key: str) -> list[PodInfo]:
-        return [p for p in self.pods.values() if p.job == job_key]
+        return [self.pods[k] for k in self._by_job.get(job_key, ()) if k in self.pods]
 
     def snapshot(self, assumed: dict[str, tuple[JobRequest, dict[str, list[int]]]]) -> Snapshot:
         """The core snapshot: every pod holding capacity, except the pods of a placed attempt, whose whole placement
