@@ -88,7 +88,7 @@ class MigFlow:
         if not groups:
             return messages
         nodes, taken = self._nodes(), set()
-        existing = await self._existing()
+        existing = None  # the ConfigMap's configs, read only once a plan needs writing
         # Jobs with different node filters see different nodes: plan group by group, highest priority first.
         for jobs in sorted(groups.values(), key=lambda js: -max(j.priority for j in js)):
             eligible = [n for n in nodes if n.name not in taken
@@ -97,6 +97,8 @@ class MigFlow:
             result = plan(eligible, demands) if eligible else None
             if not result or not result.layouts:
                 continue
+            if existing is None:
+                existing = await self._existing()
             rendered = render(eligible, result, existing)
             existing = dict(rendered.config["mig-configs"])
             taken |= set(rendered.labels)
@@ -131,15 +133,15 @@ class MigFlow:
         return messages
 
     def _nodes(self) -> list[MigNode]:
-        busy_nodes = {p.node for p in self.state.pods.values()
-                      if p.holds is not None and any(r.startswith("nvidia.com/") for r, _ in p.holds.requests)}
+        busy_nodes: set[str] = set()
         in_use: dict[str, dict[str, int]] = {}
         for p in self.state.pods.values():
-            if p.holds is not None:
-                for r, q in p.holds.requests:
-                    if r.startswith(MIG_PREFIX):
-                        use = in_use.setdefault(p.node, {})
-                        use[r[len(MIG_PREFIX):]] = use.get(r[len(MIG_PREFIX):], 0) + q
+            for r, q in p.holds.requests if p.holds is not None else ():
+                if r.startswith("nvidia.com/"):
+                    busy_nodes.add(p.node)
+                if r.startswith(MIG_PREFIX):
+                    use = in_use.setdefault(p.node, {})
+                    use[r[len(MIG_PREFIX):]] = use.get(r[len(MIG_PREFIX):], 0) + q
         out = []
         for name, obj in self.state.node_objs.items():
             labels = obj["metadata"].get("labels") or {}

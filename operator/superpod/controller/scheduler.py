@@ -174,16 +174,17 @@ class Scheduler:
             self.metrics.queue_wait_seconds.observe(max(0.0, now - queued))
         await self._say(updated, "Normal", "Placed", message)
         await self.writer.ensure_service(manifests.headless_service(updated))
-        await self._create(updated, attempt, _by_index(assignments))
+        await self._create(updated, attempt, _by_index(assignments), now)
 
-    async def _create(self, job: dict, attempt: int, nodes: dict[int, str], only: set[int] | None = None) -> None:
+    async def _create(self, job: dict, attempt: int, nodes: dict[int, str], now: float,
+                      only: set[int] | None = None) -> None:
         pods = [manifests.pod(job, attempt, i, n, self.scheduler_name) for i, n in sorted(nodes.items())
                 if only is None or i in only]
         error = await self.writer.create_pods(pods)
         if error is None:
             return
         failures = int((job.get("status") or {}).get("startupFailures") or 0) + 1
-        retry = time.time() + lc.backoff(failures)
+        retry = now + lc.backoff(failures)
         await self._patch(job, {"phase": lc.QUEUED, "reason": "WriteFailed", "message": error, "placement": None,
                                 "startupFailures": failures, "notBefore": rfc3339(retry)})
         await self._say(job, "Warning", "WriteFailed", error)
@@ -241,7 +242,7 @@ class Scheduler:
             await self.writer.delete_pods([_name(p) for p in self.state.pods_of(key)
                                            if p.attempt == attempt and not p.deleting])
         elif v.action == lc.CREATE_MISSING:
-            await self._create(job, attempt, placement, only=set(placement) - set(pods))
+            await self._create(job, attempt, placement, now, only=set(placement) - set(pods))
         if any(st.get(k) != patch[k] for k in patch):
             await self._patch(job, {**patch, "conditions": _conditions(v)})
         if v.phase != st["phase"]:
