@@ -173,7 +173,10 @@ class Scheduler:
             queued = timestamp(st.get("queuedAt") or job["metadata"].get("creationTimestamp"))
             self.metrics.queue_wait_seconds.observe(max(0.0, now - queued))
         await self._say(updated, "Normal", "Placed", message)
-        await self.writer.ensure_service(manifests.headless_service(updated))
+        error = await self.writer.ensure_service(manifests.headless_service(updated))
+        if error:
+            await self._write_failed(updated, error, now)
+            return
         await self._create(updated, attempt, _by_index(assignments), now)
 
     async def _create(self, job: dict, attempt: int, nodes: dict[int, str], now: float,
@@ -181,8 +184,11 @@ class Scheduler:
         pods = [manifests.pod(job, attempt, i, n, self.scheduler_name) for i, n in sorted(nodes.items())
                 if only is None or i in only]
         error = await self.writer.create_pods(pods)
-        if error is None:
-            return
+        if error:
+            await self._write_failed(job, error, now)
+
+    async def _write_failed(self, job: dict, error: str, now: float) -> None:
+        """Nothing of the attempt stays placed: requeue with backoff and say why."""
         failures = int((job.get("status") or {}).get("startupFailures") or 0) + 1
         retry = now + lc.backoff(failures)
         await self._patch(job, {"phase": lc.QUEUED, "reason": "WriteFailed", "message": error, "placement": None,

@@ -72,13 +72,15 @@ class Writer:
             if e.status != 404:
                 raise
 
-    async def ensure_service(self, svc: dict) -> None:
+    async def ensure_service(self, svc: dict) -> str | None:
+        """Create the Service unless it exists; on failure say why (a gang write that must be rolled back)."""
         try:
             await self._call(self.core.create_namespaced_service, svc["metadata"]["namespace"], svc,
                              _preload_content=False)
         except ApiException as e:
             if e.status != 409:
-                raise
+                return f"Service write failed ({e.reason}: {e.status})"
+        return None
 
     async def create_pods(self, pods: list[dict]) -> str | None:
         """Create every pod, or none: on any failure, delete the ones written and say why."""
