@@ -2,22 +2,27 @@
 
 Input: a Kubernetes List or multi-document YAML with Nodes, Pods, at most one ClusterTopology (else: nodes only) and
 TrainingJobs, as `kubectl get nodes,pods,clustertopologies,trainingjobs -A -o yaml` prints. Bound non-terminal pods
-take capacity; TrainingJobs without a phase or in phase Queued/Pending are planned, in scheduling order.
+take capacity; TrainingJobs without a phase or in phase Queued, Pending or Invalid are planned, in scheduling order,
+by the operator's own cycle.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from typing import Any
 
 import yaml
 
-from superpod.api.convert import ConvertError, describe, job_from_k8s, node_from_k8s, pod_from_k8s, topology_from_k8s
-from superpod.core.cycle import schedule
-from superpod.core.model import Snapshot, Topology
+from superpod.api.convert import ConvertError, describe, job_from_k8s, node_from_k8s, topology_from_k8s
+from superpod.controller.controller import Controller
+from superpod.controller.state import ClusterState
+from superpod.core.cycle import PriorityFifo
+from superpod.core.phases import PENDING, Phase
+from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, SERVICES, TRAININGJOBS, object_key
 
-PENDING = (None, "", "Queued", "Pending")
+KINDS = {kind.kind: kind for kind in (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES)}
 
 
 def _items(docs: list[Any]) -> list[dict]:
@@ -38,49 +43,47 @@ def _items(docs: list[Any]) -> list[dict]:
     return out
 
 
-def plan_objects(objs: list[dict]) -> dict:
-    """The plan for already-parsed objects; raises ConvertError on malformed input."""
-    nodes, pods, topos, jobs = [], [], [], []
+def plan_objects(objs: list[dict], now: float | None = None) -> dict:
+    """The plan for already-parsed objects, by the operator's own cycle (Controller.plan on a cache filled from the
+    objects; nothing is written); raises ConvertError on malformed input."""
+    state = ClusterState()
+    seen: set[tuple[str, str]] = set()
+    jobs = []
     for o in objs:
         if not isinstance(o, dict):
             raise ConvertError(describe(o), "<root>", "expected a mapping")
-        kind = o.get("kind")
-        if kind == "Node":
-            nodes.append(node_from_k8s(o))
-        elif kind == "Pod":
-            if (p := pod_from_k8s(o)) is not None:
-                pods.append(p)
-        elif kind == "ClusterTopology":
-            topos.append((o.get("metadata", {}).get("name", ""), topology_from_k8s(o)))
-        elif kind == "TrainingJob":
-            j = job_from_k8s(o)
-            phase = (o.get("status") or {}).get("phase")
-            if phase in PENDING:
-                jobs.append(j)
-        elif not isinstance(kind, str):
-            raise ConvertError(describe(o), "kind", "missing")
-    if len(topos) > 1:
-        names = ", ".join(sorted(n for n, _ in topos))
+        kind = KINDS.get(o.get("kind"))
+        if kind is None:
+            if not isinstance(o.get("kind"), str):
+                raise ConvertError(describe(o), "kind", "missing")
+            continue
+        if kind is NODES:
+            node_from_k8s(o)  # malformed input is an error here, not a node left out
+        elif kind is TRAININGJOBS:
+            jobs.append(job_from_k8s(o))
+        elif kind is CLUSTERTOPOLOGIES:
+            topology_from_k8s(o)
+        name = object_key(o) if isinstance(o.get("metadata"), dict) and o["metadata"].get("name") else ""
+        if (kind.plural, name) in seen and kind is not PODS:
+            raise ConvertError(describe(o), "metadata.name", f"duplicate {kind.kind.lower()}")
+        seen.add((kind.plural, name))
+        state.apply(kind, "ADDED", o, 0.0)
+    if len(state.topologies) > 1:
+        names = ", ".join(sorted(state.topologies))
         raise ConvertError(f"ClusterTopology {names}", "metadata.name", "more than one ClusterTopology; keep one")
-    topology = topos[0][1] if topos else Topology()
-    seen = set()
-    for n in nodes:
-        if n.name in seen:
-            raise ConvertError(f"Node {n.name}", "metadata.name", "duplicate node")
-        seen.add(n.name)
-    snap = Snapshot(nodes, topology, pods)
+    controller = Controller(state, api=None, leading=lambda: False)
+    controller.plan(time.time() if now is None else now)
+    decided = {d.job.key: d for d in controller.decisions}
     out = []
-    for d in schedule(snap, jobs):
-        assign = d.placement.assignments if d.placement else {}
-        out.append(
-            {
-                "namespace": d.job.namespace,
-                "name": d.job.name,
-                "placed": d.placed,
-                "assignments": {k: assign[k] for k in sorted(assign)},
-                "reason": d.reason,
-            }
-        )
+    for job in PriorityFifo().order(jobs):
+        phase = (state.jobs[job.key].get("status") or {}).get("phase")
+        if phase not in PENDING and phase != Phase.INVALID:
+            continue
+        d = decided.get(job.key)
+        assign = d.placement.assignments if d and d.placement else {}
+        reason = d.reason if d else controller.invalid.get(job.key) or controller.held_back.get(job.key)
+        out.append({"namespace": job.namespace, "name": job.name, "placed": bool(assign),
+                    "assignments": {k: assign[k] for k in sorted(assign)}, "reason": None if assign else reason})
     return {"jobs": out}
 
 

@@ -31,7 +31,12 @@ BAD = [
     (job(template={"spec": {"restartPolicy": "Always", **CONTAINERS}}), "template.spec.restartPolicy must be Never"),
     (job(template={"spec": {"containers": [{"name": "m", "image": "x",
                                             "resources": {"limits": {"nvidia.com/gpu": 8}}}]}}),
-     "containers must not request nvidia.com/* resources"),
+     "containers must not request nvidia.com/gpu or nvidia.com/mig-* resources"),
+    (job(template={"spec": {**CONTAINERS, "initContainers": [{"name": "i", "image": "x", "resources": {
+        "requests": {"nvidia.com/mig-1g.10gb": 1}, "limits": {"nvidia.com/mig-1g.10gb": 1}}}]}}),
+     "containers must not request nvidia.com/gpu or nvidia.com/mig-* resources"),
+    (job(template={"spec": {"containers": [{"name": "m", "image": "x", "resources": {"requests": {"rdma/ib": 1}}}]}}),
+     "an extended resource (a name with a '/', e.g. rdma/ib) requested without a limit"),
     (job(template={"spec": {"containers": []}}), "template.spec.containers must list at least one container"),
     (job(resources={"migProfile": "3g"}), "spec.resources.migProfile in body should match"),
     (job(replicas=0), "spec.replicas in body should be greater than or equal to 1"),
@@ -50,6 +55,34 @@ def test_good_spec_is_accepted_with_defaults(crds, namespace):
     got = yaml.safe_load(crds.kubectl("get", "tj", "bad", "-n", namespace, "-o", "yaml").stdout)
     assert got["spec"]["maxRestarts"] == 3 and got["spec"]["startupTimeoutSeconds"] == 600
     assert got["spec"]["priority"] == 0
+
+
+def test_network_operator_resources_can_be_requested(crds, namespace):
+    """Defect: CEL refused every nvidia.com/* container resource, so GPUDirect RDMA devices could not be asked for."""
+    rdma = {"nvidia.com/hostdev": 1, "nvidia.com/rdma_shared_device_a": 1, "rdma/ib": 1}
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=job(template={"spec": {"containers": [
+        {"name": "m", "image": "x", "resources": {"requests": rdma, "limits": rdma}}]}}))
+
+
+def test_the_gang_cannot_change_while_it_runs_but_priority_can(crds, namespace):
+    """Defect: a spec edit on a running job was half-applied (new pods from the new spec beside the old ones)."""
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=job())
+    crds.kubectl("patch", "tj", "bad", "-n", namespace, "--subresource=status", "--type=merge",
+                 "-p", '{"status": {"phase": "Running"}}')
+    for patch in ('{"spec": {"replicas": 8}}', '{"spec": {"template": {"spec": {"containers": [{"name": "main", '
+                  '"image": "other"}]}}}}', '{"spec": {"topology": {"required": "leaf"}}}'):
+        out = crds.kubectl("patch", "tj", "bad", "-n", namespace, "--type=merge", "-p", patch, check=False)
+        assert out.returncode != 0 and "define the gang and cannot change while it is Starting or Running" in \
+            out.stderr, out.stderr
+    crds.kubectl("patch", "tj", "bad", "-n", namespace, "--type=merge", "-p", '{"spec": {"priority": 5}}')
+
+
+def test_status_times_must_be_rfc3339(crds, namespace):
+    """Defect: a status.notBefore of "soon" made every scheduling cycle fail; the API server now refuses it."""
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=job())
+    out = crds.kubectl("patch", "tj", "bad", "-n", namespace, "--subresource=status", "--type=merge",
+                       "-p", '{"status": {"notBefore": "soon"}}', check=False)
+    assert out.returncode != 0 and "notBefore in body must be of type date-time" in out.stderr, out.stderr
 
 
 def test_explain_describes_every_topology_field(crds):

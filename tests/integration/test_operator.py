@@ -4,7 +4,7 @@ waiting with a reason, lifecycle, restarts, bad input."""
 from __future__ import annotations
 
 import urllib.request
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from kubernetes import client
 
@@ -26,7 +26,7 @@ def test_two_jobs_compete_for_one_leaf_one_waits_with_a_reason_then_both_complet
     waiting = jobs.status("second")
     assert waiting["phase"] == "Queued"
     assert "needs 4 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf" in waiting["message"]
-    jobs.wait_event("second", "Waiting", "inside one leaf")
+    jobs.wait_event("second", "Unschedulable", "inside one leaf")
     assert jobs.pods("second") == [], "a queued job holds no pods"
 
     first = jobs.wait_phase("first", "Succeeded", 60)
@@ -90,12 +90,17 @@ def test_pod_failure_restarts_the_gang_until_max_restarts_then_fails(cluster, op
              "gang restarted as attempt 2")
     st = jobs.status("flaky")
     assert st["restarts"] == 1
-    assert {p.metadata.labels["superpod.dev/attempt"] for p in jobs.pods("flaky")} == {"2"}
+    wait_for(lambda: {p.metadata.labels["superpod.dev/attempt"] for p in jobs.pods("flaky")} == {"2"}, 30,
+             "attempt 1's pods gone once attempt 2 started")
     jobs.wait_event("flaky", "PodFailed")
     fail_one(2)
     st = jobs.wait_phase("flaky", "Failed", 60)
     assert "maxRestarts (1) exhausted" in st["message"]
-    wait_for(lambda: not jobs.pods("flaky"), 30, "a failed job's pods removed")
+    wait_for(lambda: {p.status.phase for p in jobs.pods("flaky")} == {"Failed"}, 30,
+             "a failed job's running pods removed, the failed one kept with its reason")
+    st = jobs.status("flaky")
+    assert [(f["attempt"], f["reason"], f["exitCode"]) for f in st["failures"]] == [(1, "PodFailed", 1),
+                                                                                    (2, "PodFailed", 1)]
 
 
 def test_node_deletion_restarts_the_gang_elsewhere(cluster, operator, jobs):
@@ -153,17 +158,29 @@ def test_deleting_a_job_removes_its_pods_and_service(cluster, operator, jobs):
 
 
 def test_metrics_report_jobs_gpus_and_latency(cluster, operator, jobs):
+    """Defect: the metrics were only checked to be > 0. Here each is checked against what the API says."""
     sim, _ = sim_cluster(cluster.api, "dgx-h100", 1, nodes_per_unit=1)
-    jobs.create(training_job("measured", sim, 1, gpus=8, annotations={"sim.superpod.dev/run-for": "1s"}))
-    jobs.wait_phase("measured", "Succeeded", 60)
+    jobs.create(training_job("measured", sim, 1, gpus=8, annotations={"sim.superpod.dev/run-for": "3s"}))
+    st = jobs.wait_phase("measured", "Succeeded", 60)
 
     def scrape() -> dict[str, float]:
         text = urllib.request.urlopen(f"http://127.0.0.1:{operator.metrics_port}/metrics", timeout=5).read().decode()
         return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
                 if line and not line.startswith("#")}
-    m = wait_for(lambda: (s := scrape()).get('superpod_jobs{phase="Succeeded"}', 0) >= 1 and s, 30, "metrics")
-    assert m["superpod_placement_seconds_count"] >= 1
-    assert m["superpod_queue_wait_seconds_count"] >= 1
-    assert m['superpod_gpus_free{product="NVIDIA-H100-80GB-HBM3"}'] >= 8
-    assert m[f'superpod_gpu_seconds_total{{namespace="{jobs.ns}"}}'] > 0
-    assert "superpod_gang_restarts_total" in m and "superpod_mig_reconfigurations_total" in m
+
+    def phases_match():
+        everywhere = jobs.custom.list_cluster_custom_object("superpod.dev", "v1alpha1", "trainingjobs")["items"]
+        counts = Counter((j.get("status") or {}).get("phase") or "Queued" for j in everywhere)
+        m = scrape()
+        return all(m[f'superpod_jobs{{phase="{p}"}}'] == counts.get(p, 0) for p in ("Running", "Succeeded")) and m
+    m = wait_for(phases_match, 30, "superpod_jobs equal to the phases the API shows")
+    # 3s of 8 GPUs by the pod's start and finish times (whole seconds), and the counter no less than the status
+    assert 8 * 2 <= st["finishedGpuSeconds"] <= 8 * 4 and st["gpuSeconds"] == st["finishedGpuSeconds"]
+    counted = m[f'superpod_gpu_seconds_total{{namespace="{jobs.ns}"}}']
+    assert st["finishedGpuSeconds"] - 8 <= counted <= st["finishedGpuSeconds"] + 8 * 2, (counted, st)
+    assert m["superpod_placement_seconds_count"] >= 1 and m["superpod_queue_wait_seconds_count"] >= 1
+    node = client.CoreV1Api(cluster.api).list_node(label_selector=f"sim.superpod.dev/cluster={sim}").items[0]
+    assert m['superpod_gpus_free{product="NVIDIA-H100-80GB-HBM3"}'] >= int(node.status.allocatable["nvidia.com/gpu"])
+    assert m['superpod_gang_restarts_total{cause="failure"}'] >= 0 and "superpod_mig_reconfigurations_total" in m
+    assert m['superpod_cycle_errors_total{stage="cycle"}'] == 0 and m["superpod_leader"] == 1
+    assert m['superpod_writes_total{action="CreatePods",outcome="ok"}'] >= 1

@@ -1,13 +1,19 @@
-"""The operator may be killed at any instant: after a restart it converges to one whole gang per job, with no
-duplicate pods and no GPU booked twice. Two operator replicas never both schedule."""
+"""The operator may be killed at any instant, paused, or outlive its Lease: it converges to one whole gang per job,
+with no duplicate pods, no GPU booked twice, and never two replicas writing. The API server's audit log is the
+witness for the last one: each replica names itself in its user agent."""
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 from collections import Counter
 
-from kubernetes import client
+import pytest
+from kubernetes import client, watch
 
-from superpod.k8s import manifests
+from superpod.api import manifests
+from superpod.localcluster.audit import operator_writes, second_writers
 from tests.integration.operator_env import OperatorProcess, sim_cluster, training_job
 from tests.integration.wait import wait_for
 
@@ -18,6 +24,10 @@ def gpus_per_node(pods) -> Counter:
         if p.status.phase not in ("Succeeded", "Failed") and not p.metadata.deletion_timestamp:
             out[p.spec.node_name] += int((p.spec.containers[0].resources.limits or {}).get("nvidia.com/gpu", 0))
     return out
+
+
+def operator_args(*extra: str) -> tuple[str, ...]:
+    return ("run", "--namespace", "superpod-system", "--log-level", "INFO", *extra)
 
 
 def test_restart_after_half_a_gang_was_written_completes_that_gang(cluster, operator, jobs):
@@ -45,13 +55,25 @@ def test_restart_after_half_a_gang_was_written_completes_that_gang(cluster, oper
     assert jobs.status("half")["attempt"] == 1
 
 
-def test_killed_while_writing_a_big_gang_converges_to_one_whole_gang(cluster, operator, jobs):
+def test_killed_while_writing_a_big_gang_converges_to_one_whole_gang(cluster, crds, operator, jobs, tmp_path):
+    """Defect: the kill test did not check that the kill landed mid-gang. Here the operator writes two pods at a
+    time and is killed at the first pod it creates; the test asserts the gang was cut short."""
     sim, _ = sim_cluster(cluster.api, "dgx-h100", 40, nodes_per_unit=40)
-    jobs.create(training_job("big", sim, 32, gpus=8))
-    wait_for(lambda: jobs.pods("big"), 60, "the first pod of the gang")
     operator.kill()
-    written = len(jobs.pods("big"))
-    operator.start()
+    slow = OperatorProcess(crds.kubeconfig, tmp_path / "slow.log", args=operator_args("--api-workers", "2"))
+    slow.start()
+    core = client.CoreV1Api(cluster.api)
+    try:
+        jobs.create(training_job("big", sim, 32, gpus=8))
+        stream = watch.Watch()
+        for _ in stream.stream(core.list_namespaced_pod, jobs.ns, timeout_seconds=60):
+            slow.kill()  # at the first pod of the gang
+            stream.stop()
+        written = len(jobs.pods("big"))
+        assert 0 < written < 32, f"the kill landed after {written} of 32 pods"
+    finally:
+        slow.kill()
+        operator.start()
     jobs.wait_phase("big", "Running", 90)
     pods = jobs.pods("big")
     assert len(pods) == 32 and len({p.metadata.name for p in pods}) == 32
@@ -67,18 +89,50 @@ def test_killed_while_writing_a_big_gang_converges_to_one_whole_gang(cluster, op
     print(f"killed after {written} of 32 pods were written")
 
 
-def test_two_operator_replicas_never_both_schedule(cluster, operator, jobs, tmp_path):
-    second = OperatorProcess(cluster.kubeconfig, tmp_path / "second.log")
-    second.start()
+def test_a_paused_leader_with_a_slow_cycle_never_writes_beside_the_new_one(cluster, crds, operator, jobs, tmp_path):
+    """Defects: the Lease was renewed only between cycles and writes were not fenced, so a cycle longer than the
+    lease let the standby lead while the old leader still wrote; and the two-replica test could not tell. Replica A
+    decides, then sleeps 8s before writing (longer than its 6s lease), and is frozen (SIGSTOP) for 12s in the middle
+    of that; replica B takes over; A wakes with a plan it must not write. The audit log shows who wrote when."""
+    if cluster.local is None:
+        pytest.skip("needs the local control plane's audit log")
+    audit = cluster.local.logs / "audit.log"
+    operator.kill()
+    lease = ("--lease-duration", "6")
+    a = OperatorProcess(crds.kubeconfig, tmp_path / "a.log", args=operator_args(*lease, "--debug-slow-cycle", "8"))
+    b = OperatorProcess(crds.kubeconfig, tmp_path / "b.log", args=operator_args(*lease))
+    coordination = client.CoordinationV1Api(cluster.api)
+    since = time.time()
     try:
-        sim, _ = sim_cluster(cluster.api, "dgx-h100", 4, nodes_per_unit=4)
+        sim, _ = sim_cluster(cluster.api, "dgx-h100", 6, nodes_per_unit=6)
+        a.start()
+        holder = wait_for(lambda: _holder(coordination), 30, "replica A leads")
+        b.start()
+        time.sleep(3)
         for i in range(3):
-            jobs.create(training_job(f"pair-{i}", sim, 1, gpus=8))
+            jobs.create(training_job(f"pair-{i}", sim, 2, gpus=8))
+        time.sleep(2)  # A has decided and sleeps before writing
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        wait_for(lambda: _holder(coordination) not in (None, holder), 30, "replica B takes the Lease")
+        os.kill(a.proc.pid, signal.SIGCONT)
         for i in range(3):
             jobs.wait_phase(f"pair-{i}", "Running", 60)
+        time.sleep(10)  # A's slow cycle, resumed, had every chance to write
         pods = [p for i in range(3) for p in jobs.pods(f"pair-{i}")]
-        assert len(pods) == 3 and len({p.spec.node_name for p in pods}) == 3
-        lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease("superpod-scheduler", "superpod-system")
-        assert lease.spec.holder_identity
+        assert len(pods) == 6 and len({p.spec.node_name for p in pods}) == 6
+        writes = [w for w in operator_writes(audit) if w.time >= since]
+        replicas = {w.replica for w in writes}
+        assert len(replicas) == 2, f"both replicas led in turn: {replicas}"
+        assert second_writers(writes) == []
+        assert "the Lease was lost while writing" in a.log.read_text(), "A woke with a plan and did not write it"
     finally:
-        second.stop()
+        a.stop()
+        b.stop()
+        operator.start()
+
+
+def _holder(coordination) -> str | None:
+    try:
+        return coordination.read_namespaced_lease("superpod-scheduler", "superpod-system").spec.holder_identity
+    except client.ApiException:
+        return None

@@ -54,7 +54,7 @@ def test_pods_count_only_when_bound_and_not_terminal():
     }
     pod = pod_from_k8s({"kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}, "spec": spec})
     assert pod.key == "ns/p" and pod.node == "n1"
-    assert dict(pod.requests) == {"cpu": 4000, "memory": 2**30, GPU: 2}
+    assert dict(pod.requests) == {"cpu": 4000, "memory": 2**30, GPU: 2, "pods": 1}
     done = {"kind": "Pod", "metadata": {"name": "p"}, "spec": spec, "status": {"phase": "Succeeded"}}
     assert pod_from_k8s(done) is None
     assert pod_from_k8s({"kind": "Pod", "metadata": {"name": "q"}, "spec": {"containers": []}}) is None
@@ -72,6 +72,7 @@ def tj(spec: dict, **meta) -> dict:
 def test_trainingjob_conversion():
     template = {
         "spec": {
+            "containers": [{"name": "main", "image": "trainer"}],
             "nodeSelector": {"pool": "train"},
             "tolerations": [{"key": "dedicated", "operator": "Exists"}],
             "affinity": {
@@ -94,14 +95,14 @@ def test_trainingjob_conversion():
     }
     j = job_from_k8s(tj(spec))
     assert (j.key, j.replicas, j.priority) == ("team-a/llm", 16, 100)
-    assert j.per_replica == {GPU: 8, "cpu": 32000, "memory": 256 * 2**30}
+    assert j.per_replica == {GPU: 8, "cpu": 32000, "memory": 256 * 2**30, "pods": 1}
     assert (j.required, j.preferred, j.slice_size, j.slice_required) == ("leaf", "node", 4, "nvlink")
     assert j.node_selector == (("pool", "train"),)
     assert j.tolerations == (Toleration("dedicated", "Exists"),)
     assert j.affinity == ((Requirement("zone", "In", ("a",)),),)
     assert j.submitted == 1796014800.0
     mig = job_from_k8s(tj({"replicas": 2, "resources": {"migProfile": "3g.40gb"}}))
-    assert mig.per_replica == {"nvidia.com/mig-3g.40gb": 1}
+    assert mig.per_replica == {"nvidia.com/mig-3g.40gb": 1, "pods": 1}
 
 
 @pytest.mark.parametrize(

@@ -101,7 +101,7 @@ def test_reservation_keeps_only_the_children_it_needs():
     snap = snapshot(nodes, TOPO, used)
     j = job("j").gpus(8).replicas(4).required("spine").build()
     r = reservation_for(snap, j)
-    assert len(r.domains) == 2 and all(snap.domains[d][0] == 2 for d in r.domains) and not r.nodes
+    assert len(r.domains) == 2 and all(snap.domains[d].level == 2 for d in r.domains) and not r.nodes
     assert r.label.startswith("leaf domains s")
     # a 1-node job needs one node of a leaf; a 2-node job both nodes of a leaf: the leaf itself
     r = reservation_for(snap, job("k").gpus(8).build())

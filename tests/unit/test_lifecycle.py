@@ -1,26 +1,32 @@
 import pytest
 
 from superpod.core.lifecycle import (
+    CONTAINER_ERROR_LIMIT,
     CREATE_MISSING,
-    FAILED,
     KEEP,
-    QUEUED,
-    RUNNING,
-    STARTING,
-    SUCCEEDED,
     TEARDOWN,
     Attempt,
+    PodState,
     backoff,
     decide,
 )
+from superpod.core.phases import Phase
 
+QUEUED, STARTING, RUNNING, SUCCEEDED, FAILED = (Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.SUCCEEDED,
+                                                Phase.FAILED)
 PLACEMENT = {0: "n1", 1: "n1", 2: "n2", 3: "n2"}
 
 
-def attempt(pods, phase=STARTING, lost=(), restarts=0, max_restarts=3, created=0.0, failures=0):
+def pods(phases: dict[int, str]) -> dict[int, PodState]:
+    return {i: PodState(ph, PLACEMENT[i], exit_code=1 if ph == "Failed" else None) for i, ph in phases.items()}
+
+
+def attempt(phases, phase=STARTING, lost=(), restarts=0, max_restarts=3, created=0.0, failures=0, not_ready=None,
+            **more):
     return Attempt(replicas=4, phase=phase, created_at=created, startup_timeout=60, restarts=restarts,
-                   max_restarts=max_restarts, startup_failures=failures, placement=PLACEMENT, pods=pods,
-                   lost_nodes=frozenset(lost))
+                   max_restarts=max_restarts, startup_failures=failures, placement=PLACEMENT,
+                   pods=phases if all(isinstance(p, PodState) for p in phases.values()) else pods(phases),
+                   lost_nodes=frozenset(lost), not_ready=not_ready or {}, **more)
 
 
 ALL_RUNNING = dict.fromkeys(range(4), "Running")
@@ -37,23 +43,50 @@ ALL_RUNNING = dict.fromkeys(range(4), "Running")
     (attempt({0: "Running", 1: "Running", 2: "Running"}, RUNNING), 10, QUEUED, TEARDOWN, "PodDeleted"),
     (attempt({0: "Running", 1: "Pending"}), 61, QUEUED, TEARDOWN, "StartupTimeout"),
     (attempt(ALL_RUNNING, RUNNING), 10_000, RUNNING, KEEP, "Running"),  # the timeout only guards startup
+    (attempt(ALL_RUNNING, RUNNING, not_ready={"n2": 30.0}), 10, RUNNING, KEEP, "NodeNotReady"),
 ])
 def test_decide(observed, now, phase, action, reason):
     v = decide(observed, now)
     assert (v.phase, v.action, v.reason) == (phase, action, reason)
 
 
-def test_pod_failure_restarts_the_gang_with_backoff_and_names_the_replica():
+def test_pod_failure_restarts_the_gang_with_backoff_and_names_the_replica_and_exit_code():
     v = decide(attempt({**ALL_RUNNING, 2: "Failed"}, RUNNING, restarts=1), now=100)
     assert v.restarts == 2
     assert v.not_before == 100 + backoff(2)
-    assert "replica 2 failed on node n2" in v.message and "restart 2 of 3" in v.message
+    assert "replica 2 failed on node n2 with exit code 1" in v.message and "restart 2 of 3" in v.message
+    assert v.failure == {"reason": "PodFailed", "time": 100, "replica": 2, "node": "n2", "exitCode": 1}
 
 
 def test_restarts_exhausted_fails_the_job():
     v = decide(attempt({**ALL_RUNNING, 0: "Failed"}, RUNNING, restarts=3), now=100)
     assert (v.phase, v.action, v.restarts) == (FAILED, TEARDOWN, 3)
     assert "maxRestarts (3) exhausted" in v.message
+
+
+def test_interruptions_restart_without_spending_max_restarts():
+    evicted = {**pods(ALL_RUNNING), 1: PodState("Failed", "n1", exit_code=137, disrupted=True, message="Evicted")}
+    for observed in (attempt(evicted, RUNNING, restarts=3), attempt(ALL_RUNNING, RUNNING, lost={"n1"}, restarts=3)):
+        v = decide(observed, now=100)
+        assert (v.phase, v.action, v.restarts, v.interruptions) == (QUEUED, TEARDOWN, 3, 1)
+        assert "not counted against maxRestarts" in v.message
+
+
+def test_a_not_ready_node_within_the_grace_keeps_the_gang():
+    v = decide(attempt(ALL_RUNNING, RUNNING, not_ready={"n1": 120.0}, not_ready_grace=300), now=100)
+    assert (v.phase, v.action) == (RUNNING, KEEP)
+    assert "node n1 has been not ready for 120s" in v.message and "300s" in v.message
+
+
+def test_container_errors_fail_the_job_after_a_few_attempts():
+    bad = {**pods(ALL_RUNNING), 3: PodState("Pending", "n2", waiting_reason="ImagePullBackOff",
+                                            message='Back-off pulling image "trainr"')}
+    v = decide(attempt(bad), now=5)
+    assert (v.phase, v.action, v.container_errors) == (QUEUED, TEARDOWN, 1)
+    assert 'replica 3 cannot start: ImagePullBackOff: Back-off pulling image "trainr"' in v.message
+    v = decide(attempt(bad, container_errors=CONTAINER_ERROR_LIMIT - 1), now=5)
+    assert (v.phase, v.action) == (FAILED, TEARDOWN)
+    assert f"gave up after {CONTAINER_ERROR_LIMIT} attempts" in v.message
 
 
 def test_startup_timeout_requeues_without_spending_a_restart():

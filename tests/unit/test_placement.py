@@ -188,7 +188,7 @@ def test_required_node_and_flat_topology():
 
 def test_exclusion_keeps_reserved_domains_untouched():
     snap = two_spines()
-    reserved = snap.by_level[1][0]  # spine s0
+    reserved = snap.domains_by_level[1][0]  # spine s0
     p = solve(Solver(snap, job("j").gpus(8).replicas(8).build(), frozenset([reserved])))
     assert all(n.startswith("s1") for n in p.assignments)
     assert solve(Solver(snap, job("j").gpus(8).replicas(9).build(), frozenset([reserved]))) is None

@@ -118,6 +118,7 @@ def test_plan_without_topology_places_on_nodes_only():
     b200["spec"]["resources"]["gpuProduct"] = "NVIDIA-B200"
     out = plan_objects([*nodes, trainingjob("a", 3, 8), b200])
     assert out["jobs"][0]["placed"] and len(out["jobs"][0]["assignments"]) == 3
-    assert out["jobs"][1]["reason"] == (
-        "needs 1 replica of 8 free NVIDIA-B200 GPUs; no node qualifies: 12 nodes of another GPU product"
+    assert out["jobs"][1]["reason"] == (  # the operator's own words: it would mark the job Invalid
+        "no node has GPU product 'NVIDIA-B200' (nvidia.com/gpu.product here: NVIDIA-A100-SXM4-80GB, "
+        "NVIDIA-H100-80GB-HBM3, NVIDIA-H200)"
     )

@@ -2,34 +2,18 @@
 
 from __future__ import annotations
 
-import math
-import re
-from datetime import datetime
-from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from pydantic import ValidationError
 
+from superpod.api.manifests import replica_requests
 from superpod.api.models import ClusterTopology, TrainingJob
+from superpod.api.resources import ConvertError, pod_requests, quantity
+from superpod.api.times import timestamp
 from superpod.core.model import Level, Node, Pod, Topology
-from superpod.core.request import GPU, JobRequest, Requirement, Taint, Toleration
+from superpod.core.request import JobRequest, Requirement, Taint, Toleration
 
-_SUFFIX = {
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal(10**3), "M": Decimal(10**6), "G": Decimal(10**9), "T": Decimal(10**12), "P": Decimal(10**15),
-    "E": Decimal(10**18), "Ki": Decimal(2**10), "Mi": Decimal(2**20), "Gi": Decimal(2**30), "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50), "Ei": Decimal(2**60),
-}  # fmt: skip
-_QTY = re.compile(r"^([+-]?[0-9.]+(?:[eE][+-]?[0-9]+)?)(n|u|m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
 TERMINAL = ("Succeeded", "Failed")
-
-
-class ConvertError(ValueError):
-    """Malformed object: names the object and the field."""
-
-    def __init__(self, obj: str, field: str, problem: str):
-        super().__init__(f"{obj}: {field}: {problem}")
-        self.obj, self.field, self.problem = obj, field, problem
 
 
 def describe(obj: Any) -> str:
@@ -39,22 +23,6 @@ def describe(obj: Any) -> str:
     name = meta.get("name", "<unnamed>")
     ns = meta.get("namespace")
     return f"{obj.get('kind', '<no kind>')} {ns + '/' if ns else ''}{name}"
-
-
-def quantity(value: Any, resource: str, obj: str = "object", field: str = "quantity") -> int:
-    """Canonical integer: millicores for cpu, bytes for memory, a count otherwise (rounded up)."""
-    if isinstance(value, bool) or not isinstance(value, int | float | str):
-        raise ConvertError(obj, field, f"expected a quantity, got {value!r}")
-    m = _QTY.match(str(value).strip())
-    if not m:
-        raise ConvertError(obj, field, f"not a Kubernetes quantity: {value!r}")
-    try:
-        amount = Decimal(m.group(1)) * _SUFFIX[m.group(2) or ""]
-    except InvalidOperation as e:
-        raise ConvertError(obj, field, f"not a Kubernetes quantity: {value!r}") from e
-    if resource == "cpu":
-        amount *= 1000
-    return int(math.ceil(amount))
 
 
 def _get(obj: dict, path: str, kind: type, default: Any = None) -> Any:
@@ -70,7 +38,9 @@ def _get(obj: dict, path: str, kind: type, default: Any = None) -> Any:
     return cur
 
 
-def _resources(obj: dict, field: str, raw: dict) -> dict[str, int]:
+def _resources(obj: dict, field: str, raw: Any) -> dict[str, int]:
+    if not isinstance(raw, dict):
+        raise ConvertError(describe(obj), field, "expected a mapping of quantities")
     return {str(r): quantity(v, str(r), describe(obj), f"{field}.{r}") for r, v in raw.items()}
 
 
@@ -95,34 +65,13 @@ def node_from_k8s(obj: dict) -> Node:
     )
 
 
-def pod_requests(obj: dict, spec: dict) -> dict[str, int]:
-    """Effective request: max(sum over containers, each init container) plus overhead; limits stand in for
-    missing requests (as the API server defaults them)."""
-
-    def of(c: dict, i: int, kind: str) -> dict[str, int]:
-        res = c.get("resources") or {}
-        merged = {**(res.get("limits") or {}), **(res.get("requests") or {})}
-        return _resources(obj, f"spec.{kind}[{i}].resources", merged)
-
-    total: dict[str, int] = {}
-    for i, c in enumerate(spec.get("containers") or []):
-        for r, v in of(c, i, "containers").items():
-            total[r] = total.get(r, 0) + v
-    for i, c in enumerate(spec.get("initContainers") or []):
-        for r, v in of(c, i, "initContainers").items():
-            total[r] = max(total.get(r, 0), v)
-    for r, v in _resources(obj, "spec.overhead", spec.get("overhead") or {}).items():
-        total[r] = total.get(r, 0) + v
-    return total
-
-
 def pod_from_k8s(obj: dict) -> Pod | None:
     """A bound non-terminal pod, or None (unbound or finished pods hold no capacity)."""
     node = _get(obj, "spec.nodeName", str)
     if not node or _get(obj, "status.phase", str) in TERMINAL:
         return None
     key = f"{_get(obj, 'metadata.namespace', str, 'default')}/{_get(obj, 'metadata.name', str, '')}"
-    reqs = pod_requests(obj, _get(obj, "spec", dict, {}))
+    reqs = pod_requests(_get(obj, "spec", dict, {}), lambda field, raw: _resources(obj, field, raw))
     return Pod(key=key, node=node, requests=tuple(sorted(reqs.items())))
 
 
@@ -140,35 +89,18 @@ def topology_from_k8s(obj: dict) -> Topology:
     return Topology(tuple(Level(lv.name, lv.nodeLabel) for lv in ct.spec.levels))
 
 
-def timestamp(value: str | None) -> float:
-    if not value:
-        return 0.0
-    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-
-
 def job_from_k8s(obj: dict) -> JobRequest:
-    tj: TrainingJob = _validate(TrainingJob, obj)
+    """The core request of a TrainingJob, from its metadata and spec (the status is the operator's own and is read
+    elsewhere: a damaged status never makes a spec invalid)."""
+    tj: TrainingJob = _validate(TrainingJob, {**obj, "status": None})
     name = describe(obj)
     spec, res, topo = tj.spec, tj.spec.resources, tj.spec.topology
-    reqs: dict[str, int] = {}
-    if res.gpus:
-        reqs[GPU] = res.gpus
-    if res.migProfile:
-        reqs[f"nvidia.com/mig-{res.migProfile}"] = 1
-    if res.cpu is not None:
-        reqs["cpu"] = quantity(res.cpu, "cpu", name, "spec.resources.cpu")
-    if res.memory is not None:
-        reqs["memory"] = quantity(res.memory, "memory", name, "spec.resources.memory")
-    pod = spec.template.get("spec") or {}
-    if not isinstance(pod, dict):
-        raise ConvertError(name, "spec.template.spec", "expected a mapping")
-    selector = pod.get("nodeSelector") or {}
-    if not isinstance(selector, dict):
-        raise ConvertError(name, "spec.template.spec.nodeSelector", "expected a mapping")
-    try:
-        submitted = timestamp(tj.status.queuedAt if tj.status and tj.status.queuedAt else tj.metadata.creationTimestamp)
-    except ValueError as e:
-        raise ConvertError(name, "metadata.creationTimestamp", str(e)) from None
+    for resource in ("cpu", "memory"):  # checked here to name the field the user wrote
+        if (value := getattr(res, resource)) is not None:
+            quantity(value, resource, name, f"spec.resources.{resource}")
+    reqs = replica_requests(obj)
+    pod = _field(name, spec.template, "spec", dict, {}, "spec.template")
+    selector = _field(name, pod, "nodeSelector", dict, {}, "spec.template.spec")
     return JobRequest(
         namespace=tj.metadata.namespace or "default",
         name=tj.metadata.name,
@@ -183,30 +115,57 @@ def job_from_k8s(obj: dict) -> JobRequest:
         slice_size=topo.sliceSize,
         slice_required=topo.sliceRequired,
         priority=spec.priority,
-        submitted=submitted,
+        submitted=submitted_at(obj),
     )
 
 
+def submitted_at(obj: dict) -> float:
+    """When the job entered the queue (status.queuedAt), else when it was created; 0 when neither can be read."""
+    for value in ((obj.get("status") or {}).get("queuedAt"), (obj.get("metadata") or {}).get("creationTimestamp")):
+        try:
+            if value:
+                return timestamp(value)
+        except ValueError:
+            continue
+    return 0.0
+
+
+def _field(name: str, parent: dict, key: str, kind: type, default: Any, at: str) -> Any:
+    value = parent.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, kind):
+        raise ConvertError(name, f"{at}.{key}", f"expected a {'mapping' if kind is dict else kind.__name__}")
+    return value
+
+
 def _affinity(name: str, pod: dict) -> tuple[tuple[Requirement, ...], ...]:
-    path = "spec.template.spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    req = ((pod.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
-    if not req:
-        return ()
+    at = "spec.template.spec"
+    affinity = _field(name, pod, "affinity", dict, {}, at)
+    node_affinity = _field(name, affinity, "nodeAffinity", dict, {}, f"{at}.affinity")
+    at += ".affinity.nodeAffinity"
+    required = _field(name, node_affinity, "requiredDuringSchedulingIgnoredDuringExecution", dict, {}, at)
+    at += ".requiredDuringSchedulingIgnoredDuringExecution"
     terms = []
-    for t, term in enumerate(req.get("nodeSelectorTerms") or []):
+    for t, term in enumerate(_field(name, required, "nodeSelectorTerms", list, [], at)):
+        where = f"{at}.nodeSelectorTerms[{t}]"
+        if not isinstance(term, dict):
+            raise ConvertError(name, where, "expected a mapping")
         exprs = []
-        for e, ex in enumerate(term.get("matchExpressions") or []):
-            op = ex.get("operator")
+        for e, ex in enumerate(_field(name, term, "matchExpressions", list, [], where)):
+            op = ex.get("operator") if isinstance(ex, dict) else None
             if op not in ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt") or not ex.get("key"):
-                raise ConvertError(name, f"{path}.nodeSelectorTerms[{t}].matchExpressions[{e}]", "bad key/operator")
-            exprs.append(Requirement(str(ex["key"]), op, tuple(str(v) for v in ex.get("values") or ())))
+                raise ConvertError(name, f"{where}.matchExpressions[{e}]", "needs a key and an operator of In, "
+                                   "NotIn, Exists, DoesNotExist, Gt, Lt")
+            values = _field(name, ex, "values", list, [], f"{where}.matchExpressions[{e}]")
+            exprs.append(Requirement(str(ex["key"]), op, tuple(str(v) for v in values)))
         terms.append(tuple(exprs))
     return tuple(terms)
 
 
 def _tolerations(name: str, pod: dict) -> tuple[Toleration, ...]:
     out = []
-    for i, t in enumerate(pod.get("tolerations") or []):
+    for i, t in enumerate(_field(name, pod, "tolerations", list, [], "spec.template.spec")):
         if not isinstance(t, dict):
             raise ConvertError(name, f"spec.template.spec.tolerations[{i}]", "expected a mapping")
         op = t.get("operator") or "Equal"

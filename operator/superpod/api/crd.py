@@ -25,8 +25,25 @@ def _order_rule(a: str, b: str, msg: str) -> dict:
 
 
 _POD_SPEC = "self.template.spec"
+_GPU_KEY = "k == 'nvidia.com/gpu' || k.startsWith('nvidia.com/mig-')"
+_ACTIVE = "['Starting', 'Running']"
+_GANG = ("replicas", "resources", "topology", "template")
+
+
+def _containers_rule(each: str, msg: str) -> dict:
+    """`each` holds for every container and init container of the template (c: the container)."""
+    lists = [f"(!has({_POD_SPEC}.{kind}) || {_POD_SPEC}.{kind}.all(c, {each}))"
+             for kind in ("containers", "initContainers")]
+    return {"rule": f"!has({_POD_SPEC}) || ({' && '.join(lists)})", "message": msg}
+
+
 RULES: dict[str, list[dict]] = {
     "TrainingJob": [
+        {"rule": f"!has(oldSelf.status) || !has(oldSelf.status.phase) || !(oldSelf.status.phase in {_ACTIVE}) || "
+                 f"({' && '.join(f'self.spec.{f} == oldSelf.spec.{f}' for f in _GANG)})",
+         "fieldPath": ".spec",
+         "message": "replicas, resources, topology and template define the gang and cannot change while it is "
+                    "Starting or Running: delete and recreate the job, or wait until it ends"},
         {"rule": "self.metadata.name.size() <= 50",
          "message": "metadata.name must be at most 50 characters (replica hostnames are <name>-<index>)"},
         {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
@@ -48,11 +65,16 @@ RULES: dict[str, list[dict]] = {
          "message": "template.spec.schedulingGates must not be set: the gang is placed whole by superpod-scheduler"},
         {"rule": f"!has({_POD_SPEC}) || !has({_POD_SPEC}.restartPolicy) || {_POD_SPEC}.restartPolicy == 'Never'",
          "message": "template.spec.restartPolicy must be Never (or unset): a failed replica restarts the whole gang"},
-        {"rule": f"!has({_POD_SPEC}) || !has({_POD_SPEC}.containers) || {_POD_SPEC}.containers.all(c, "
-                 "!has(c.resources) || ((!has(c.resources.limits) || !c.resources.limits.exists(k, "
-                 "k.startsWith('nvidia.com/'))) && (!has(c.resources.requests) || "
-                 "!c.resources.requests.exists(k, k.startsWith('nvidia.com/')))))",
-         "message": "containers must not request nvidia.com/* resources: set spec.resources.gpus or migProfile"},
+        _containers_rule(
+            "!has(c.resources) || ((!has(c.resources.limits) || !c.resources.limits.exists(k, "
+            f"{_GPU_KEY})) && (!has(c.resources.requests) || !c.resources.requests.exists(k, {_GPU_KEY})))",
+            "containers must not request nvidia.com/gpu or nvidia.com/mig-* resources: set spec.resources.gpus or "
+            "spec.resources.migProfile, the scheduler puts them on the first container"),
+        _containers_rule(
+            "!has(c.resources) || !has(c.resources.requests) || c.resources.requests.all(k, !k.contains('/') || "
+            "(has(c.resources.limits) && k in c.resources.limits))",
+            "an extended resource (a name with a '/', e.g. rdma/ib) requested without a limit: Kubernetes requires "
+            "its limit, equal to the request"),
     ],
     "TrainingJob.spec.topology": [
         {"rule": "has(self.sliceSize) == has(self.sliceRequired)",
@@ -72,6 +94,10 @@ RULES: dict[str, list[dict]] = {
 _QUANTITIES = {"type": "object", "maxProperties": 32,
                "additionalProperties": {"x-kubernetes-int-or-string": True}}
 _KEEP = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+_CONTAINERS = {"type": "array", "maxItems": 64, "items": {
+    "type": "object", "x-kubernetes-preserve-unknown-fields": True,
+    "properties": {"resources": {"type": "object", "x-kubernetes-preserve-unknown-fields": True,
+                                 "properties": {"limits": _QUANTITIES, "requests": _QUANTITIES}}}}}
 # A PodTemplateSpec is kept as given; only the fields the rules above read are typed, so CEL can see them.
 TEMPLATE = {
     "type": "object",
@@ -86,11 +112,8 @@ TEMPLATE = {
                 "schedulerName": {"type": "string", "maxLength": 253},
                 "restartPolicy": {"type": "string", "maxLength": 16},
                 "schedulingGates": {"type": "array", "maxItems": 16, "items": _KEEP},
-                "containers": {"type": "array", "maxItems": 64, "items": {
-                    "type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                    "properties": {"resources": {
-                        "type": "object", "x-kubernetes-preserve-unknown-fields": True,
-                        "properties": {"limits": _QUANTITIES, "requests": _QUANTITIES}}}}},
+                "containers": _CONTAINERS,
+                "initContainers": _CONTAINERS,
             },
         },
     },
@@ -129,7 +152,8 @@ def _structural(schema: dict, defs: dict) -> dict:
             out.update(_structural(options[0], defs))
         else:
             raise ValueError(f"cannot express {schema} structurally")
-    for key in ("type", "pattern", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems", "enum"):
+    for key in ("type", "format", "pattern", "minimum", "maximum", "minLength", "maxLength", "minItems", "maxItems",
+                "enum"):
         if key in schema:
             out[key] = schema[key]
     if "exclusiveMinimum" in schema:

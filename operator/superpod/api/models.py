@@ -5,9 +5,12 @@ Field names are the YAML names. Every field has a description: the CRDs are gene
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from superpod.core.phases import Phase
 
 GROUP = "superpod.dev"
 VERSION = "v1alpha1"
@@ -101,16 +104,27 @@ class TrainingJobSpec(_Spec):
 
 
 class Condition(BaseModel):
-    type: str = Field(description="Condition type, e.g. Placed, Running.")
+    type: str = Field(description="Condition type: Schedulable, Running, Succeeded, Failed or Invalid.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str | None = Field(None, description="CamelCase reason.")
     message: str | None = Field(None, description="Human-readable detail.")
-    lastTransitionTime: str | None = Field(None, description="RFC 3339 time of the last status change.")
+    lastTransitionTime: datetime | None = Field(None, description="RFC 3339 time of the last status change.")
+
+
+class Failure(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    attempt: int = Field(ge=0, description="The attempt that ended.")
+    reason: str = Field(description="PodFailed, NodeLost, PodDeleted, StartupTimeout or ContainerError.")
+    replica: int | None = Field(None, description="The replica (rank) at fault, if one.")
+    node: str | None = Field(None, description="Its node.")
+    exitCode: int | None = Field(None, description="The exit code of the container that failed.")
+    message: str | None = Field(None, description="Termination message, or the kubelet's words.")
+    time: datetime = Field(description="RFC 3339 time the operator saw it.")
 
 
 class TrainingJobStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
-    phase: str | None = Field(None, description="Queued, Starting, Running, Restarting, Succeeded or Failed.")
+    phase: Phase | None = Field(None, description="Queued, Starting, Running, Succeeded, Failed or Invalid.")
     conditions: list[Condition] = Field(default_factory=list, description="Observed conditions.")
     placement: dict[str, list[int]] | None = Field(None, description="Node name to the replica indexes placed on it.")
     domains: dict[str, list[str]] | None = Field(
@@ -118,19 +132,29 @@ class TrainingJobStatus(BaseModel):
     )
     domain: str | None = Field(None, description="The tightest single domain holding the whole gang, e.g. leaf su-2.")
     attempt: int = Field(0, ge=0, description="Gang attempt number; pods of attempt N are named <job>-aN-<index>.")
-    attemptStartTime: str | None = Field(None, description="RFC 3339 time the current attempt was placed.")
+    attemptStartTime: datetime | None = Field(None, description="RFC 3339 time the current attempt was placed.")
+    restarts: int = Field(0, ge=0, description="Gang restarts after a replica failed (counted against maxRestarts).")
+    interruptions: int = Field(
+        0, ge=0, description="Gang restarts the infrastructure caused: a node lost, a replica deleted or evicted."
+    )
     startupFailures: int = Field(0, ge=0, description="Attempts torn down because not all pods ran in time.")
-    notBefore: str | None = Field(None, description="RFC 3339 time before which a requeued job is not placed again.")
+    containerErrors: int = Field(0, ge=0, description="Attempts torn down by image or container config errors.")
+    failures: list[Failure] = Field(default_factory=list, description="What ended the last attempts, newest last.")
+    notBefore: datetime | None = Field(None, description="RFC 3339 time before which a requeued job is not placed.")
     gpus: str | None = Field(None, description="What the whole gang holds, e.g. 128 GPUs or 8 x mig-3g.40gb.")
     ready: str | None = Field(None, description="Replicas running / replicas.")
-    gpuSeconds: float = Field(0, ge=0, description="GPU-seconds used by finished attempts (MIG slices count 1/7).")
+    gpuSeconds: float = Field(
+        0, ge=0, description="GPU-seconds used by all attempts, from pod start to finish (MIG slices count g/7); the "
+        "running attempt up to the last status write."
+    )
+    finishedGpuSeconds: float = Field(0, ge=0, description="GPU-seconds of the attempts that have ended.")
+    accountedAttempts: int = Field(0, ge=0, description="Attempts whose GPU-seconds are in finishedGpuSeconds.")
     observedGeneration: int | None = Field(None, description="The spec generation this status was computed from.")
     reason: str | None = Field(None, description="Short machine-readable reason for the phase.")
     message: str | None = Field(None, description="Why the job waits or failed, one sentence.")
-    restarts: int = Field(0, ge=0, description="Gang restarts so far.")
-    queuedAt: str | None = Field(None, description="RFC 3339 time the job entered the queue.")
-    startTime: str | None = Field(None, description="RFC 3339 time all replicas were running.")
-    completionTime: str | None = Field(None, description="RFC 3339 time the job finished.")
+    queuedAt: datetime | None = Field(None, description="RFC 3339 time the job entered the queue.")
+    startTime: datetime | None = Field(None, description="RFC 3339 time all replicas were first running.")
+    completionTime: datetime | None = Field(None, description="RFC 3339 time the job finished.")
 
 
 class TrainingJob(BaseModel):

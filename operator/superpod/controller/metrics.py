@@ -1,15 +1,14 @@
-"""Prometheus metrics served on /metrics."""
+"""Prometheus metrics, served on /metrics beside /healthz and /readyz (controller/health.py)."""
 
 from __future__ import annotations
 
 from collections import Counter
 
-from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
+from superpod.core.phases import Phase
 from superpod.core.request import GPU, PRODUCT_LABEL
-
-PHASES = ("Queued", "Starting", "Running", "Succeeded", "Failed", "Invalid")
 
 
 class Metrics:
@@ -23,34 +22,48 @@ class Metrics:
         self.placement_seconds = Histogram(
             "superpod_placement_seconds", "Time of one scheduling decision over the pending queue", registry=r,
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5))
+        self.cycle_seconds = Histogram(
+            "superpod_cycle_seconds", "Time of one whole cycle: observe, judge, decide and apply", registry=r,
+            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
         self.gpus_allocated = Gauge("superpod_gpus_allocated", "Whole GPUs requested by running pods, by product",
                                     ["product"], registry=r)
         self.gpus_free = Gauge("superpod_gpus_free", "Whole GPUs free on schedulable nodes, by product", ["product"],
                                registry=r)
-        self.gang_restarts = PromCounter("superpod_gang_restarts", "Gang restarts after pod failure or node loss",
+        self.gang_restarts = PromCounter("superpod_gang_restarts", "Gang restarts, by cause: failure (a replica "
+                                         "failed) or interruption (node lost, pod deleted or evicted)", ["cause"],
                                          registry=r)
         self.mig_reconfigurations = PromCounter("superpod_mig_reconfigurations",
                                                 "Nodes given a new MIG geometry", registry=r)
-        self.gpu_seconds = PromCounter("superpod_gpu_seconds", "GPU-seconds used by finished gang attempts",
-                                       ["namespace"], registry=r)
-
-    def serve(self, port: int, addr: str = "0.0.0.0") -> None:
-        start_http_server(port, addr=addr, registry=self.registry)
+        self.gpu_seconds = PromCounter("superpod_gpu_seconds", "GPU-seconds used by gang pods, growing while they "
+                                       "run", ["namespace"], registry=r)
+        self.cycle_errors = PromCounter("superpod_cycle_errors", "Cycles or Lease renewals that failed and were "
+                                        "retried", ["stage"], registry=r)
+        self.object_errors = PromCounter("superpod_object_errors", "Objects a bug met while judging, deciding or "
+                                         "applying (the rest scheduled on)", ["stage"], registry=r)
+        self.writes = PromCounter("superpod_writes", "Writes the applier made, by action and outcome",
+                                  ["action", "outcome"], registry=r)
+        self.leading = Gauge("superpod_leader", "1 while this replica holds the Lease", registry=r)
+        for cause in ("failure", "interruption"):  # every series exists from the start, at 0
+            self.gang_restarts.labels(cause)
+        for stage in ("cycle", "lease", "resync"):
+            self.cycle_errors.labels(stage)
+        for stage in ("judge", "decide", "apply"):
+            self.object_errors.labels(stage)
 
     def observe_cluster(self, state) -> None:
-        phases = Counter((j.get("status") or {}).get("phase") or "Queued" for j in state.jobs.values())
-        for phase in PHASES:
+        phases = Counter((j.get("status") or {}).get("phase") or Phase.QUEUED for j in state.jobs.values())
+        for phase in Phase:
             self.jobs.labels(phase).set(phases.get(phase, 0))
         total: Counter = Counter()
         used: Counter = Counter()
-        for n in state.nodes.values():
-            product = n.labels.get(PRODUCT_LABEL, "unknown")
-            if n.ready and not n.unschedulable:
-                total[product] += n.allocatable.get(GPU, 0)
+        for entry in state.nodes.values():
+            node = entry.node
+            if node is not None and node.ready and not node.unschedulable:
+                total[node.labels.get(PRODUCT_LABEL, "unknown")] += node.allocatable.get(GPU, 0)
         for p in state.pods.values():
-            if p.holds is not None and p.node in state.nodes:
-                product = state.nodes[p.node].labels.get(PRODUCT_LABEL, "unknown")
-                used[product] += dict(p.holds.requests).get(GPU, 0)
+            entry = state.nodes.get(p.node) if p.node else None
+            if p.holds is not None and entry is not None and entry.node is not None:
+                used[entry.node.labels.get(PRODUCT_LABEL, "unknown")] += dict(p.holds.requests).get(GPU, 0)
         for product in set(total) | set(used):
             self.gpus_allocated.labels(product).set(used[product])
             self.gpus_free.labels(product).set(max(0, total[product] - used[product]))

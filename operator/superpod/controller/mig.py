@@ -1,48 +1,43 @@
-"""Dynamic MIG: when MIG jobs wait because no node offers their slice, the core planner picks idle opted-in nodes
-and new geometries; the operator writes the mig-parted config to a ConfigMap and sets `nvidia.com/mig.config` on
-those nodes, for NVIDIA's MIG manager to apply. Such nodes are held from every placement (ClusterState.held) until
-the manager reports `success` and the node's allocatable shows the expected resources; `failed`, or no success
-within the timeout, marks the node and the job is planned again elsewhere.
+"""Dynamic MIG, as plans. When MIG jobs wait because no node offers their slice, the core planner picks idle,
+opted-in nodes on the `mixed` strategy and new geometries; the plan adds the mig-parted configs to a ConfigMap and
+then sets `nvidia.com/mig.config` on those nodes (with our bookkeeping annotations, in one patch) for NVIDIA's MIG
+manager. Such nodes are held from every placement until the manager reports `success` and the node's allocatable
+shows the expected resources; `failed`, or no success within the timeout, marks the node, puts its previous config
+back and the jobs are planned again elsewhere. When whole-GPU jobs wait and no MIG job wants a product's slices,
+idle repartitioned nodes of that product go back to whole GPUs.
 
-Everything the flow needs after a restart is on the nodes, as annotations: what was asked, when, for which jobs."""
+Never repartitioned: a node a pod uses a GPU of, a node of a placed or just-placed gang, a node reserved for a
+blocked job, a node not on the mixed strategy. Everything the flow needs after a restart is on the nodes."""
 
 from __future__ import annotations
 
 import json
 import logging
 
-import yaml
-
+from superpod.api.resources import ConvertError
+from superpod.controller.actions import Emit, MergeMigConfigs, PatchNode, Plan, job_ref, node_ref
 from superpod.controller.state import (
     MIG_EXPECT,
     MIG_FAILED,
     MIG_FOR,
     MIG_LAYOUT,
+    MIG_PREVIOUS,
     MIG_REQUESTED_AT,
     ClusterState,
+    NodeEntry,
     mig_held,
 )
 from superpod.core.mig_catalog import UnknownProductError, product
-from superpod.core.mig_planner import MigDemand, MigNode, plan
+from superpod.core.mig_planner import MigDemand, MigNode, MigPlan, plan
 from superpod.core.mig_render import CONFIG_LABEL, STATE_LABEL, render
 from superpod.core.model import filter_reason
-from superpod.core.request import MIG_PREFIX, PRODUCT_LABEL, JobRequest
-from superpod.k8s.writer import Writer
+from superpod.core.phases import Reason
+from superpod.core.request import GPU, MIG_PREFIX, PRODUCT_LABEL, JobRequest
 
 log = logging.getLogger(__name__)
 DYNAMIC = "superpod.dev/mig-dynamic"
-
-
-def _layout(node_obj: dict, gpus: int) -> tuple | None:
-    """Per-GPU geometry: what we configured (annotation), or all MIG-disabled when the node advertises no MIG
-    resources; None when unknown (partitioned by someone else), and then the planner leaves the node alone."""
-    notes = node_obj["metadata"].get("annotations") or {}
-    if MIG_LAYOUT in notes:
-        return tuple(tuple(g) if g is not None else None for g in json.loads(notes[MIG_LAYOUT]))
-    alloc = (node_obj.get("status") or {}).get("allocatable") or {}
-    if any(k.startswith(MIG_PREFIX) and str(v) != "0" for k, v in alloc.items()):
-        return None
-    return (None,) * gpus
+STRATEGY = "nvidia.com/mig.strategy"
+OURS = (MIG_EXPECT, MIG_REQUESTED_AT, MIG_FOR, MIG_PREVIOUS)
 
 
 def _profile(job: JobRequest) -> str | None:
@@ -50,117 +45,184 @@ def _profile(job: JobRequest) -> str | None:
 
 
 class MigFlow:
-    def __init__(self, state: ClusterState, writer: Writer, namespace: str, configmap: str,
-                 timeout: float = 300, metrics=None) -> None:
-        self.state, self.writer, self.metrics = state, writer, metrics
+    def __init__(self, state: ClusterState, namespace: str, configmap: str, timeout: float = 300,
+                 metrics=None) -> None:
+        self.state, self.metrics = state, metrics
         self.namespace, self.configmap, self.timeout = namespace, configmap, timeout
 
-    async def check(self, now: float) -> None:
-        """Release nodes whose reconfiguration finished; mark those that failed or timed out."""
-        for name, obj in list(self.state.node_objs.items()):
-            notes, labels = obj["metadata"].get("annotations") or {}, obj["metadata"].get("labels") or {}
+    # ---- reconfigurations in flight -------------------------------------------------------------------------------
+    def check(self, now: float) -> list[Plan]:
+        """Release nodes whose reconfiguration finished; fail, revert and mark those that failed or timed out."""
+        out = []
+        for name, entry in self.state.nodes.items():
+            notes = entry.obj["metadata"].get("annotations") or {}
             if MIG_EXPECT not in notes:
                 continue
-            state = labels.get(STATE_LABEL)
-            if not mig_held(obj):
-                await self.writer.annotate_node(name, {MIG_EXPECT: None, MIG_REQUESTED_AT: None, MIG_FOR: None})
-                log.info("node %s: MIG config %s in place", name, labels.get(CONFIG_LABEL))
+            labels = entry.obj["metadata"].get("labels") or {}
+            try:
+                held = mig_held(entry.obj)
+                requested = float(notes.get(MIG_REQUESTED_AT) or now)
+            except (ConvertError, ValueError):
+                out.append(self._fail(name, entry, "our bookkeeping annotations on the node are damaged", now))
                 continue
-            late = now - float(notes.get(MIG_REQUESTED_AT) or now) > self.timeout
-            if state == "failed" or late:
-                why = ("the MIG manager reported failed" if state == "failed"
-                       else f"the MIG manager did not report success within {self.timeout:.0f}s")
-                await self.writer.annotate_node(name, {MIG_FAILED: why, MIG_EXPECT: None, MIG_FOR: None,
-                                                       MIG_REQUESTED_AT: None})
-                for job in filter(None, (self.state.jobs.get(k) for k in (notes.get(MIG_FOR) or "").split(","))):
-                    await self.writer.event(job, "Warning", "MigFailed",
-                                            f"node {name}: {why} for config {labels.get(CONFIG_LABEL)}; replanning")
+            if not held:
+                out.append(Plan(f"node:{name}", [PatchNode(name, annotations=dict.fromkeys(OURS))]))
+                log.info("node %s: MIG config %s in place", name, labels.get(CONFIG_LABEL))
+            elif labels.get(STATE_LABEL) == "failed":
+                out.append(self._fail(name, entry, "the MIG manager reported failed", now))
+            elif now - requested > self.timeout:
+                out.append(self._fail(name, entry, f"the MIG manager did not report success within "
+                                                   f"{self.timeout:.0f}s", now))
+        return out
 
-    async def plan(self, waiting: list[JobRequest], now: float) -> dict[str, str]:
-        """Reconfigure nodes for MIG jobs that wait for slices; returns job key -> a status message for those served."""
-        served = {k for obj in self.state.node_objs.values()
-                  for k in ((obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",") if k}
+    def _fail(self, name: str, entry: NodeEntry, why: str, now: float) -> Plan:
+        """Mark the node, put its previous config back (the manager undoes a half-done change), tell the jobs."""
+        notes = entry.obj["metadata"].get("annotations") or {}
+        labels = entry.obj["metadata"].get("labels") or {}
+        wanted = labels.get(CONFIG_LABEL)
+        revert = {CONFIG_LABEL: notes.get(MIG_PREVIOUS) or None}
+        plan = Plan(f"node:{name}", [PatchNode(name, labels=revert, annotations={
+            **dict.fromkeys(OURS), MIG_LAYOUT: None, MIG_FAILED: f"{why} (config {wanted})"})])
+        message = f"node {name}: {why} for config {wanted}; reverted, replanning elsewhere"
+        plan.then(Emit(node_ref(entry.obj), "Warning", Reason.MIG_FAILED, message))
+        for key in (notes.get(MIG_FOR) or "").split(","):
+            if job := self.state.jobs.get(key):
+                plan.then(Emit(job_ref(job), "Warning", Reason.MIG_FAILED, message))
+        return plan
+
+    # ---- new reconfigurations -------------------------------------------------------------------------------------
+    def plan(self, waiting: list[JobRequest], busy: set[str], now: float) -> tuple[list[Plan], dict[str, str]]:
+        """Plans for MIG jobs that wait for slices (and whole-GPU jobs that wait while slices idle), and job key ->
+        a status message for the jobs served."""
+        served = {k for e in self.state.nodes.values()
+                  for k in ((e.obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",") if k}
         messages = {k: "waiting for the MIG reconfiguration of its nodes" for k in served}
+        nodes, refused = self._nodes(busy)
         groups: dict[tuple, list[JobRequest]] = {}
         for job in waiting:
             if job.key not in served and _profile(job):
                 groups.setdefault(job.filter_signature(), []).append(job)
-        if not groups:
-            return messages
-        nodes, taken = self._nodes(), set()
-        existing = None  # the ConfigMap's configs, read only once a plan needs writing
+        layouts, configs, assignment, taken = {}, {}, {}, set()
         # Jobs with different node filters see different nodes: plan group by group, highest priority first.
         for jobs in sorted(groups.values(), key=lambda js: -max(j.priority for j in js)):
-            eligible = [n for n in nodes if n.name not in taken
-                        and filter_reason(self.state.nodes[n.name], jobs[0]) is None]
+            eligible = [n for n in nodes if n.name not in taken and self.state.nodes[n.name].node is not None
+                        and filter_reason(self.state.nodes[n.name].node, jobs[0]) is None]
             demands = [MigDemand(j.key, _profile(j), j.replicas, j.priority, j.gpu_product) for j in jobs]
             result = plan(eligible, demands) if eligible else None
             if not result or not result.layouts:
+                for j in jobs:
+                    if refused and j.key not in messages:
+                        messages[j.key] = refused
                 continue
-            if existing is None:
-                existing = await self._existing()
-            rendered = render(eligible, result, existing)
-            existing = dict(rendered.config["mig-configs"])
-            taken |= set(rendered.labels)
-            await self._write(rendered, result, now)
-            messages.update(await self._announce(rendered, result))
-        return messages
+            rendered = render(eligible, result)
+            configs.update(rendered.config["mig-configs"])
+            for name in rendered.labels:
+                taken.add(name)
+                layouts[name] = (result.layouts[name], rendered.labels[name], rendered.resources[name])
+            for key in result.satisfied:
+                where = sorted(n for n in result.assignment.get(key, {}) if n in rendered.labels)
+                if where:
+                    assignment[key] = where
+        self._reclaim(waiting, nodes, taken, layouts, configs)
+        if not layouts:
+            return [], messages
+        return [self._write(layouts, configs, assignment, now)], {**messages, **{
+            key: f"repartitioning {len(where)} node(s) for its MIG slices: {', '.join(where[:5])}"
+                 f"{' ...' if len(where) > 5 else ''}" for key, where in assignment.items()}}
 
-    async def _write(self, rendered, result, now: float) -> None:
-        await self.writer.apply_config_map(self.namespace, self.configmap,
-                                           {"config.yaml": yaml.safe_dump(rendered.config, sort_keys=False)})
-        for name, config in rendered.labels.items():
-            jobs = sorted(j for j, where in result.assignment.items() if name in where)
-            await self.writer.annotate_node(name, {
-                MIG_EXPECT: json.dumps(rendered.resources[name], sort_keys=True),
-                MIG_LAYOUT: json.dumps([list(g) if g is not None else None for g in result.layouts[name]]),
-                MIG_REQUESTED_AT: f"{now:.0f}", MIG_FOR: ",".join(jobs)})
-            await self.writer.label_node(name, {CONFIG_LABEL: config})
-        if self.metrics:
-            self.metrics.mig_reconfigurations.inc(len(rendered.labels))
-
-    async def _announce(self, rendered, result) -> dict[str, str]:
-        messages = {}
-        for key in result.satisfied:
-            where = sorted(n for n in result.assignment.get(key, {}) if n in rendered.labels)
-            if not where:
+    def _reclaim(self, waiting: list[JobRequest], nodes: list[MigNode], taken: set[str], layouts: dict,
+                 configs: dict) -> None:
+        """Idle slices back to whole GPUs, for whole-GPU jobs that wait, where no waiting MIG job wants them."""
+        mig_products = {j.gpu_product for j in waiting if _profile(j)}
+        need: dict[str | None, int] = {}
+        for j in waiting:
+            if j.gpus and not _profile(j):
+                need[j.gpu_product] = need.get(j.gpu_product, 0) + j.gpus * j.replicas
+        for wanted, gpus in need.items():
+            if None in mig_products or wanted in mig_products:
                 continue
-            msg = (f"repartitioning {len(where)} node(s) for its MIG slices: {', '.join(where[:5])}"
-                   f"{' ...' if len(where) > 5 else ''}")
-            messages[key] = msg
+            for node in nodes:
+                if gpus <= 0:
+                    break
+                if node.name in taken or node.in_use or all(g is None for g in node.gpus):
+                    continue
+                if wanted is not None and self.state.nodes[node.name].node.labels.get(PRODUCT_LABEL) != wanted:
+                    continue
+                whole = (None,) * len(node.gpus)
+                rendered = render([node], MigPlan({node.name: whole}, {node.name: tuple(range(len(whole)))}, (),
+                                                  (), {}))
+                configs.update(rendered.config["mig-configs"])
+                layouts[node.name] = (whole, rendered.labels[node.name], rendered.resources[node.name])
+                taken.add(node.name)
+                gpus -= len(whole)
+
+    def _write(self, layouts: dict, configs: dict, assignment: dict[str, list[str]], now: float) -> Plan:
+        out = Plan("mig-config", [MergeMigConfigs(self.namespace, self.configmap, configs)])
+        for name, (layout, config, resources) in sorted(layouts.items()):
+            entry = self.state.nodes[name]
+            previous = (entry.obj["metadata"].get("labels") or {}).get(CONFIG_LABEL)
+            jobs = sorted(k for k, where in assignment.items() if name in where)
+            out.then(PatchNode(name, labels={CONFIG_LABEL: config}, annotations={
+                MIG_EXPECT: json.dumps(resources, sort_keys=True),
+                MIG_LAYOUT: json.dumps([list(g) if g is not None else None for g in layout]),
+                MIG_REQUESTED_AT: f"{now:.0f}", MIG_FOR: ",".join(jobs) or None, MIG_PREVIOUS: previous}))
+        for key, where in assignment.items():
             if job := self.state.jobs.get(key):
-                await self.writer.event(job, "Normal", "MigReconfiguring", msg)
-        return messages
+                out.then(Emit(job_ref(job), "Normal", Reason.MIG_RECONFIGURING,
+                              f"repartitioning {len(where)} node(s) for its MIG slices: {', '.join(where[:5])}"))
+        if self.metrics:
+            self.metrics.mig_reconfigurations.inc(len(layouts))
+        return out
 
-    def _nodes(self) -> list[MigNode]:
-        busy_nodes: set[str] = set()
+    def _nodes(self, busy: set[str]) -> tuple[list[MigNode], str]:
+        """The nodes the planner may consider, and a sentence on opted-in nodes left out for their MIG strategy."""
         in_use: dict[str, dict[str, int]] = {}
+        gpu_busy = set()
         for p in self.state.pods.values():
             for r, q in p.holds.requests if p.holds is not None else ():
-                if r.startswith("nvidia.com/"):
-                    busy_nodes.add(p.node)
+                if r == GPU or r.startswith(MIG_PREFIX):
+                    gpu_busy.add(p.node)
                 if r.startswith(MIG_PREFIX):
                     use = in_use.setdefault(p.node, {})
                     use[r[len(MIG_PREFIX):]] = use.get(r[len(MIG_PREFIX):], 0) + q
-        out = []
-        for name, obj in self.state.node_objs.items():
-            labels = obj["metadata"].get("labels") or {}
-            notes = obj["metadata"].get("annotations") or {}
-            node = self.state.nodes.get(name)
+        out, single = [], 0
+        for name, entry in self.state.nodes.items():
+            labels = entry.obj["metadata"].get("labels") or {}
+            notes = entry.obj["metadata"].get("annotations") or {}
+            node = entry.node
             if node is None or labels.get("nvidia.com/mig.capable") != "true" or MIG_FAILED in notes:
+                continue
+            if labels.get(DYNAMIC) == "true" and labels.get(STRATEGY, "mixed") != "mixed":
+                single += 1
                 continue
             try:
                 product(labels.get(PRODUCT_LABEL, ""))
             except UnknownProductError:
                 continue
-            layout = _layout(obj, int(labels.get("nvidia.com/gpu.count") or 0))
-            if layout is None or not node.ready or node.unschedulable:
+            layout = _layout(entry.obj, int(labels.get("nvidia.com/gpu.count") or 0)
+                             if str(labels.get("nvidia.com/gpu.count") or "0").isdigit() else 0)
+            if layout is None or not layout or not node.ready or node.unschedulable or node.held:
                 continue
-            out.append(MigNode(name, labels[PRODUCT_LABEL], layout, busy=name in busy_nodes or mig_held(obj),
+            out.append(MigNode(name, labels[PRODUCT_LABEL], layout,
+                               busy=name in gpu_busy or name in busy or mig_held(entry.obj),
                                dynamic=labels.get(DYNAMIC) == "true", in_use=in_use.get(name, {})))
-        return out
+        why = (f"{single} opted-in node(s) use a MIG strategy other than mixed and are not repartitioned"
+               if single else "")
+        return out, why
 
-    async def _existing(self) -> dict:
-        data = await self.writer.read_config_map(self.namespace, self.configmap)
-        doc = yaml.safe_load((data or {}).get("config.yaml") or "{}") or {}
-        return dict(doc.get("mig-configs") or {})
+
+def _layout(node_obj: dict, gpus: int) -> tuple | None:
+    """Per-GPU geometry: what we configured (annotation), or all MIG-disabled when the node advertises no MIG
+    resources; None when unknown (partitioned by someone else, or our annotation is damaged): left alone."""
+    notes = node_obj["metadata"].get("annotations") or {}
+    if MIG_LAYOUT in notes:
+        try:
+            layout = json.loads(notes[MIG_LAYOUT])
+            return tuple(tuple(g) if g is not None else None for g in layout)
+        except (ValueError, TypeError):
+            return None
+    alloc = (node_obj.get("status") or {}).get("allocatable") or {}
+    if any(k.startswith(MIG_PREFIX) and str(v) != "0" for k, v in alloc.items()):
+        return None
+    return (None,) * gpus
+

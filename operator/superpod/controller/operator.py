@@ -1,6 +1,14 @@
-"""`superpod run`: the operator. kopf watches Nodes, Pods, TrainingJobs and ClusterTopologies into ClusterState;
-one loop, on the replica that holds the Lease, runs a scheduling cycle whenever something changed (and every
-second, for timers)."""
+"""`superpod run`: the operator. Its tasks, all on one event loop:
+
+- kopf watches Nodes, Pods, Services, TrainingJobs and ClusterTopologies; its handlers are coroutines that apply
+  each event to the cache (ClusterState) on the loop and wake the scheduler;
+- the Lease task renews leadership every retry period (k8s/lease.py), and relists the cluster whenever this replica
+  becomes leader, so the first decision of a term sees everything the last leader wrote;
+- the scheduling loop runs a cycle (controller/controller.py) whenever something changed and every second, while
+  this replica leads; a failed cycle is counted and retried with backoff, never ends the loop;
+- the resync task relists everything periodically and corrects the cache (missed events, phantoms);
+- the health server answers /metrics, /healthz and /readyz.
+The cache is filled by a full list before the first cycle, so no decision is made on a partial view."""
 
 from __future__ import annotations
 
@@ -10,96 +18,150 @@ import logging
 import os
 import signal
 import socket
+import time
 import uuid
 
 import kopf
 from kubernetes import client
 
+from superpod.controller.controller import Controller
+from superpod.controller.health import Health
+from superpod.controller.judge import Settings
 from superpod.controller.metrics import Metrics
 from superpod.controller.mig import MigFlow
-from superpod.controller.scheduler import Scheduler
 from superpod.controller.state import ClusterState
+from superpod.k8s.api import WATCHED, ApiError, ClusterAPI
 from superpod.k8s.client import load
+from superpod.k8s.kube import KubeAPI
 from superpod.k8s.lease import LeaderLease
-from superpod.k8s.manifests import GROUP, VERSION
-from superpod.k8s.writer import Writer
 
 log = logging.getLogger("superpod")
-KINDS = (("", "v1", "nodes"), ("", "v1", "pods"), (GROUP, VERSION, "trainingjobs"),
-         (GROUP, VERSION, "clustertopologies"))
+LEASE_NAME = "superpod-scheduler"
 
 
 class Operator:
-    def __init__(self, api: client.ApiClient, namespace: str, topology: str, metrics: Metrics,
-                 mig_configmap: str = "superpod-mig-parted-config", mig_timeout: float = 300,
-                 scheduler_name: str = "superpod-scheduler", identity: str | None = None,
-                 lease_seconds: int = 15) -> None:
-        self.api = api
+    def __init__(self, api: ClusterAPI, namespace: str, metrics: Metrics, topology: str = "default",
+                 settings: Settings | None = None, mig_configmap: str = "superpod-mig-parted-config",
+                 mig_timeout: float = 300, identity: str | None = None, lease: tuple[float, float, float] = (15, 10, 2),
+                 resync_seconds: float = 300, stall_seconds: float = 120, slow_cycle: float = 0) -> None:
+        self.api, self.metrics = api, metrics
         self.state = ClusterState(topology)
-        writer = Writer(api)
-        mig = MigFlow(self.state, writer, namespace, mig_configmap, mig_timeout, metrics)
-        self.scheduler = Scheduler(self.state, writer, metrics, mig, scheduler_name)
-        self.lease = LeaderLease(api, namespace, "superpod-scheduler",
-                                 identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}", lease_seconds)
+        identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+        duration, deadline, retry = lease
+        self.lease = LeaderLease(api, namespace, LEASE_NAME, identity, duration, deadline, retry)
+        mig = MigFlow(self.state, namespace, mig_configmap, mig_timeout, metrics)
+        self.controller = Controller(self.state, api, self.lease.is_leading, settings, mig, metrics)
+        self.health = Health(metrics.registry, stall_seconds)
+        self.health.leading = self.lease.is_leading
+        self.resync_seconds, self.slow_cycle = resync_seconds, slow_cycle
+        self.fresh = False  # the cache was relisted since this replica last became leader
         self.wake = asyncio.Event()
         self.registry = kopf.OperatorRegistry()
-        self._handlers = {"nodes": self.state.on_node, "pods": self.state.on_pod,
-                          "trainingjobs": self.state.on_job, "clustertopologies": self.state.on_topology}
         kopf.on.login(registry=self.registry)(kopf.login_via_client)
         kopf.on.startup(registry=self.registry)(_settings)
-        for group, version, plural in KINDS:
-            kopf.on.event(group, version, plural, registry=self.registry)(self._event(plural))
+        for kind in WATCHED:
+            kopf.on.event(kind.group, kind.version, kind.plural, registry=self.registry)(self._handler(kind))
 
-    def _event(self, plural: str):
-        apply = self._handlers[plural]
-
-        def handler(event, **_):
-            apply(event.get("type") or "ADDED", event["object"])
-            self.wake.set()
-        handler.__name__ = f"watch_{plural}"
+    def _handler(self, kind):
+        async def handler(event, **_):
+            if self.state.apply(kind, event.get("type") or "MODIFIED", event["object"], time.time()):
+                self.wake.set()
+        handler.__name__ = f"watch_{kind.plural}"
         return handler
 
-    def initial_list(self) -> None:
-        """Fill the state before the first cycle, so no decision is made on a partial view of the cluster."""
-        core, custom = client.CoreV1Api(self.api), client.CustomObjectsApi(self.api)
-        for n in core.list_node(_preload_content=False).json()["items"]:
-            self.state.on_node("ADDED", n)
-        for p in core.list_pod_for_all_namespaces(_preload_content=False).json()["items"]:
-            self.state.on_pod("ADDED", p)
-        for plural, apply in (("trainingjobs", self.state.on_job), ("clustertopologies", self.state.on_topology)):
-            for obj in custom.list_cluster_custom_object(GROUP, VERSION, plural)["items"]:
-                apply("ADDED", obj)
+    # ---- tasks ------------------------------------------------------------------------------------------------------
+    async def sync(self) -> None:
+        """List every watched kind into the cache (retried until it works)."""
+        failures = 0
+        while True:
+            try:
+                for kind in WATCHED:
+                    items, version = await self.api.list(kind)
+                    self.state.resync(kind, items, version, time.time())
+                return
+            except ApiError as e:
+                failures += 1
+                log.warning("listing the cluster failed (%s); retrying", e)
+                await asyncio.sleep(min(30.0, 2.0 ** failures))
 
-    async def schedule_forever(self, stop: asyncio.Event) -> None:
-        loop = asyncio.get_running_loop()
-        next_lease = 0.0
+    async def lease_loop(self, stop: asyncio.Event) -> None:
+        was_leading = False
         while not stop.is_set():
-            if loop.time() >= next_lease:
-                await asyncio.to_thread(self.lease.step)
-                next_lease = loop.time() + self.lease.duration / 3
-            if self.lease.leading:
+            try:
+                await self.lease.step()
+            except Exception as e:  # noqa: BLE001 - the Lease task must outlive any error: count, retry
+                self.metrics.cycle_errors.labels("lease").inc()
+                log.warning("lease renewal failed: %s", e)
+            leading = self.lease.is_leading()
+            if leading and not was_leading:
+                # A fresh view before the first decision of a term: whatever the last leader wrote is in it.
+                self.fresh = False
+                await self.sync()
+                self.fresh = True
+                self.health.cycle_done()  # the stall clock starts with leadership
+                self.wake.set()
+            was_leading = leading
+            self.metrics.leading.set(1 if leading else 0)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.lease.retry_period)
+        await self.lease.release()
+
+    async def schedule_loop(self, stop: asyncio.Event) -> None:
+        failures = 0
+        while not stop.is_set():
+            if self.lease.is_leading() and self.fresh:
                 self.wake.clear()
+                self.controller.writer(self.lease.fence)
+                started = time.monotonic()
                 try:
-                    await self.scheduler.cycle()
-                except Exception:  # one bad cycle must not stop scheduling; the next cycle starts from state
-                    log.exception("scheduling cycle failed")
+                    await self.controller.cycle(time.time(), pause=self.slow_cycle)
+                    failures = 0
+                    self.health.cycle_done()
+                except Exception:  # noqa: BLE001 - one bad cycle must not stop scheduling
+                    failures += 1
+                    self.metrics.cycle_errors.labels("cycle").inc()
+                    log.exception("scheduling cycle failed (%d in a row); retrying", failures)
+                    await asyncio.sleep(min(30.0, 0.5 * 2 ** failures))
+                self.metrics.cycle_seconds.observe(time.monotonic() - started)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=1.0)
-        await asyncio.to_thread(self.lease.release)
 
-    async def run(self, stop: asyncio.Event) -> None:
-        await asyncio.to_thread(self.initial_list)
-        sched = asyncio.create_task(self.schedule_forever(stop))
+    async def resync_loop(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), self.resync_seconds)
+            if stop.is_set():
+                return
+            try:
+                for kind in WATCHED:
+                    items, version = await self.api.list(kind)
+                    if changed := self.state.resync(kind, items, version, time.time()):
+                        log.info("resync corrected %d %s", changed, kind.plural)
+                        self.wake.set()
+            except Exception as e:  # noqa: BLE001 - retried at the next period
+                self.metrics.cycle_errors.labels("resync").inc()
+                log.warning("resync failed: %s", e)
+
+    async def run(self, stop: asyncio.Event, port: int = 0) -> None:
+        runner = await self.health.serve(port) if port else None
+        await self.sync()
+        self.health.synced = True
+        tasks = [asyncio.create_task(self.lease_loop(stop), name="lease"),
+                 asyncio.create_task(self.schedule_loop(stop), name="schedule"),
+                 asyncio.create_task(self.resync_loop(stop), name="resync")]
+        self.health.tasks = tasks
         try:
             await kopf.operator(registry=self.registry, clusterwide=True, standalone=True, stop_flag=stop)
         finally:
             stop.set()
-            await sched
+            await asyncio.gather(*tasks, return_exceptions=True)
+            if runner:
+                await runner.cleanup()
 
 
 def _settings(settings: kopf.OperatorSettings, **_) -> None:
-    settings.posting.enabled = False  # the scheduler writes its own Events on TrainingJobs
-    settings.scanning.disabled = True  # the four watched kinds are fixed: no need to list CRDs or namespaces
+    settings.posting.enabled = False  # the applier writes its own Events
+    settings.scanning.disabled = True  # the watched kinds are fixed: no need to list CRDs or namespaces
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
 
@@ -108,15 +170,26 @@ def register(sub) -> None:
     p = sub.add_parser("run", help="run the operator (scheduler) against the cluster KUBECONFIG names")
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
     p.add_argument("--namespace", default=os.environ.get("POD_NAMESPACE", "superpod-system"),
-                   help="namespace of the leader-election Lease")
+                   help="namespace of the leader-election Lease and the MIG ConfigMap")
     p.add_argument("--topology", default="default", help="name of the ClusterTopology to use")
-    p.add_argument("--metrics-port", type=int, default=8080, help="0 disables /metrics")
+    p.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz; 0 disables")
     p.add_argument("--mig-configmap", default="superpod-mig-parted-config",
                    help="ConfigMap (in --namespace) the mig-parted config is written to, key config.yaml")
     p.add_argument("--mig-timeout", type=float, default=300,
-                   help="seconds a MIG reconfiguration may stay pending before the node is marked failed")
+                   help="seconds a MIG reconfiguration may stay pending before it is reverted and the node marked")
     p.add_argument("--scheduler-name", default="superpod-scheduler",
                    help="spec.schedulerName of the pods it creates (they are bound already; no other scheduler acts)")
+    p.add_argument("--not-ready-grace", type=float, default=300,
+                   help="seconds a placed node may be NotReady before its gang restarts elsewhere")
+    p.add_argument("--lease-duration", type=float, default=15, help="seconds; renew deadline and retry period "
+                   "are 2/3 and 2/15 of it")
+    p.add_argument("--api-workers", type=int, default=32,
+                   help="API calls in flight at once (a gang's pods are written this many at a time)")
+    p.add_argument("--resync", type=float, default=300, help="seconds between full relists of the cluster")
+    p.add_argument("--stall-timeout", type=float, default=120,
+                   help="/healthz fails when the leader has not finished a cycle for this long")
+    p.add_argument("--debug-slow-cycle", type=float, default=0,
+                   help="testing only: sleep this long between deciding and writing, in every cycle")
     p.add_argument("--log-level", default="INFO")
     p.set_defaults(func=run)
 
@@ -126,23 +199,25 @@ def run(args) -> int:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # not a line per watch event
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf logs in from the same kubeconfig
-    api = load(args.kubeconfig)
-    _ensure_namespace(api, args.namespace)
-    metrics = Metrics()
-    if args.metrics_port:
-        metrics.serve(args.metrics_port)
-    op = Operator(api, args.namespace, args.topology, metrics, args.mig_configmap, args.mig_timeout,
-                  args.scheduler_name)
-    asyncio.run(_main(op))
+    api_client = load(args.kubeconfig, pool_size=args.api_workers)
+    _ensure_namespace(api_client, args.namespace)
+    duration = args.lease_duration
+    identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    api_client.user_agent = f"superpod-scheduler/{identity}"  # the API server's audit log names each replica
+    op = Operator(KubeAPI(api_client, workers=args.api_workers), args.namespace, Metrics(), args.topology,
+                  Settings(args.scheduler_name, args.not_ready_grace), args.mig_configmap, args.mig_timeout,
+                  identity=identity, lease=(duration, duration * 2 / 3, duration * 2 / 15), resync_seconds=args.resync,
+                  stall_seconds=args.stall_timeout, slow_cycle=args.debug_slow_cycle)
+    asyncio.run(_main(op, args.metrics_port))
     return 0
 
 
-async def _main(op: Operator) -> None:
+async def _main(op: Operator, port: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    await op.run(stop)
+    await op.run(stop, port)
 
 
 def _ensure_namespace(api: client.ApiClient, name: str) -> None:

@@ -1,148 +1,214 @@
-"""What the operator knows of the cluster, kept current from watch events (never re-listed per decision), and the
-core Snapshot derived from it: rebuilt when nodes or the topology change, updated by diff when pods or placements
-change."""
+"""What the operator knows of the cluster (the cache): Nodes, Pods, Services, TrainingJobs and ClusterTopologies,
+kept current from watch events, from the answers to its own writes and from periodic relists — all applied on the
+event loop, one at a time, through `apply` and `resync`.
+
+Versions only move forward: an event older than what is cached (a late or repeated watch event, a relist taken
+before our own write) is ignored; objects are tracked by uid, so an event of a deleted object never touches a new
+object of the same name, and a deleted object's late events never bring it back (tombstones). resourceVersions are
+compared as integers, which holds for etcd-backed API servers and for MemoryAPI."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass, replace
 
-from superpod.api.convert import ConvertError, node_from_k8s, pod_from_k8s, topology_from_k8s
-from superpod.core.model import Node, Pod, Snapshot, Topology
-from superpod.core.request import JobRequest
-from superpod.k8s.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL
+from superpod.api.convert import node_from_k8s, pod_from_k8s, topology_from_k8s
+from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL
+from superpod.api.resources import ConvertError
+from superpod.api.times import timestamp
+from superpod.core.accounting import Run
+from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
+from superpod.core.model import Node, Pod, Topology
+from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, SERVICES, TRAININGJOBS, Kind, object_key
 
 log = logging.getLogger(__name__)
+TERMINAL = ("Succeeded", "Failed")
+TOMBSTONES = 50_000  # deleted uids remembered, so their late events are ignored
 # Dynamic MIG bookkeeping on the nodes themselves (see controller/mig.py), so it survives an operator restart.
 MIG_EXPECT = "superpod.dev/mig-expect"  # resources the node must advertise once reconfigured (JSON)
 MIG_LAYOUT = "superpod.dev/mig-layout"  # per-GPU geometry we configured (JSON)
 MIG_REQUESTED_AT = "superpod.dev/mig-requested-at"  # epoch seconds
 MIG_FOR = "superpod.dev/mig-for"  # the jobs the reconfiguration is for
+MIG_PREVIOUS = "superpod.dev/mig-previous"  # the nvidia.com/mig.config value before we changed it
 MIG_FAILED = "superpod.dev/mig-failed"  # why the last reconfiguration failed; no more MIG plans here
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+
+
+def version(obj: dict) -> int:
+    try:
+        return int(obj["metadata"].get("resourceVersion") or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
+def mig_expectation(obj: dict) -> dict[str, int] | None:
+    """The resources a node must advertise once its requested MIG reconfiguration is done, or None. Raises
+    ConvertError when our own annotation is damaged."""
+    raw = (obj["metadata"].get("annotations") or {}).get(MIG_EXPECT)
+    if not raw:
+        return None
+    try:
+        expect = json.loads(raw)
+        if not isinstance(expect, dict):
+            raise ValueError("not a mapping")
+        return {str(k): int(v) for k, v in expect.items()}
+    except (ValueError, TypeError) as e:
+        raise ConvertError(f"Node {obj['metadata']['name']}", f"metadata.annotations[{MIG_EXPECT}]",
+                           f"not a JSON mapping of resource counts ({e})") from None
 
 
 def mig_held(obj: dict) -> bool:
     """A node we asked to reconfigure, until the MIG manager says success and its allocatable shows the result."""
-    meta = obj.get("metadata") or {}
-    expect = (meta.get("annotations") or {}).get(MIG_EXPECT)
-    if not expect:
+    expect = mig_expectation(obj)
+    if expect is None:
         return False
-    if (meta.get("labels") or {}).get("nvidia.com/mig.config.state") != "success":
+    if (obj["metadata"].get("labels") or {}).get(MIG_STATE_LABEL) != "success":
         return True
     alloc = (obj.get("status") or {}).get("allocatable") or {}
-    return any(str(alloc.get(r, "0")) != str(n) for r, n in json.loads(expect).items())
+    return any(str(alloc.get(r, "0")) != str(n) for r, n in expect.items())
 
 
 @dataclass(frozen=True)
 class PodInfo:
     key: str
+    uid: str
     node: str | None
     phase: str
     deleting: bool
     job: str | None  # "<namespace>/<job name>" for pods the operator owns
+    owner: str | None  # uid of the controlling owner
     attempt: int | None
     index: int | None
     holds: Pod | None  # the capacity it holds (bound, not finished), for the snapshot
+    state: PodState
+    run: Run  # from status.startTime to the last container's finish (or the deletion request)
+    seen_at: float = 0.0  # when the cache last received a version of it
 
 
-def _int(v) -> int | None:
-    try:
-        return int(v)
-    except (TypeError, ValueError):
-        return None
-
-
-def _rv(obj: dict) -> int:
-    return _int(obj.get("metadata", {}).get("resourceVersion")) or 0
-
-
-def pod_info(obj: dict) -> PodInfo:
-    meta = obj.get("metadata") or {}
-    labels = meta.get("labels") or {}
-    ns = meta.get("namespace", "default")
-    job = labels.get(JOB_LABEL)
-    try:
-        holds = pod_from_k8s(obj)
-    except ConvertError as e:  # a pod with a malformed quantity: the API server would not have it, but be safe
-        log.warning("ignoring pod capacity: %s", e)
-        holds = None
-    return PodInfo(
-        key=f"{ns}/{meta.get('name')}", node=(obj.get("spec") or {}).get("nodeName"),
-        phase=(obj.get("status") or {}).get("phase") or "Pending", deleting=bool(meta.get("deletionTimestamp")),
-        job=f"{ns}/{job}" if job else None, attempt=_int(labels.get(ATTEMPT_LABEL)),
-        index=_int(labels.get(INDEX_LABEL)), holds=holds,
-    )
+@dataclass
+class NodeEntry:
+    uid: str
+    obj: dict
+    node: Node | None  # None when the object cannot be read: it is left out, with `problem` saying why
+    problem: str | None = None
+    not_ready_since: float | None = None  # on the local clock, when it was first seen not ready
 
 
 class ClusterState:
     def __init__(self, topology_name: str = "default") -> None:
         self.topology_name = topology_name
-        self.nodes: dict[str, Node] = {}
-        self.node_objs: dict[str, dict] = {}
-        self.node_bad: dict[str, str] = {}  # nodes that could not be read, and why
+        self.nodes: dict[str, NodeEntry] = {}
         self.pods: dict[str, PodInfo] = {}
-        self._by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
         self.jobs: dict[str, dict] = {}
+        self.services: dict[str, str] = {}  # key -> uid
         self.topologies: dict[str, dict] = {}
-        self._snap: Snapshot | None = None
-        self._assumed: dict[str, tuple[JobRequest, dict[str, list[int]]]] = {}
+        self.by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
+        self.ended: dict[str, Run] = {}  # runs of the operator's pods that were deleted, until accounted
+        self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
+        self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
+        self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
 
-    # ---- watch events -----------------------------------------------------------------------------------------
-    def on_node(self, kind: str, obj: dict) -> None:
-        name = obj["metadata"]["name"]
-        if kind == "DELETED":
-            changed = self.nodes.pop(name, None) is not None
-            self.node_objs.pop(name, None)
-        else:
-            self.node_objs[name] = obj
-            try:
-                node = node_from_k8s(obj)
-                if mig_held(obj):  # being repartitioned: no placement until the new resources are there
-                    node = replace(node, ready=False)
-                self.node_bad.pop(name, None)
-            except ConvertError as e:
-                self.node_bad[name] = str(e)
-                node = None
-            changed = self.nodes.get(name) != node
-            if node is None:
-                self.nodes.pop(name, None)
-            else:
-                self.nodes[name] = node
-        if changed:
-            self._snap = None
+    # ---- the one way in -----------------------------------------------------------------------------------------
+    def apply(self, kind: Kind, event: str, obj: dict, now: float) -> bool:
+        """One watch event (ADDED, MODIFIED, DELETED) or an object a write returned; False if it was stale."""
+        meta = obj.get("metadata") or {}
+        key, uid, rv = object_key(obj), meta.get("uid") or "", version(obj)
+        if self._tombstones.get(uid, -1) >= rv:
+            return False  # an event of an object already deleted
+        held = self._versions.get((kind.plural, key))
+        if held is not None and held[0] == uid and (held[1] > rv or held[1] == rv != 0):
+            return False  # older than what we have, or the same version again
+        if event == "DELETED":
+            if held is not None and held[0] != uid:
+                return False  # the name belongs to a newer object now
+            self._forget(kind, key, uid, rv, now, obj)
+            return True
+        self._versions[(kind.plural, key)] = (uid, rv)
+        self._store(kind, key, obj, now)
+        return True
 
-    def on_pod(self, kind: str, obj: dict) -> None:
-        info = pod_info(obj)
-        if kind == "DELETED":
-            self.pods.pop(info.key, None)
-        else:
-            self.pods[info.key] = info
-        if info.job:
-            keys = self._by_job.setdefault(info.job, set())
-            if kind == "DELETED":
-                keys.discard(info.key)
-                if not keys:
-                    del self._by_job[info.job]
-            else:
-                keys.add(info.key)
+    def resync(self, kind: Kind, items: list[dict], list_version: str, now: float) -> int:
+        """A full list: apply every item, and drop what the list proves deleted (cached from before the list, absent
+        from it). Returns how many cached objects changed."""
+        try:
+            listed_at = int(list_version)
+        except ValueError:
+            listed_at = 0
+        changed = sum(self.apply(kind, "MODIFIED", item, now) for item in items)
+        present = {object_key(item) for item in items}
+        for (plural, key), (uid, rv) in list(self._versions.items()):
+            if plural == kind.plural and key not in present and rv <= listed_at:
+                self._forget(kind, key, uid, max(rv, listed_at), now)
+                changed += 1
+        return changed
 
-    def on_job(self, kind: str, obj: dict) -> None:
-        key = f"{obj['metadata'].get('namespace', 'default')}/{obj['metadata']['name']}"
-        if kind == "DELETED":
+    def _store(self, kind: Kind, key: str, obj: dict, now: float) -> None:
+        if kind is PODS:
+            self._store_pod(key, obj, now)
+        elif kind is TRAININGJOBS:
+            self.jobs[key] = obj
+        elif kind is NODES:
+            self._store_node(key, obj, now)
+        elif kind is SERVICES:
+            self.services[key] = obj["metadata"].get("uid") or ""
+        elif kind is CLUSTERTOPOLOGIES:
+            self.topologies[key] = obj
+            self.version += 1
+
+    def _forget(self, kind: Kind, key: str, uid: str, rv: int, now: float, obj: dict | None = None) -> None:
+        self._versions.pop((kind.plural, key), None)
+        if uid:
+            self._tombstones[uid] = rv
+            while len(self._tombstones) > TOMBSTONES:
+                self._tombstones.popitem(last=False)
+        if kind is PODS:
+            pod = self.pods.pop(key, None)
+            if pod is not None and pod.job:
+                self.by_job.get(pod.job, set()).discard(key)
+                if not self.by_job.get(pod.job):
+                    self.by_job.pop(pod.job, None)
+                # Its run ended when its last version says (a deletion records its time); a pod that vanished
+                # unseen (a relist found it gone) is billed only up to when it was last seen.
+                last = pod_info(obj).run if obj is not None else pod.run
+                self.ended[key] = last if last.end is not None else replace(last, end=pod.seen_at)
+        elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
-        elif key not in self.jobs or _rv(obj) >= _rv(self.jobs[key]):
-            self.jobs[key] = obj  # never go back to an older version than one we wrote ourselves
+        elif kind is NODES:
+            self.nodes.pop(key, None)
+            self.version += 1
+        elif kind is SERVICES:
+            self.services.pop(key, None)
+        elif kind is CLUSTERTOPOLOGIES:
+            self.topologies.pop(key, None)
+            self.version += 1
 
-    def on_topology(self, kind: str, obj: dict) -> None:
-        name = obj["metadata"]["name"]
-        if kind == "DELETED":
-            self.topologies.pop(name, None)
-        else:
-            self.topologies[name] = obj
-        self._snap = None
+    def _store_pod(self, key: str, obj: dict, now: float) -> None:
+        info = replace(pod_info(obj), seen_at=now)
+        old = self.pods.get(key)
+        if old is not None and old.job and old.job != info.job:
+            self.by_job.get(old.job, set()).discard(key)
+        self.pods[key] = info
+        if info.job:
+            self.by_job.setdefault(info.job, set()).add(key)
 
-    # ---- derived ----------------------------------------------------------------------------------------------
+    def _store_node(self, name: str, obj: dict, now: float) -> None:
+        old = self.nodes.get(name)
+        problem = None
+        try:
+            node: Node | None = node_from_k8s(obj)
+            if mig_held(obj):  # being repartitioned: no placement until the new resources are there
+                node = replace(node, held="being repartitioned for MIG")
+        except ConvertError as e:
+            node, problem = None, str(e)
+        ready = node is not None and node.ready
+        since = None if ready else (old.not_ready_since if old and old.not_ready_since is not None else now)
+        self.nodes[name] = NodeEntry(obj["metadata"].get("uid") or "", obj, node, problem, since)
+        if old is None or old.node != node:
+            self.version += 1
+
+    # ---- reading ------------------------------------------------------------------------------------------------
     def topology(self) -> tuple[Topology, str | None]:
         """The ClusterTopology in force (the one named topology_name, else the only one), and a problem if any."""
         obj = self.topologies.get(self.topology_name)
@@ -158,44 +224,87 @@ class ClusterState:
         except ConvertError as e:
             return Topology(), str(e)
 
+    def usable_nodes(self) -> list[Node]:
+        return [entry.node for entry in self.nodes.values() if entry.node is not None]
+
     def pods_of(self, job_key: str) -> list[PodInfo]:
-        return [self.pods[k] for k in self._by_job.get(job_key, ()) if k in self.pods]
+        return [self.pods[k] for k in self.by_job.get(job_key, ()) if k in self.pods]
 
-    def snapshot(self, assumed: dict[str, tuple[JobRequest, dict[str, list[int]]]]) -> Snapshot:
-        """The core snapshot: every pod holding capacity, except the pods of a placed attempt, whose whole placement
-        is assumed instead (so a gang holds its nodes from the moment it is placed, pods created or not)."""
-        covered = {(key, self._attempt(key)) for key in assumed}
-        counted = {p.key: p.holds for p in self.pods.values()
-                   if p.holds is not None and (p.job, p.attempt) not in covered}
-        if self._snap is None:
-            self._snap = Snapshot(self.nodes.values(), self.topology()[0], counted.values())
-            self._assumed = {}
-        snap = self._snap
-        for key in [k for k in snap.pods if "#" not in k and k not in counted]:
-            snap.remove_pod(key)
-        for key, pod in counted.items():
-            if snap.pods.get(key) != pod:
-                snap.add_pod(pod)
-        for key, (job, assignments) in list(self._assumed.items()):
-            if key not in assumed or assumed[key][1] != assignments:
-                snap.forget(job)
-                del self._assumed[key]
-        for key, (job, assignments) in assumed.items():
-            if key not in self._assumed:
-                snap.assume(job, assignments)
-                self._assumed[key] = (job, assignments)
-        return snap
+    def holding_pods(self) -> dict[str, Pod]:
+        return {p.key: p.holds for p in self.pods.values() if p.holds is not None}
 
-    def adopt(self, job: JobRequest, assignments: dict[str, list[int]]) -> None:
-        """The cycle assumed this placement into the snapshot itself: remember it so it is not assumed twice."""
-        self._assumed[job.key] = (job, assignments)
 
-    def drop(self, job: JobRequest) -> None:
-        """A placement whose write failed: give its capacity back."""
-        if self._snap is not None:
-            self._snap.forget(job)
-        self._assumed.pop(job.key, None)
+def pod_info(obj: dict) -> PodInfo:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    ns = meta.get("namespace", "default")
+    job = labels.get(JOB_LABEL)
+    status = obj.get("status") or {}
+    try:
+        holds = pod_from_k8s(obj)
+    except ConvertError as e:  # a pod with a malformed quantity: the API server would not have it, but be safe
+        log.warning("ignoring pod capacity: %s", e)
+        holds = None
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
+    state = pod_state(obj)
+    return PodInfo(
+        key=f"{ns}/{meta.get('name')}", uid=meta.get("uid") or "", node=(obj.get("spec") or {}).get("nodeName"),
+        phase=state.phase, deleting=bool(meta.get("deletionTimestamp")), job=f"{ns}/{job}" if job else None,
+        owner=owner, attempt=_int(labels.get(ATTEMPT_LABEL)), index=_int(labels.get(INDEX_LABEL)), holds=holds,
+        state=state, run=Run(_time(status.get("startTime")), _ended(obj)),
+    )
 
-    def _attempt(self, job_key: str) -> int | None:
-        job = self.jobs.get(job_key)
-        return _int(((job or {}).get("status") or {}).get("attempt")) if job else None
+
+def pod_state(obj: dict) -> PodState:
+    """What the lifecycle needs of a pod: phase, the exit code and message of a failure, a container error, and
+    whether the infrastructure (eviction, preemption, the kubelet's admission) rather than the program ended it."""
+    status = obj.get("status") or {}
+    phase = status.get("phase") or "Pending"
+    exit_code, message, waiting, waiting_message = None, status.get("message") or "", "", ""
+    for c in (status.get("initContainerStatuses") or []) + (status.get("containerStatuses") or []):
+        state = c.get("state") or {}
+        done = state.get("terminated") or {}
+        if done.get("exitCode") and exit_code is None:
+            exit_code = _int(done.get("exitCode"))
+            message = done.get("message") or done.get("reason") or message
+        why = (state.get("waiting") or {}).get("reason") or ""
+        if why in CONTAINER_ERRORS and not waiting:
+            waiting, waiting_message = why, (state.get("waiting") or {}).get("message") or ""
+    disrupted = bool(status.get("reason")) or any(
+        c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or [])
+    if status.get("reason") and not message:
+        message = status["reason"]
+    return PodState(phase=phase, node=(obj.get("spec") or {}).get("nodeName"), exit_code=exit_code,
+                    message=(waiting_message if waiting and phase != "Failed" else message)[:512],
+                    waiting_reason=waiting, disrupted=disrupted)
+
+
+def _ended(obj: dict) -> float | None:
+    """When the pod stopped running: its last container's finish once terminal, else when its deletion was asked
+    (deletionTimestamp minus the grace period); None while it runs."""
+    status = obj.get("status") or {}
+    if status.get("phase") in TERMINAL:
+        ends = [_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+                for c in status.get("containerStatuses") or []]
+        ends = [t for t in ends if t is not None]
+        if ends:
+            return max(ends)
+    meta = obj.get("metadata") or {}
+    deleting = _time(meta.get("deletionTimestamp"))
+    if deleting is not None:
+        return deleting - float(meta.get("deletionGracePeriodSeconds") or 0)
+    return None
+
+
+def _time(value) -> float | None:
+    try:
+        return timestamp(value) or None
+    except ValueError:
+        return None
+
+
+def _int(value) -> int | None:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
-from superpod.core.explain import explain, idle_slots, idle_ub, room_of
-from superpod.core.model import Snapshot
-from superpod.core.placement import Placement, Solver, place, solve, validate
+from superpod.core.explain import explain_solver
+from superpod.core.model import UNLABELLED, Snapshot
+from superpod.core.placement import Placement, Solver, solve, validate
 from superpod.core.request import JobRequest
 
 
@@ -26,6 +26,7 @@ class Decision:
     reason: str | None  # why it waits; None when placed
     reserved: str | None = None  # what this job holds a reservation on, e.g. "leaf su-2"
     reserved_nodes: tuple[str, ...] = ()  # every node inside that reservation
+    error: str | None = None  # a bug met while deciding this job (the others were decided all the same)
 
     @property
     def placed(self) -> bool:
@@ -71,52 +72,54 @@ def reservation_for(snap: Snapshot, job: JobRequest) -> Reservation | None:
     the most room now among those that could hold it when idle; then keep only as many of its children (domains,
     or nodes below the finest level; most room first) as could hold the gang when idle, so the rest of that domain
     stays open for backfill."""
-    sv = Solver(snap, job)
-    R = job.replicas
-    levels = [min(sv.q, sv.L)] if sv.q else range(sv.L, -1, -1)
+    return _reservation(Solver(snap, job))
+
+
+def _reservation(sv: Solver) -> Reservation | None:
+    snap, job, replicas = sv.snap, sv.job, sv.job.replicas
+    finest = sv.finest_level
+    levels = [min(sv.required_level, finest)] if sv.required_level else range(finest, -1, -1)
     chosen = None
-    for lvl in levels:
-        doms = [d for d in snap.by_level[lvl] if idle_ub(sv, d) >= R and room_of(sv, d, idle=True) >= R]
-        if sv.q == sv.L + 1:  # required: one node — keep domains holding such a node
-            big = {snap.anc[i][-1] for i in range(len(snap.nodes)) if idle_slots(sv, i) >= R}
-            doms = [d for d in doms if d in big]
-        if doms:  # closest to fitting: most room now, then most free GPUs (or the job's primary resource)
-            chosen = max(doms, key=lambda d: (room_of(sv, d), sv.view.free[d][sv.primary], -d))
+    for level in levels:
+        domains = [d for d in sv.domains_at(level) if sv.could_ever_hold(d)]
+        if domains:  # closest to fitting: most room now, then most free GPUs (or the job's primary resource)
+            chosen = max(domains, key=lambda d: (sv.room(d), sv.free_primary(d), -d))
             break
     if chosen is None:
         return None
-    lvl = snap.domains[chosen][0]
+    level = snap.domains[chosen].level
     whole = Reservation(job, domains=frozenset([chosen]), label=snap.domain_label(chosen))
-    if sv.sl is not None and sv.sl <= lvl + 1:
+    if sv.slice_level is not None and sv.slice_level <= level + 1:
         return whole  # slices must fit inside the children: keep the whole domain
-    if lvl == sv.L:  # below the finest level: single nodes
-        if sv.q == sv.L + 1:
-            i = max((i for i in snap.node_children[chosen] if idle_slots(sv, i) >= R), key=lambda i: sv.slots(i))
+    if level == finest:  # below the finest level: single nodes
+        nodes = snap.child_nodes[chosen]
+        if sv.required_level == sv.node_level:
+            i = max((i for i in nodes if sv.idle_slots(i) >= replicas), key=sv.slots)
             return Reservation(job, nodes=frozenset([i]), label=f"node {snap.nodes[i].name}")
-        unit = sv.u if sv.sl == sv.L + 1 else 1
-        free = [max(snap.free[i].get(sv.primary, 0), 0) for i in range(len(snap.nodes))]
-        kids = [((sv.slots(i), free[i]), i, idle_slots(sv, i) // unit * unit) for i in snap.node_children[chosen]]
-        picked = _enough(kids, R)
+        kids = [((sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True)) for i in nodes]
+        picked = _enough(kids, replicas)
         if picked is None or len(picked) == len(kids):
             return whole
-        where = snap.domain_label(chosen)
-        if len(picked) > 3:
-            label = f"{len(picked)} nodes of {where}"
-        else:
-            names = ", ".join(snap.nodes[i].name for i in sorted(picked))
-            label = f"node{'s' if len(picked) > 1 else ''} {names} ({where})"
+        label = _many("node", [snap.nodes[i].name for i in sorted(picked)], snap.domain_label(chosen))
         return Reservation(job, nodes=frozenset(picked), label=label)
-    kids = [
-        ((room_of(sv, c), sv.view.free[c][sv.primary]), c, room_of(sv, c, idle=True)) for c in snap.children[chosen]
-    ]
-    picked = _enough(kids, R)
-    if picked is None:
+    kids = [((sv.room(c), sv.free_primary(c)), c, sv.room(c, idle=True)) for c in snap.child_domains[chosen]]
+    picked = _enough(kids, replicas)
+    if picked is None or len(picked) == len(kids):
         return whole
     if len(picked) == 1:
         return Reservation(job, domains=frozenset(picked), label=snap.domain_label(picked[0]))
-    level = snap.levels[lvl].name
-    names = ", ".join(snap.domains[c][1] for c in sorted(picked))
-    return Reservation(job, domains=frozenset(picked), label=f"{level} domains {names}")
+    names = [snap.domains[c].name for c in sorted(picked)]
+    if all(n.startswith(UNLABELLED) for n in names):  # nodes without this level's label: each its own domain
+        label = _many("node", [n[len(UNLABELLED):] for n in names], snap.domain_label(chosen))
+    else:
+        label = _many(f"{snap.levels[level].name} domain", names, snap.domain_label(chosen))
+    return Reservation(job, domains=frozenset(picked), label=label)
+
+
+def _many(what: str, names: list[str], where: str) -> str:
+    if len(names) > 3:
+        return f"{len(names)} {what}s of {where}"
+    return f"{what}{'s' if len(names) > 1 else ''} {', '.join(names)} ({where})"
 
 
 def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int] | None:
@@ -132,6 +135,32 @@ def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int
     return None
 
 
+def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
+            held: Reservation | None) -> tuple[Decision, Reservation | None]:
+    """One job's decision, and the reservation in force after it."""
+    why = validate(snap, job) or policy.admit(job, placed)
+    if why:
+        return Decision(job, None, why), held
+    sv = Solver(snap, job, held.domains, exclude_nodes=held.nodes) if held else Solver(snap, job)
+    p = solve(sv)
+    if p is not None:
+        snap.assume(job, p.assignments)
+        return Decision(job, p, None), held
+    if held is None:  # the same solver explains and reserves
+        reason = explain_solver(sv)
+        held = _reservation(sv)
+        if held is None:
+            return Decision(job, None, reason), None
+        verb = "are" if len(held.domains) > 1 or len(held.nodes) > 1 else "is"
+        text = f"{reason}; {held.label} {verb} reserved for it"
+        return Decision(job, None, text, reserved=held.label, reserved_nodes=held.node_names(snap)), held
+    if solve(Solver(snap, job)) is not None:
+        why = (f"fits only inside {held.label}, reserved for {held.holder.key} (priority {held.holder.priority}); "
+               "it runs after that job starts")
+        return Decision(job, None, why), held
+    return Decision(job, None, explain_solver(sv)), held
+
+
 def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None = None) -> list[Decision]:
     """Decide every pending job in order; placed gangs are assumed into `snap` (the caller writes them)."""
     policy = policy or PriorityFifo()
@@ -139,34 +168,11 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     placed: list[Decision] = []
     held: Reservation | None = None
     for job in policy.order(jobs):
-        why = validate(snap, job) or policy.admit(job, placed)
-        if why:
-            out.append(Decision(job, None, why))
-            continue
-        outside = Solver(snap, job, held.domains, exclude_nodes=held.nodes) if held else None
-        p = solve(outside) if outside else place(snap, job)
-        if p is not None:
-            snap.assume(job, p.assignments)
-            d = Decision(job, p, None)
-            placed.append(d)
-            out.append(d)
-            continue
-        if held is None:
-            reason = explain(snap, job)
-            held = reservation_for(snap, job)
-            if held is not None:
-                verb = "are" if len(held.domains) > 1 or len(held.nodes) > 1 else "is"
-                text = f"{reason}; {held.label} {verb} reserved for it"
-                out.append(Decision(job, None, text, reserved=held.label, reserved_nodes=held.node_names(snap)))
-            else:
-                out.append(Decision(job, None, reason))
-            continue
-        if place(snap, job) is not None:
-            why = (
-                f"fits only inside {held.label}, reserved for {held.holder.key} (priority {held.holder.priority}); "
-                "it runs after that job starts"
-            )
-            out.append(Decision(job, None, why))
-        else:
-            out.append(Decision(job, None, explain(snap, job, held.domains, held.nodes)))
+        try:
+            decision, held = _decide(snap, job, policy, placed, held)
+        except Exception as e:  # noqa: BLE001 - one job's bug must not stop the cycle; its snapshot is unchanged
+            decision = Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e))
+        if decision.placement is not None:
+            placed.append(decision)
+        out.append(decision)
     return out

@@ -18,57 +18,11 @@ _FILTER_WORDS = {
 }
 
 
-def room_of(sv: Solver, d: int, idle: bool = False) -> int:
-    """Most replicas domain d could hold on its own now (or `idle`: if no pod ran), slices respected."""
-    s, u, sl = sv.s, sv.u, sv.sl
-    total = 0
-    groups: Counter = Counter()
-    for i in s.nodes_under(d):
-        k = idle_slots(sv, i) if idle else sv.slots(i)
-        if not k:
-            continue
-        if sl is None:
-            total += k
-        elif sl == sv.L + 1:
-            total += (k // u) * u
-        else:
-            groups[s.anc[i][sl]] += k
-    total += sum((v // u) * u for v in groups.values())
-    return min(total, sv.R)
-
-
-def idle_ub(sv: Solver, d: int) -> int:
-    if d in sv.excluded:
-        return 0
-    n = sv.view.count[d]
-    return min(sv.R, n * (sv.s.hmax // sv.g)) if sv.g > 0 else (sv.R if n else 0)
-
-
-def best_room(sv: Solver, doms: list[int], idle: bool = False) -> tuple[int, int]:
-    """(domain, room) with the most room among `doms`: exact, visiting domains in upper-bound order."""
-    bound = (lambda d: idle_ub(sv, d)) if idle else sv.ub
-    best, arg = -1, doms[0] if doms else 0
-    for ub, d in sorted(((bound(d), d) for d in doms), key=lambda x: (-x[0], x[1])):
-        if ub <= best:
-            break
-        r = room_of(sv, d, idle)
-        if r > best:
-            best, arg = r, d
-    return arg, max(best, 0)
-
-
-def idle_slots(sv: Solver, i: int) -> int:
-    if not sv.view.ok[i] or i in sv.exclude_nodes or sv.s.anc[i][-1] in sv.excluded:
-        return 0
-    alloc = sv.s.nodes[i].allocatable
-    return min([sv.R] + [alloc.get(r, 0) // v for r, v in sv.req])
-
-
 def demand(snap: Snapshot, job: JobRequest) -> str:
     req = job.per_replica
     unit = "replicas"
     if job.gpus:
-        ok = [n for n, good in zip(snap.nodes, snap.view(job).ok, strict=True) if good]
+        ok = [n for n, good in zip(snap.nodes, snap.view(job).eligible, strict=True) if good]
         products = {n.labels.get(PRODUCT_LABEL) for n in ok}
         product = job.gpu_product or (products.pop() if len(products) == 1 else None)
         if {n.allocatable.get(GPU, 0) for n in ok} == {job.gpus}:
@@ -105,25 +59,17 @@ def filtered(snap: Snapshot, job: JobRequest) -> str:
 
 def _full_nodes(sv: Solver) -> str:
     """How many eligible nodes lack room for one replica, and which resource they lack."""
-    short: Counter = Counter()
-    if sv.g > 0:  # from the aggregates: nodes with fewer free GPUs than one replica needs
-        hist = sv.view.hist[0]
-        short[("lack", GPU)] = sum(hist[: min(sv.g, len(hist))])
-    else:
-        for i in range(len(sv.s.nodes)):
-            if sv.view.ok[i] and sv.slots(i) == 0:
-                f, alloc = sv.s.free[i], sv.s.nodes[i].allocatable
-                for r, v in sv.req:
-                    if f.get(r, 0) < v:
-                        short[("have too little" if alloc.get(r, 0) < v else "lack", r)] += 1
-                        break
-    names = {GPU: f"{sv.g} free GPUs" if sv.g > 1 else "a free GPU", "cpu": "free cpu", "memory": "free memory"}
-    return ", ".join(
-        f"{_nodes(n)} {verb if n > 1 else verb.replace('have', 'has').replace('lack', 'lacks')} "
-        f"{names.get(r, r.removeprefix('nvidia.com/'))}"
-        for (verb, r), n in short.most_common()
-        if n
-    )
+    gpus = sv.job.gpus
+    names = {GPU: f"{gpus} free GPUs" if gpus > 1 else "a free GPU", "cpu": "free cpu", "memory": "free memory"}
+    out = []
+    for (r, too_small), n in sv.shortages().most_common():
+        if n:
+            verb = "have too little" if too_small else "lack"
+            verb = verb if n > 1 else verb.replace("have", "has").replace("lack", "lacks")
+            what = r.removeprefix("nvidia.com/") if too_small and r != GPU else names.get(r, r.removeprefix(
+                "nvidia.com/"))
+            out.append(f"{_nodes(n)} {verb} {what}")
+    return ", ".join(out)
 
 
 def _nodes(n: int) -> str:
@@ -134,34 +80,36 @@ def explain(
     snap: Snapshot, job: JobRequest, exclude: frozenset[int] = frozenset(), exclude_nodes: frozenset[int] = frozenset()
 ) -> str:
     """Why `job` cannot be placed now (call after placement failed)."""
-    bad = validate(snap, job)
-    if bad:
-        return bad
-    sv = Solver(snap, job, exclude, exclude_nodes=exclude_nodes)
+    return validate(snap, job) or explain_solver(Solver(snap, job, exclude, exclude_nodes=exclude_nodes))
+
+
+def explain_solver(sv: Solver) -> str:
+    """`explain` for a valid job, asking the solver that failed to place it."""
+    snap, job = sv.snap, sv.job
     head = demand(snap, job)
-    tail = [t for t in (_full_nodes(sv), filtered(snap, job)) if t]
-    if not any(sv.view.ok):
-        return f"{head}; no node qualifies: {filtered(snap, job)}"
+    why_filtered = filtered(snap, job)
+    tail = [t for t in (_full_nodes(sv), why_filtered) if t]
+    if not any(snap.view(job).eligible):
+        return f"{head}; no node qualifies: {why_filtered}"
     level = job.required
-    if sv.q == sv.L + 1:  # required: one node
-        best = max(range(len(snap.nodes)), key=lambda i: (sv.slots(i), snap.nodes[i].name))
+    nodes = range(len(snap.nodes))
+    if sv.required_level == sv.node_level:  # required: one node
+        best = max(nodes, key=lambda i: (sv.slots(i), snap.nodes[i].name))
         where = f"the best node has room for {sv.slots(best)} ({snap.nodes[best].name})"
-        ever = max((idle_slots(sv, i) for i in range(len(snap.nodes))), default=0)
-        ever_d = 0
+        ever = max((sv.idle_slots(i) for i in nodes), default=0)
+        ever_domain = 0
     else:
-        doms = [d for d in (snap.by_level[sv.q] if sv.q else [0]) if d not in sv.excluded]
-        ever_d, ever = best_room(sv, doms, idle=True)
-        best, now = best_room(sv, doms)
-        where = (
-            f"the best {level} has room for {now} ({snap.domain_label(best)})"
-            if level
-            else (f"the cluster has room for {now}")
-        )
+        domains = sv.domains_at(sv.required_level)
+        ever_domain, ever = sv.best_room(domains, idle=True)
+        best, now = sv.best_room(domains)
+        if level:
+            where = f"the best {level} has room for {now} ({snap.domain_label(best)})"
+        else:
+            where = f"the cluster has room for {now}"
     if ever < job.replicas:
-        scope = (
-            f"the largest {level} ({snap.domain_label(ever_d)}) holds"
-            if level and sv.q <= sv.L
-            else (f"the largest {level} holds" if level else "the whole cluster holds")
-        )
+        if level and sv.required_level <= sv.finest_level:
+            scope = f"the largest {level} ({snap.domain_label(ever_domain)}) holds"
+        else:
+            scope = f"the largest {level} holds" if level else "the whole cluster holds"
         return "; ".join([head, f"{scope} only {ever} even when idle", *tail])
     return "; ".join([head, where, *tail])

@@ -1,37 +1,61 @@
-"""The life of one placed gang attempt, decided from what is observed: its pods, its nodes and the clock.
+"""The life of one placed gang attempt, judged from what is observed: its pods, its nodes and the clock.
 
-Phases: Queued -> Starting (pods created, placement recorded) -> Running (every replica Running) -> Succeeded (every
-replica Succeeded) or Failed. A failed pod, a lost node or a deleted pod restarts the whole gang, up to maxRestarts;
-not all Running within the startup timeout tears the gang down and requeues it with backoff (not counted as a
-restart). Pure: time is passed in, actions are returned, nothing is written here."""
+Queued -> Starting (placement recorded, pods created) -> Running (every replica Running) -> Succeeded (every replica
+Succeeded) or Failed. A replica that exits non-zero is the user's failure: the whole gang restarts, up to
+maxRestarts. A node that is gone or stays NotReady past a grace period, or a replica deleted or evicted by someone
+else, is an interruption by the infrastructure: the gang restarts without using up maxRestarts. Image and container
+config errors tear the attempt down at once and fail the job after CONTAINER_ERROR_LIMIT attempts; not all replicas
+Running within the startup timeout requeues with backoff. Pure: time is passed in, the verdict is data."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-QUEUED, STARTING, RUNNING, SUCCEEDED, FAILED = "Queued", "Starting", "Running", "Succeeded", "Failed"
-ACTIVE = (STARTING, RUNNING)
+from superpod.core.phases import ACTIVE, Phase, Reason
 
-KEEP = "keep"  # nothing to write but maybe the phase
+KEEP = "keep"  # nothing to do but maybe write the phase
 CREATE_MISSING = "create-missing"  # finish a gang whose pods were partly written (an operator crash mid-write)
-TEARDOWN = "teardown"  # delete every pod of the attempt
+TEARDOWN = "teardown"  # delete every live pod of the attempt
+
+CONTAINER_ERROR_LIMIT = 3
+# Waiting reasons a kubelet reports when the pod spec itself cannot run (the image name, a missing ConfigMap...).
+CONTAINER_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                              "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
+
+
+@dataclass(frozen=True)
+class PodState:
+    """One replica's pod as observed."""
+
+    phase: str  # Pending | Running | Succeeded | Failed
+    node: str | None = None
+    exit_code: int | None = None  # of the first container that terminated non-zero
+    message: str = ""  # termination message, status message or waiting message
+    waiting_reason: str = ""  # a container's waiting reason (ErrImagePull, ...)
+    disrupted: bool = False  # evicted, preempted or rejected by the kubelet: not the user's failure
 
 
 @dataclass(frozen=True)
 class Attempt:
-    """One gang attempt as observed. `pods` maps replica index to pod phase for the attempt's pods that exist and
-    are not being deleted; `lost_nodes` are placed nodes that are gone or not Ready."""
+    """One gang attempt as observed. `pods` maps replica index to the attempt's pods that exist and are not being
+    deleted; `lost_nodes` are placed nodes that are gone or NotReady past the grace period; `not_ready` are placed
+    nodes NotReady within it (node -> seconds since)."""
 
     replicas: int
     phase: str
     created_at: float  # when the attempt was placed
     startup_timeout: float
-    restarts: int
     max_restarts: int
+    restarts: int = 0
+    interruptions: int = 0
     startup_failures: int = 0
+    container_errors: int = 0
     placement: dict[int, str] = field(default_factory=dict)
-    pods: dict[int, str] = field(default_factory=dict)
+    pods: dict[int, PodState] = field(default_factory=dict)
     lost_nodes: frozenset[str] = frozenset()
+    not_ready: dict[str, float] = field(default_factory=dict)
+    not_ready_grace: float = 300.0
+    deleted: frozenset[int] = frozenset()  # replicas whose pods someone else is deleting (or evicting)
 
 
 @dataclass(frozen=True)
@@ -41,8 +65,15 @@ class Verdict:
     reason: str = ""
     message: str = ""
     restarts: int = 0
+    interruptions: int = 0
     startup_failures: int = 0
+    container_errors: int = 0
     not_before: float | None = None  # a requeued job is not placed again before this time
+    failure: dict | None = None  # what ended the attempt, for status.failures
+
+    @property
+    def ends_attempt(self) -> bool:
+        return self.action == TEARDOWN or self.phase not in ACTIVE
 
 
 def backoff(failures: int, base: float = 10.0, cap: float = 300.0) -> float:
@@ -52,44 +83,98 @@ def backoff(failures: int, base: float = 10.0, cap: float = 300.0) -> float:
 
 def decide(a: Attempt, now: float) -> Verdict:
     if a.phase not in ACTIVE:
-        return Verdict(a.phase, restarts=a.restarts, startup_failures=a.startup_failures)
-    failed = sorted(i for i, ph in a.pods.items() if ph == "Failed")
-    if failed:
-        i = failed[0]
-        return _restart(a, now, "PodFailed", f"replica {i} failed on node {a.placement.get(i, '?')}")
+        return _same(a, a.phase)
+    for i, pod in sorted(a.pods.items()):
+        if pod.phase == "Failed":
+            return _pod_failed(a, now, i, pod)
+    for i, pod in sorted(a.pods.items()):
+        if pod.waiting_reason in CONTAINER_ERRORS:
+            return _container_error(a, now, i, pod)
     lost = sorted({n for n in a.placement.values() if n in a.lost_nodes})
     if lost:
-        return _restart(a, now, "NodeLost", f"node {lost[0]} is gone or not ready")
+        return _restart(a, now, Reason.NODE_LOST, f"node {lost[0]} is gone or stayed not ready", node=lost[0])
     missing = sorted(set(range(a.replicas)) - set(a.pods))
-    if missing and a.phase == RUNNING:
-        return _restart(a, now, "PodDeleted", f"replica {missing[0]}'s pod was deleted")
-    if not missing and all(ph == "Succeeded" for ph in a.pods.values()):
-        return _same(a, SUCCEEDED, reason="Completed", message=f"all {a.replicas} replicas succeeded")
-    if not missing and all(ph in ("Running", "Succeeded") for ph in a.pods.values()):
-        return _same(a, RUNNING, reason="Running", message=f"all {a.replicas} replicas running")
+    gone = sorted(a.deleted) or (missing if a.phase == Phase.RUNNING else [])
+    if gone:  # a Starting gang's missing pods are merely not written yet; a deleted one was taken from it
+        i = gone[0]
+        return _restart(a, now, Reason.POD_DELETED, f"replica {i}'s pod was deleted", replica=i,
+                        node=a.placement.get(i))
+    if a.not_ready:
+        node, since = max(a.not_ready.items(), key=lambda x: (x[1], x[0]))
+        return _same(a, a.phase, KEEP, Reason.NODE_NOT_READY,
+                     f"node {node} has been not ready for {since:.0f}s; the gang restarts elsewhere if it is not "
+                     f"back within {a.not_ready_grace:.0f}s")
+    if not missing and all(p.phase == "Succeeded" for p in a.pods.values()):
+        return _same(a, Phase.SUCCEEDED, reason=Reason.COMPLETED, message=f"all {a.replicas} replicas succeeded")
+    if not missing and all(p.phase in ("Running", "Succeeded") for p in a.pods.values()):
+        return _same(a, Phase.RUNNING, reason=Reason.RUNNING, message=f"all {a.replicas} replicas running")
     if now - a.created_at > a.startup_timeout:
-        running = sum(1 for ph in a.pods.values() if ph == "Running")
+        running = sum(1 for p in a.pods.values() if p.phase == "Running")
         failures = a.startup_failures + 1
         return Verdict(
-            QUEUED, TEARDOWN, "StartupTimeout",
+            Phase.QUEUED, TEARDOWN, Reason.STARTUP_TIMEOUT,
             f"only {running} of {a.replicas} replicas were running after {a.startup_timeout:.0f}s; "
             f"requeued, retry in {backoff(failures):.0f}s",
-            a.restarts, failures, now + backoff(failures),
+            a.restarts, a.interruptions, failures, a.container_errors, now + backoff(failures),
+            _failure(Reason.STARTUP_TIMEOUT, now, message=f"{running} of {a.replicas} running"),
         )
     if missing:
-        return _same(a, STARTING, CREATE_MISSING, "Starting", f"creating {len(missing)} missing pods")
-    return _same(a, STARTING, reason="Starting", message=f"{len(a.pods)} pods created, waiting for all to run")
+        return _same(a, Phase.STARTING, CREATE_MISSING, Reason.STARTING, f"creating {len(missing)} missing pods")
+    return _same(a, Phase.STARTING, reason=Reason.STARTING,
+                 message=f"{len(a.pods)} pods created, waiting for all to run")
 
 
 def _same(a: Attempt, phase: str, action: str = KEEP, reason: str = "", message: str = "") -> Verdict:
-    return Verdict(phase, action, reason, message, a.restarts, a.startup_failures)
+    return Verdict(phase, action, reason, message, a.restarts, a.interruptions, a.startup_failures, a.container_errors)
 
 
-def _restart(a: Attempt, now: float, reason: str, what: str) -> Verdict:
+def _failure(reason: str, now: float, replica: int | None = None, node: str | None = None,
+             exit_code: int | None = None, message: str = "") -> dict:
+    out = {"reason": str(reason), "time": now, "replica": replica, "node": node, "exitCode": exit_code,
+           "message": message[:512]}
+    return {k: v for k, v in out.items() if v is not None and v != ""}
+
+
+def _pod_failed(a: Attempt, now: float, i: int, pod: PodState) -> Verdict:
+    where = f"replica {i} failed on node {pod.node or a.placement.get(i, '?')}"
+    if pod.exit_code is not None:
+        where += f" with exit code {pod.exit_code}"
+    if pod.message:
+        where += f": {pod.message}"
+    if pod.disrupted:
+        return _restart(a, now, Reason.POD_DELETED, where, replica=i, node=pod.node, message=pod.message)
+    return _restart(a, now, Reason.POD_FAILED, where, replica=i, node=pod.node, exit_code=pod.exit_code,
+                    message=pod.message)
+
+
+def _container_error(a: Attempt, now: float, i: int, pod: PodState) -> Verdict:
+    errors = a.container_errors + 1
+    what = f"replica {i} cannot start: {pod.waiting_reason}" + (f": {pod.message}" if pod.message else "")
+    failure = _failure(Reason.CONTAINER_ERROR, now, i, pod.node, message=f"{pod.waiting_reason}: {pod.message}")
+    if errors >= CONTAINER_ERROR_LIMIT:
+        return Verdict(Phase.FAILED, TEARDOWN, Reason.CONTAINER_ERROR,
+                       f"{what}; gave up after {errors} attempts", a.restarts, a.interruptions, a.startup_failures,
+                       errors, failure=failure)
+    wait = backoff(errors)
+    return Verdict(Phase.QUEUED, TEARDOWN, Reason.CONTAINER_ERROR,
+                   f"{what}; attempt {errors} of {CONTAINER_ERROR_LIMIT}, retry in {wait:.0f}s", a.restarts,
+                   a.interruptions, a.startup_failures, errors, now + wait, failure)
+
+
+def _restart(a: Attempt, now: float, reason: Reason, what: str, replica: int | None = None,
+             node: str | None = None, exit_code: int | None = None, message: str = "") -> Verdict:
+    failure = _failure(reason, now, replica, node, exit_code, message)
+    if reason != Reason.POD_FAILED:  # the infrastructure's fault: does not use up maxRestarts
+        interruptions = a.interruptions + 1
+        wait = backoff(interruptions)
+        return Verdict(Phase.QUEUED, TEARDOWN, reason, f"{what}; gang restarts in {wait:.0f}s (interruption "
+                       f"{interruptions}, not counted against maxRestarts)", a.restarts, interruptions,
+                       a.startup_failures, a.container_errors, now + wait, failure)
     restarts = a.restarts + 1
     if restarts > a.max_restarts:
-        return Verdict(FAILED, TEARDOWN, reason,
-                       f"{what}; maxRestarts ({a.max_restarts}) exhausted", a.restarts, a.startup_failures)
+        return Verdict(Phase.FAILED, TEARDOWN, reason, f"{what}; maxRestarts ({a.max_restarts}) exhausted",
+                       a.restarts, a.interruptions, a.startup_failures, a.container_errors, failure=failure)
     wait = backoff(restarts)
-    return Verdict(QUEUED, TEARDOWN, reason, f"{what}; gang restart {restarts} of {a.max_restarts} in {wait:.0f}s",
-                   restarts, a.startup_failures, now + wait)
+    return Verdict(Phase.QUEUED, TEARDOWN, reason,
+                   f"{what}; gang restart {restarts} of {a.max_restarts} in {wait:.0f}s", restarts,
+                   a.interruptions, a.startup_failures, a.container_errors, now + wait, failure)

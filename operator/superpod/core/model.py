@@ -1,7 +1,8 @@
 """Cluster snapshot: nodes, free capacity, the topology domain tree and per-filter aggregates.
 
 Free = allocatable minus the requests of every bound non-terminal pod (whoever scheduled it). The domain tree has a
-root (level 0), one level per ClusterTopology level except the node level, and nodes below the finest level.
+root (level 0), one level per ClusterTopology level except the node level, and nodes below the finest level; each
+`Domain(level, name, parent)` has an integer id, and `ancestors[node]` lists a node's domain ids root to finest.
 Aggregates (free per resource, histogram of nodes by free whole GPUs) are kept per *view*: the set of nodes that
 pass one job's filters. Views are built lazily and updated incrementally on every add/remove of a pod.
 """
@@ -11,10 +12,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from superpod.core.request import GPU, PRODUCT_LABEL, JobRequest, Taint
 
 HOSTNAME = "kubernetes.io/hostname"
+UNLABELLED = "?"  # prefix of the domain a node forms on its own at a level whose label it lacks
 
 
 @dataclass(frozen=True)
@@ -58,6 +61,7 @@ class Node:
     taints: tuple[Taint, ...] = ()
     unschedulable: bool = False
     ready: bool = True
+    held: str = ""  # why the scheduler keeps it out of placement for now, e.g. "being repartitioned for MIG"
 
 
 @dataclass(frozen=True)
@@ -75,6 +79,10 @@ def filter_reason(node: Node, job: JobRequest) -> str | None:
         return "not ready"
     if node.unschedulable:
         return "cordoned"
+    if node.held:
+        return node.held
+    if node.name in job.avoid_nodes:
+        return "still terminating its earlier pods"
     for t in node.taints:
         if t.effect in ("NoSchedule", "NoExecute") and not any(tol.tolerates(t) for tol in job.tolerations):
             return "tainted"
@@ -88,45 +96,58 @@ def filter_reason(node: Node, job: JobRequest) -> str | None:
 
 
 class View:
-    """Aggregates over the nodes that pass one filter signature."""
+    """Aggregates over the nodes that pass one filter signature, per domain id."""
 
-    def __init__(self, snap: Snapshot, ok: list[bool], reasons: Counter):
-        self.ok = ok
+    def __init__(self, snap: Snapshot, eligible: list[bool], reasons: Counter):
+        self.eligible = eligible  # per node: passes the filters
         self.reasons = reasons  # filter reason -> node count
-        nd = len(snap.domains)
-        self.hist = [[0] * (snap.hmax + 1) for _ in range(nd)]
-        self.free: list[Counter] = [Counter() for _ in range(nd)]
-        self.count = [0] * nd
-        self.ver = [0] * nd  # bumped on every change below a domain; keys the memo
-        self.memo: dict[tuple[int, int], tuple[int, int, list[int]]] = {}  # (domain, gpus) -> (ver, cap, kid caps)
-        hmax = snap.hmax
-        for x in range(len(snap.domains)):  # per finest domain from its nodes, then fold upwards
-            for i in snap.node_children[x]:
-                if ok[i]:
-                    f = snap.free[i]
-                    self.hist[x][min(max(f.get(GPU, 0), 0), hmax)] += 1
-                    self.count[x] += 1
-                    fr = self.free[x]
-                    for r, v in f.items():
+        n_domains = len(snap.domains)
+        top = snap.max_gpus_per_node
+        self.gpu_histogram = [[0] * (top + 1) for _ in range(n_domains)]  # eligible nodes by free whole GPUs
+        self.free: list[Counter] = [Counter() for _ in range(n_domains)]  # free resources of eligible nodes
+        self.node_count = [0] * n_domains  # eligible nodes
+        self.version = [0] * n_domains  # bumped on every change below a domain; keys the memo
+        # (domain, gpus per replica) -> (version, GPU-bound capacity, children's capacities descending)
+        self.capacity_memo: dict[tuple[int, int], tuple[int, int, list[int]]] = {}
+        self.static: dict[tuple, object] = {}  # facts of the eligible nodes' allocatable, which never change
+        for d in range(n_domains):  # per finest domain from its nodes, then fold upwards
+            for i in snap.child_nodes[d]:
+                if eligible[i]:
+                    free = snap.free[i]
+                    self.gpu_histogram[d][min(max(free.get(GPU, 0), 0), top)] += 1
+                    self.node_count[d] += 1
+                    total = self.free[d]
+                    for r, v in free.items():
                         if v > 0:
-                            fr[r] += v
-        for lvl in range(len(snap.levels), 0, -1):
-            for x in snap.by_level[lvl]:
-                p = snap.domains[x][2]
-                self.count[p] += self.count[x]
-                self.free[p].update(self.free[x])
-                self.hist[p] = [a + b for a, b in zip(self.hist[p], self.hist[x], strict=True)]
+                            total[r] += v
+        for level in range(len(snap.levels), 0, -1):
+            for d in snap.domains_by_level[level]:
+                parent = snap.domains[d].parent
+                self.node_count[parent] += self.node_count[d]
+                self.free[parent].update(self.free[d])
+                self.gpu_histogram[parent] = [
+                    a + b for a, b in zip(self.gpu_histogram[parent], self.gpu_histogram[d], strict=True)
+                ]
 
-    def add(self, snap: Snapshot, i: int, sign: int) -> None:
-        f = snap.free[i]
-        h = min(max(f.get(GPU, 0), 0), snap.hmax)
-        for d in snap.anc[i]:
-            self.ver[d] += 1
-            self.hist[d][h] += sign
-            self.count[d] += sign
-            fr = self.free[d]
-            for r, v in f.items():
-                fr[r] += sign * max(v, 0)
+    def add_node(self, snap: Snapshot, node: int, sign: int) -> None:
+        """Add (sign 1) or remove (sign -1) an eligible node's free capacity in every domain above it."""
+        free = snap.free[node]
+        bucket = min(max(free.get(GPU, 0), 0), snap.max_gpus_per_node)
+        for d in snap.ancestors[node]:
+            self.version[d] += 1
+            self.gpu_histogram[d][bucket] += sign
+            self.node_count[d] += sign
+            total = self.free[d]
+            for r, v in free.items():
+                total[r] += sign * max(v, 0)
+
+
+class Domain(NamedTuple):
+    """A node of the topology tree: its depth (0 = the cluster root), label value and parent domain id (-1)."""
+
+    level: int
+    name: str
+    parent: int
 
 
 class Snapshot:
@@ -138,7 +159,7 @@ class Snapshot:
         self.nodes: list[Node] = sorted(nodes, key=lambda n: n.name)
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.free: list[dict[str, int]] = [dict(n.allocatable) for n in self.nodes]
-        self.hmax = max([n.allocatable.get(GPU, 0) for n in self.nodes] + [0])
+        self.max_gpus_per_node = max([n.allocatable.get(GPU, 0) for n in self.nodes] + [0])
         self.pods: dict[str, Pod] = {}
         self.generation = 0
         self._build_tree()
@@ -147,41 +168,41 @@ class Snapshot:
             self.add_pod(p)
 
     def _build_tree(self) -> None:
-        # domains[d] = (level, name, parent); children/nodes lists by domain id
-        self.domains: list[tuple[int, str, int]] = [(0, "cluster", -1)]
-        self.children: list[list[int]] = [[]]
-        self.node_children: list[list[int]] = [[]]
-        self.by_level: list[list[int]] = [[0]] + [[] for _ in self.levels]
+        # Domain ids index domains, child_domains and child_nodes; ancestors[node] = domain ids, root to finest.
+        self.domains: list[Domain] = [Domain(0, "cluster", -1)]
+        self.child_domains: list[list[int]] = [[]]
+        self.child_nodes: list[list[int]] = [[]]
+        self.domains_by_level: list[list[int]] = [[0]] + [[] for _ in self.levels]
         ids: dict[tuple[str, ...], int] = {}
-        self.anc: list[tuple[int, ...]] = []
+        self.ancestors: list[tuple[int, ...]] = []
         for i, n in enumerate(self.nodes):
             path: list[int] = [0]
             key: tuple[str, ...] = ()
-            for lvl, lv in enumerate(self.levels, start=1):
-                val = n.labels.get(lv.label)
-                key = key + (val if val is not None else f"?{n.name}",)  # unlabelled: a domain of its own
+            for level, lv in enumerate(self.levels, start=1):
+                value = n.labels.get(lv.label)
+                key = key + (value if value is not None else f"{UNLABELLED}{n.name}",)  # a domain of its own
                 d = ids.get(key)
                 if d is None:
                     d = ids[key] = len(self.domains)
-                    self.domains.append((lvl, key[-1], path[-1]))
-                    self.children.append([])
-                    self.node_children.append([])
-                    self.children[path[-1]].append(d)
-                    self.by_level[lvl].append(d)
+                    self.domains.append(Domain(level, key[-1], path[-1]))
+                    self.child_domains.append([])
+                    self.child_nodes.append([])
+                    self.child_domains[path[-1]].append(d)
+                    self.domains_by_level[level].append(d)
                 path.append(d)
-            self.node_children[path[-1]].append(i)
-            self.anc.append(tuple(path))
+            self.child_nodes[path[-1]].append(i)
+            self.ancestors.append(tuple(path))
 
     # -- capacity -------------------------------------------------------------------------------------------
-    def _apply(self, i: int, requests: Iterable[tuple[str, int]], sign: int) -> None:
-        live = [v for v in self.views.values() if v.ok[i]]
+    def _apply(self, node: int, requests: Iterable[tuple[str, int]], sign: int) -> None:
+        live = [v for v in self.views.values() if v.eligible[node]]
         for v in live:
-            v.add(self, i, -1)
-        f = self.free[i]
+            v.add_node(self, node, -1)
+        free = self.free[node]
         for r, q in requests:
-            f[r] = f.get(r, 0) - sign * q
+            free[r] = free.get(r, 0) - sign * q
         for v in live:
-            v.add(self, i, 1)
+            v.add_node(self, node, 1)
         self.generation += 1
 
     def add_pod(self, pod: Pod) -> None:
@@ -215,28 +236,30 @@ class Snapshot:
         v = self.views.get(sig)
         if v is None:
             reasons: Counter = Counter()
-            ok = []
+            eligible = []
             for n in self.nodes:
                 why = filter_reason(n, job)
-                ok.append(why is None)
+                eligible.append(why is None)
                 if why is not None:
                     reasons[why] += 1
-            v = self.views[sig] = View(self, ok, reasons)
+            v = self.views[sig] = View(self, eligible, reasons)
         return v
 
     def domain_label(self, d: int) -> str:
-        lvl, name, _ = self.domains[d]
-        return "cluster" if lvl == 0 else f"{self.levels[lvl - 1].name} {name}"
+        level, name, _ = self.domains[d]
+        if name.startswith(UNLABELLED):
+            return f"node {name[len(UNLABELLED):]}"
+        return "cluster" if level == 0 else f"{self.levels[level - 1].name} {name}"
 
     def descendants(self, d: int) -> Iterable[int]:
         stack = [d]
         while stack:
             x = stack.pop()
             yield x
-            stack.extend(self.children[x])
+            stack.extend(self.child_domains[x])
 
     def nodes_under(self, d: int) -> list[int]:
-        return [i for x in self.descendants(d) for i in self.node_children[x]]
+        return [i for x in self.descendants(d) for i in self.child_nodes[x]]
 
     def recount_ok(self) -> bool:
         """Invariant check for tests: every aggregate equals a from-scratch recount."""
@@ -249,8 +272,8 @@ class Snapshot:
         if [{k: v for k, v in f.items() if v} for f in free] != [{k: v for k, v in f.items() if v} for f in self.free]:
             return False
         for v in self.views.values():
-            fresh = View(self, v.ok, v.reasons)
-            if fresh.hist != v.hist or fresh.count != v.count:
+            fresh = View(self, v.eligible, v.reasons)
+            if fresh.gpu_histogram != v.gpu_histogram or fresh.node_count != v.node_count:
                 return False
             if [+c for c in fresh.free] != [+c for c in v.free]:
                 return False

@@ -11,6 +11,8 @@ plain ints. Because the cost is additive over subtrees, a min-plus knapsack over
 down: a domain that one child can hold alone needs only its best single child (tried in lower-bound order from
 per-domain aggregates, pruned by the bound), otherwise we combine children's full cost arrays.
 
+Explanations and reservations ask the Solver questions (slots, room, ...) instead of reading its fields.
+
 Exactness has one limit: a combination step whose work (sum of child capacities x replicas) exceeds `budget` keeps
 only the largest children (a few more than the fewest that could hold the gang). That happens only for gangs far
 larger than any single domain (e.g. 300 x 8 GPUs over fragmented spines is still exact); the placement is feasible
@@ -19,12 +21,13 @@ and says `exact=False`.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add
 
 from superpod.core.model import Snapshot, View
-from superpod.core.request import JobRequest
+from superpod.core.request import GPU, JobRequest
 
 INF = 1 << 1000  # anything >= INF is infeasible; finite costs stay far below (48 bits x 2 x levels)
 BASE_BITS = 48
@@ -46,10 +49,14 @@ def validate(snap: Snapshot, job: JobRequest) -> str | None:
     names = [lv.name for lv in snap.levels] + [topo.node_level_name]
     if job.replicas < 1:
         return f"replicas must be at least 1, got {job.replicas}"
-    for what, lvl in (("required", job.required), ("preferred", job.preferred), ("sliceRequired", job.slice_required)):
-        if lvl is not None and topo.index(lvl) is None:
+    for what, level in (
+        ("required", job.required),
+        ("preferred", job.preferred),
+        ("sliceRequired", job.slice_required),
+    ):
+        if level is not None and topo.index(level) is None:
             return (
-                f"topology.{what} names level {lvl!r}, which the ClusterTopology does not define ({', '.join(names)})"
+                f"topology.{what} names level {level!r}, which the ClusterTopology does not define ({', '.join(names)})"
             )
     if (job.slice_size is None) != (job.slice_required is None):
         return "topology.sliceSize and topology.sliceRequired must be set together"
@@ -58,14 +65,17 @@ def validate(snap: Snapshot, job: JobRequest) -> str | None:
             return f"topology.sliceSize must be at least 1, got {job.slice_size}"
         if job.replicas % job.slice_size:
             return f"replicas ({job.replicas}) must be a multiple of topology.sliceSize ({job.slice_size})"
-    if any(q < 0 for _, q in job.requests):
+    if any(amount < 0 for _, amount in job.requests):
         return "resource requests must not be negative"
     return None
 
 
 class Solver:
     """One placement attempt of one job on one snapshot. `exclude`: domain ids (with subtrees) not to use;
-    `exclude_nodes`: node indexes not to use (reservations). `budget`: see _kids_table."""
+    `exclude_nodes`: node indexes not to use (reservations). `budget`: see _children_table.
+
+    Levels are tree depths: 0 the cluster root, 1..finest_level the domain levels, node_level the nodes. Besides
+    solve(), explain and cycle ask it only the questions below and read snap, job and the *_level attributes."""
 
     def __init__(
         self,
@@ -75,329 +85,493 @@ class Solver:
         budget: int = 2_000_000,
         exclude_nodes: frozenset[int] = frozenset(),
     ):
-        self.s = snap
+        self.snap = snap
         self.job = job
         self.view: View = snap.view(job)
-        self.R = job.replicas
-        self.L = len(snap.levels)
+        self.replicas = job.replicas
+        self.finest_level = len(snap.levels)
+        self.node_level = self.finest_level + 1
         topo = snap.topology
-        self.q = topo.index(job.required) if job.required else 0
-        s = topo.index(job.slice_required) if job.slice_required else None
-        self.u = job.slice_size or 1
-        self.sl = s if (s is not None and s > self.q and self.u > 1) else None  # slice level, if it binds
-        self.req = [(r, v) for r, v in job.requests if v > 0]
-        self.g = job.gpus
+        self.required_level = topo.index(job.required) if job.required else 0  # 0: anywhere
+        slice_level = topo.index(job.slice_required) if job.slice_required else None
+        self.slice_size = job.slice_size or 1
+        binds = slice_level is not None and slice_level > self.required_level and self.slice_size > 1
+        self.slice_level = slice_level if binds else None  # each domain of this level holds whole slices
+        self.node_step = self.slice_size if self.slice_level == self.node_level else 1  # replicas per node: multiples
+        self.requests = [(r, v) for r, v in job.requests if v > 0]
+        self.gpus_per_replica = job.gpus
         self.primary = job.primary
-        n = self.L + 1
-        self.wc = [0] + [1 << (BASE_BITS * (2 * n - i)) for i in range(1, n + 1)]  # count weight per level
-        self.wf = [0] + [1 << (BASE_BITS * (n - i)) for i in range(1, n + 1)]  # free weight per level
-        self.excluded: set[int] = set()
+        depth = self.node_level
+        self.count_weight = [0] + [1 << (BASE_BITS * (2 * depth - i)) for i in range(1, depth + 1)]  # per level
+        self.free_weight = [0] + [1 << (BASE_BITS * (depth - i)) for i in range(1, depth + 1)]  # per level
+        self.excluded_domains: set[int] = set()
         for d in exclude:
-            self.excluded.update(snap.descendants(d))
-        self.exclude_nodes = exclude_nodes
+            self.excluded_domains.update(snap.descendants(d))
+        self.excluded_nodes = exclude_nodes
         self._slots: dict[int, int] = {}
-        self._full: dict[tuple[int, int], _Table] = {}
+        self._tables: dict[tuple[int, int], _Table] = {}
         self.budget = budget
         self.exact = True  # False if a combination step had to drop children to stay within `budget`
 
-    # -- per node / domain measures -------------------------------------------------------------------------
-    def slots(self, i: int) -> int:
-        """How many replicas fit on node i now (0 if filtered out or excluded), capped at R."""
-        k = self._slots.get(i)
+    # -- questions (also asked by explain and cycle) --------------------------------------------------------
+    def slots(self, node: int) -> int:
+        """Replicas that fit on `node` now (0 if filtered out or excluded), capped at the gang size."""
+        k = self._slots.get(node)
         if k is None:
-            if not self.view.ok[i] or i in self.exclude_nodes or (self.excluded and self.s.anc[i][-1] in self.excluded):
+            if (
+                not self.view.eligible[node]
+                or node in self.excluded_nodes
+                or (self.excluded_domains and self.snap.ancestors[node][-1] in self.excluded_domains)
+            ):
                 k = 0
             else:
-                f = self.s.free[i]
-                k = self.R
-                for r, v in self.req:
-                    x = f.get(r, 0) // v
-                    if x < k:
-                        k = max(x, 0)
-            self._slots[i] = k
+                free = self.snap.free[node]
+                k = self.replicas
+                for r, v in self.requests:
+                    fit = free.get(r, 0) // v
+                    if fit < k:
+                        k = max(fit, 0)
+            self._slots[node] = k
         return k
 
-    def ub(self, d: int) -> int:
-        """Upper bound on replicas domain d can hold (exact when GPUs are the binding resource)."""
-        if d in self.excluded:
+    def idle_slots(self, node: int) -> int:
+        """Replicas that would fit on `node` if no pod ran on it (0 if filtered out or excluded)."""
+        if (
+            not self.view.eligible[node]
+            or node in self.excluded_nodes
+            or self.snap.ancestors[node][-1] in self.excluded_domains
+        ):
             return 0
-        if self.g <= 0:
-            return self.R if self.view.count[d] else 0
-        return min(self.R, self._caps(d)[0])
+        alloc = self.snap.nodes[node].allocatable
+        return min([self.replicas] + [alloc.get(r, 0) // v for r, v in self.requests])
 
-    def _caps(self, d: int) -> tuple[int, list[int]]:
-        """(GPU-bound capacity of d, its children's capacities descending), memoised in the view."""
-        view, g = self.view, self.g
-        m = view.memo.get((d, g))
-        if m is None or m[0] != view.ver[d]:
-            hist = view.hist[d]
-            cap = sum(hist[h] * (h // g) for h in range(g, len(hist)))
-            kids = sorted((self._caps(c)[0] for c in self.s.children[d]), reverse=True)
-            m = view.memo[(d, g)] = (view.ver[d], cap, kids)
-        return m[1], m[2]
+    def node_room(self, node: int, idle: bool = False) -> int:
+        """Replicas `node` could hold now (or `idle`: if no pod ran), slices of one node respected."""
+        step = self.node_step
+        return (self.idle_slots(node) if idle else self.slots(node)) // step * step
 
-    def unit(self, d: int) -> int:
-        lvl = self.s.domains[d][0]
-        return self.wc[lvl] + self.view.free[d][self.primary] * self.wf[lvl]
-
-    def node_unit(self, i: int) -> int:
-        return self.wc[self.L + 1] + max(self.s.free[i].get(self.primary, 0), 0) * self.wf[self.L + 1]
-
-    def lower_bound(self, d: int, y: int) -> int:
-        """Lower bound on unit(d) + best cost of y replicas inside d."""
-        lvl = self.s.domains[d][0]
-        lb = self.unit(d) + sum(self.wc[lvl + 1 : self.L + 1])
-        if lvl < self.L:  # children needed at the next level, from their upper bounds
-            if self.g > 0 and not self.excluded:
-                caps = self._caps(d)[1]
+    def room(self, domain: int, idle: bool = False) -> int:
+        """Most replicas `domain` could hold on its own now (or `idle`: if no pod ran), slices respected."""
+        slots = self.idle_slots if idle else self.slots
+        size, slice_level, ancestors = self.slice_size, self.slice_level, self.snap.ancestors
+        total = 0
+        per_slice_domain: Counter = Counter()
+        for i in self.snap.nodes_under(domain):
+            k = slots(i)
+            if not k:
+                continue
+            if slice_level is None:
+                total += k
+            elif slice_level == self.node_level:
+                total += (k // size) * size
             else:
-                caps = sorted((self.ub(c) for c in self.s.children[d]), reverse=True)
-            need, acc = 0, 0
-            for c in caps:
-                if acc >= y:
+                per_slice_domain[ancestors[i][slice_level]] += k
+        total += sum((v // size) * size for v in per_slice_domain.values())
+        return min(total, self.replicas)
+
+    def best_room(self, domains: list[int], idle: bool = False) -> tuple[int, int]:
+        """(domain, room) with the most room among `domains`: exact, visiting domains in upper-bound order."""
+        bound = self._idle_bound if idle else self._capacity_bound
+        best, arg = -1, domains[0] if domains else 0
+        for upper, d in sorted(((bound(d), d) for d in domains), key=lambda x: (-x[0], x[1])):
+            if upper <= best:
+                break
+            r = self.room(d, idle)
+            if r > best:
+                best, arg = r, d
+        return arg, max(best, 0)
+
+    def could_ever_hold(self, domain: int) -> bool:
+        """Whether `domain` alone could hold the gang if no pod ran (on one of its nodes, if one node is required)."""
+        gang = self.replicas
+        if self._idle_bound(domain) < gang or self.room(domain, idle=True) < gang:
+            return False
+        if self.required_level == self.node_level:
+            return any(self.idle_slots(i) >= gang for i in self.snap.nodes_under(domain))
+        return True
+
+    def domains_at(self, level: int) -> list[int]:
+        """The domains of `level` not excluded."""
+        return [d for d in self.snap.domains_by_level[level] if d not in self.excluded_domains]
+
+    def free_primary(self, domain: int) -> int:
+        """Free amount of the job's primary resource on the eligible nodes of `domain`."""
+        return self.view.free[domain][self.primary]
+
+    def node_free_primary(self, node: int) -> int:
+        """Free amount of the job's primary resource on `node` (0 if overcommitted)."""
+        return max(self.snap.free[node].get(self.primary, 0), 0)
+
+    def shortages(self) -> Counter:
+        """Eligible nodes without room for one replica now, by (resource short first, even when idle?)."""
+        short: Counter = Counter()
+        gpus = self.gpus_per_replica
+        if gpus > 0:  # from the aggregates: nodes with fewer free GPUs than one replica needs ...
+            histogram = self.view.gpu_histogram[0]
+            short[(GPU, False)] = sum(histogram[: min(gpus, len(histogram))])
+            short.update(self._too_small())  # ... and nodes too small for the rest even when idle
+            return short
+        snap = self.snap
+        for i, eligible in enumerate(self.view.eligible):
+            if eligible and self.slots(i) == 0:
+                free, alloc = snap.free[i], snap.nodes[i].allocatable
+                for r, v in self.requests:
+                    if free.get(r, 0) < v:
+                        short[(r, alloc.get(r, 0) < v)] += 1
+                        break
+        return short
+
+    def _too_small(self) -> Counter:
+        """Eligible nodes with enough GPUs whose allocatable is below another request (cpu, memory, rdma/ib...):
+        static for a view, so counted once per request shape."""
+        key = ("too-small", tuple(self.requests))
+        found = self.view.static.get(key)
+        if found is None:
+            found = Counter()
+            others = [(r, v) for r, v in self.requests if r != GPU]
+            for i, eligible in enumerate(self.view.eligible):
+                alloc = self.snap.nodes[i].allocatable
+                if eligible and alloc.get(GPU, 0) >= self.gpus_per_replica:
+                    short = next((r for r, v in others if alloc.get(r, 0) < v), None)
+                    if short is not None:
+                        found[(short, True)] += 1
+            self.view.static[key] = found
+        return found
+
+    # -- bounds and costs -----------------------------------------------------------------------------------
+    def _capacity_bound(self, domain: int) -> int:
+        """Upper bound on replicas `domain` can hold (exact when GPUs are the binding resource)."""
+        if domain in self.excluded_domains:
+            return 0
+        if self.gpus_per_replica <= 0:
+            return self.replicas if self.view.node_count[domain] else 0
+        return min(self.replicas, self._gpu_capacity(domain)[0])
+
+    def _idle_bound(self, domain: int) -> int:
+        """Upper bound on room(domain, idle=True)."""
+        if domain in self.excluded_domains:
+            return 0
+        eligible, gpus = self.view.node_count[domain], self.gpus_per_replica
+        if gpus <= 0:
+            return self.replicas if eligible else 0
+        return min(self.replicas, eligible * (self.snap.max_gpus_per_node // gpus))
+
+    def _gpu_capacity(self, domain: int) -> tuple[int, list[int]]:
+        """(replicas `domain` holds by free GPUs alone, its children's such capacities descending), memoised."""
+        view, gpus = self.view, self.gpus_per_replica
+        memo = view.capacity_memo.get((domain, gpus))
+        if memo is None or memo[0] != view.version[domain]:
+            histogram = view.gpu_histogram[domain]
+            capacity = sum(histogram[h] * (h // gpus) for h in range(gpus, len(histogram)))
+            children = sorted((self._gpu_capacity(c)[0] for c in self.snap.child_domains[domain]), reverse=True)
+            memo = view.capacity_memo[(domain, gpus)] = (view.version[domain], capacity, children)
+        return memo[1], memo[2]
+
+    def _domain_cost(self, domain: int) -> int:
+        """Cost of using `domain`: one domain at its level plus its free primary resource (best fit)."""
+        level = self.snap.domains[domain].level
+        return self.count_weight[level] + self.view.free[domain][self.primary] * self.free_weight[level]
+
+    def _node_cost(self, node: int) -> int:
+        """Cost of using `node`: one node plus its free primary resource (best fit)."""
+        level = self.node_level
+        return self.count_weight[level] + max(self.snap.free[node].get(self.primary, 0), 0) * self.free_weight[level]
+
+    def _lower_bound(self, domain: int, amount: int) -> int:
+        """Lower bound on _domain_cost(domain) + the best cost of `amount` replicas inside it."""
+        level = self.snap.domains[domain].level
+        weight, gpus = self.count_weight, self.gpus_per_replica
+        bound = self._domain_cost(domain) + sum(weight[level + 1 : self.node_level])
+        if level < self.finest_level:  # children needed at the next level, from their upper bounds
+            if gpus > 0 and not self.excluded_domains:
+                capacities = self._gpu_capacity(domain)[1]
+            else:
+                capacities = sorted((self._capacity_bound(c) for c in self.snap.child_domains[domain]), reverse=True)
+            need, held = 0, 0
+            for c in capacities:
+                if held >= amount:
                     break
-                acc += c
+                held += c
                 need += 1
-            lb += (max(need, 1) - 1) * self.wc[lvl + 1]
-        need = 1
-        if self.g > 0:  # nodes needed, from the free-GPU histogram
-            acc, need = 0, 0
-            hist = self.view.hist[d]
-            for h in range(len(hist) - 1, self.g - 1, -1):
-                per = min(h // self.g, y)
-                c = hist[h]
-                if acc + c * per >= y:
-                    need += -(-(y - acc) // per)
-                    acc = y
+            bound += (max(need, 1) - 1) * weight[level + 1]
+        nodes = 1
+        if gpus > 0:  # nodes needed, from the free-GPU histogram
+            held, nodes = 0, 0
+            histogram = self.view.gpu_histogram[domain]
+            for h in range(len(histogram) - 1, gpus - 1, -1):
+                per = min(h // gpus, amount)
+                c = histogram[h]
+                if held + c * per >= amount:
+                    nodes += -(-(amount - held) // per)
+                    held = amount
                     break
-                acc += c * per
-                need += c
-            need = max(need, 1)
-        return lb + need * self.wc[self.L + 1]
+                held += c * per
+                nodes += c
+            nodes = max(nodes, 1)
+        return bound + nodes * weight[self.node_level]
 
     # -- search ---------------------------------------------------------------------------------------------
-    def best_in(self, d: int, y: int) -> tuple[int, list[tuple[int, int]]] | None:
-        """Best (cost below d, [(node, replicas)]) for exactly y replicas inside domain d."""
-        lvl = self.s.domains[d][0]
-        if lvl == self.L:
-            t = self.full(d, y)
-            return (t.f[y], t.pick(y)) if t.f[y] < INF else None
-        kids = [c for c in self.s.children[d] if self.ub(c) >= y]
+    def _best_in(self, domain: int, amount: int) -> tuple[int, list[tuple[int, int]]] | None:
+        """Best (cost below `domain`, [(node, replicas)]) for exactly `amount` replicas inside `domain`."""
+        level = self.snap.domains[domain].level
+        if level == self.finest_level:
+            return self._best_from_table(domain, amount)
+        children = [c for c in self.snap.child_domains[domain] if self._capacity_bound(c) >= amount]
         best: tuple[int, list[tuple[int, int]]] | None = None
-        for lb, c in sorted((self.lower_bound(c, y), c) for c in kids):
-            if best is not None and lb >= best[0]:
+        for bound, child in sorted((self._lower_bound(c, amount), c) for c in children):
+            if best is not None and bound >= best[0]:
                 break
-            r = self.best_in(c, y)
-            if r is not None and (lvl + 1 != self.sl or y % self.u == 0):
-                cost = r[0] + self.unit(c)
+            found = self._best_in(child, amount)
+            if found is not None and (level + 1 != self.slice_level or amount % self.slice_size == 0):
+                cost = found[0] + self._domain_cost(child)
                 if best is None or cost < best[0]:
-                    best = (cost, r[1])
-        if best is not None:
-            return best
-        t = self.full(d, y)
-        return (t.f[y], t.pick(y)) if t.f[y] < INF else None
+                    best = (cost, found[1])
+        return best if best is not None else self._best_from_table(domain, amount)
 
-    def full(self, d: int, Y: int) -> _Table:
-        """Cost of placing y = 0..Y replicas inside d, for every y (INF where impossible)."""
-        key = (d, Y)
-        t = self._full.get(key)
-        if t is None:
-            lvl = self.s.domains[d][0]
-            t = self._nodes_table(d, Y) if lvl == self.L else self._kids_table(d, Y)
-            if lvl == self.sl:
-                t.f = [v if y % self.u == 0 else INF for y, v in enumerate(t.f)]
-            self._full[key] = t
-        return t
+    def _best_from_table(self, domain: int, amount: int) -> tuple[int, list[tuple[int, int]]] | None:
+        table = self._table(domain, amount)
+        cost = table.cost[amount]
+        return (cost, table.pick(amount)) if cost < INF else None
 
-    def _kids_table(self, d: int, Y: int) -> _Table:
-        f = [0] + [INF] * Y
-        steps: list[tuple[int, _Table, int, list[int]]] = []
-        kids = [(min(Y, self.ub(c)), c) for c in self.s.children[d]]
-        kids = [(cap, c) for cap, c in kids if cap > 0]
-        if sum(cap for cap, _ in kids) * Y > self.budget:
+    def _table(self, domain: int, most: int) -> _Table:
+        """Cost of placing 0..`most` replicas inside `domain`, for every amount (INF where impossible)."""
+        key = (domain, most)
+        table = self._tables.get(key)
+        if table is None:
+            level = self.snap.domains[domain].level
+            if level == self.finest_level:
+                table = self._nodes_table(domain, most)
+            else:
+                table = self._children_table(domain, most)
+            if level == self.slice_level:
+                table.cost = [v if y % self.slice_size == 0 else INF for y, v in enumerate(table.cost)]
+            self._tables[key] = table
+        return table
+
+    def _children_table(self, domain: int, most: int) -> _ChildrenTable:
+        cost = [0] + [INF] * most
+        steps: list[tuple[_Table, int, list[int]]] = []
+        children = [(min(most, self._capacity_bound(c)), c) for c in self.snap.child_domains[domain]]
+        children = [(capacity, c) for capacity, c in children if capacity > 0]
+        if sum(capacity for capacity, _ in children) * most > self.budget:
             # Too big to combine exactly in Python time: keep the largest children, a few more than the fewest
-            # that could hold Y. Still feasible and usually optimal, but no longer proven: flag it.
-            kids.sort(key=lambda x: (-x[0], x[1]))
-            need, acc = 0, 0
-            while need < len(kids) and acc < Y:
-                acc += kids[need][0]
+            # that could hold `most`. Still feasible and usually optimal, but no longer proven: flag it.
+            children.sort(key=lambda x: (-x[0], x[1]))
+            need, held = 0, 0
+            while need < len(children) and held < most:
+                held += children[need][0]
                 need += 1
-            if need + KEEP_EXTRA < len(kids):
-                kids = kids[: need + KEEP_EXTRA]
+            if need + KEEP_EXTRA < len(children):
+                children = children[: need + KEEP_EXTRA]
                 self.exact = False
-        reach = 0  # states above this are still INF
-        for cap, c in sorted(kids, key=lambda x: self.s.domains[x[1]][1]):
-            ct = self.full(c, cap)
-            uc = self.unit(c)
-            opts = [(t, v + uc) for t, v in enumerate(ct.f) if t and v < INF]
-            if not opts:
+        reach = 0  # amounts above this are still INF
+        domains = self.snap.domains
+        for capacity, child in sorted(children, key=lambda x: domains[x[1]].name):
+            child_table = self._table(child, capacity)
+            use = self._domain_cost(child)
+            options = [(k, v + use) for k, v in enumerate(child_table.cost) if k and v < INF]
+            if not options:
                 continue
-            new = f[:]
-            for t, ctv in opts:  # min-plus step over the reachable states, element-wise in C via map()
-                hi = min(Y - t, reach)
-                new[t : t + hi + 1] = map(min, new[t : t + hi + 1], map(add, f[: hi + 1], repeat(ctv)))
-            steps.append((c, ct, uc, f))
-            f = new
-            reach = min(Y, reach + cap)
-        return _Table(f, kids=steps)
+            new = cost[:]
+            for k, option in options:  # min-plus step over the reachable amounts, element-wise in C via map()
+                hi = min(most - k, reach)
+                new[k : k + hi + 1] = map(min, new[k : k + hi + 1], map(add, cost[: hi + 1], repeat(option)))
+            steps.append((child_table, use, cost))
+            cost = new
+            reach = min(most, reach + capacity)
+        return _ChildrenTable(cost, steps)
 
-    def _nodes_table(self, d: int, Y: int) -> _Table:
-        unit = self.u if self.sl == self.L + 1 else 1
-        Yu = Y // unit
-        classes: dict[tuple[int, int], list[int]] = {}
-        for i in self.s.node_children[d]:
-            k = min(self.slots(i) // unit, Yu)
+    def _nodes_table(self, domain: int, most: int) -> _NodesTable:
+        step = self.node_step
+        top = most // step  # knapsack state: units of `step` replicas covered, capped at `top`
+        classes: dict[tuple[int, int], list[int]] = {}  # (units a node holds, its cost) -> nodes
+        for i in self.snap.child_nodes[domain]:
+            k = min(self.slots(i) // step, top)
             if k > 0:
-                classes.setdefault((k, self.node_unit(i)), []).append(i)
-        # 0/1 knapsack over bundles of identical nodes (binary split), state = units covered, capped at Yu
-        dp = [0] + [INF] * Yu
-        items: list[tuple[int, int, list[int], list[int]]] = []  # (size, cost, nodes, dp before)
-        for (k, cu), nodes in sorted(classes.items()):
-            nodes.sort(key=lambda i: self.s.nodes[i].name)
-            pos, b = 0, 1
-            while pos < len(nodes):
-                take = nodes[pos : pos + b]
+                classes.setdefault((k, self._node_cost(i)), []).append(i)
+        # 0/1 knapsack over bundles of identical nodes (binary split)
+        cost = [0] + [INF] * top
+        bundles: list[tuple[int, int, list[int], list[int]]] = []  # (units, price, nodes, cost array before)
+        nodes = self.snap.nodes
+        for (k, node_cost), members in sorted(classes.items()):
+            members.sort(key=lambda i: nodes[i].name)
+            pos, size = 0, 1
+            while pos < len(members):
+                take = members[pos : pos + size]
                 pos += len(take)
-                b *= 2
-                size, cost = k * len(take), cu * len(take)
-                prev = dp
-                dp = prev[:]
-                for c in range(Yu + 1):
-                    v = prev[c]
+                size *= 2
+                units, price = k * len(take), node_cost * len(take)
+                before = cost
+                cost = before[:]
+                for c in range(top + 1):
+                    v = before[c]
                     if v < INF:
-                        n = min(Yu, c + size)
-                        if v + cost < dp[n]:
-                            dp[n] = v + cost
-                items.append((size, cost, take, prev))
-        # suffix minimum: covering at least y units
-        best, arg = INF, Yu
-        cover = [INF] * (Yu + 1)
-        at = [0] * (Yu + 1)
-        for c in range(Yu, -1, -1):
-            if dp[c] < best:
-                best, arg = dp[c], c
-            cover[c], at[c] = best, arg
-        f = [INF] * (Y + 1)
-        for yu in range(Yu + 1):
-            f[yu * unit] = cover[yu]
-        return _Table(f, nodes=(items, dp, at, unit, self))
+                        to = min(top, c + units)
+                        if v + price < cost[to]:
+                            cost[to] = v + price
+                bundles.append((units, price, take, before))
+        # suffix minimum: covering at least u units
+        best, arg = INF, top
+        cover = [INF] * (top + 1)
+        cover_state = [0] * (top + 1)
+        for c in range(top, -1, -1):
+            if cost[c] < best:
+                best, arg = cost[c], c
+            cover[c], cover_state[c] = best, arg
+        by_amount = [INF] * (most + 1)
+        for u in range(top + 1):
+            by_amount[u * step] = cover[u]
+        return _NodesTable(by_amount, self, bundles, cost, cover_state)
 
 
 class _Table:
-    def __init__(self, f: list[int], kids: list | None = None, nodes: tuple | None = None):
-        self.f = f
-        self.kids = kids
-        self.nodes = nodes
+    """cost[y]: the least cost of y replicas inside one domain (INF where impossible); pick(y) rebuilds it."""
+
+    def __init__(self, cost: list[int]):
+        self.cost = cost
 
     def pick(self, y: int) -> list[tuple[int, int]]:
-        """Reconstruct [(node, replicas)] in topology order for y replicas."""
-        if self.kids is not None:
-            parts = []
-            cur = self.f
-            for _c, ct, uc, prev in reversed(self.kids):
-                if prev[y] != cur[y]:  # this child was used: find how many replicas it took
-                    t = next(t for t in range(1, min(y, len(ct.f) - 1) + 1) if prev[y - t] + ct.f[t] + uc == cur[y])
-                    parts.append(ct.pick(t))
-                    y -= t
-                cur = prev
-            return [x for p in reversed(parts) for x in p]
-        items, dp, at, unit, solver = self.nodes
+        """[(node, replicas)] in topology order for y replicas."""
+        raise NotImplementedError
+
+
+class _ChildrenTable(_Table):
+    def __init__(self, cost: list[int], steps: list[tuple[_Table, int, list[int]]]):
+        super().__init__(cost)
+        self.steps = steps  # per child combined, in order: (its table, its domain cost, the cost array before it)
+
+    def pick(self, y: int) -> list[tuple[int, int]]:
+        parts = []
+        after = self.cost
+        for child_table, use, before in reversed(self.steps):
+            if before[y] != after[y]:  # this child was used: find how many replicas it took
+                child_cost = child_table.cost
+                k = next(
+                    k
+                    for k in range(1, min(y, len(child_cost) - 1) + 1)
+                    if before[y - k] + child_cost[k] + use == after[y]
+                )
+                parts.append(child_table.pick(k))
+                y -= k
+            after = before
+        return [x for p in reversed(parts) for x in p]
+
+
+class _NodesTable(_Table):
+    def __init__(
+        self,
+        cost: list[int],
+        solver: Solver,
+        bundles: list[tuple[int, int, list[int], list[int]]],
+        final: list[int],
+        cover_state: list[int],
+    ):
+        super().__init__(cost)
+        self.solver = solver
+        self.bundles = bundles  # the knapsack's items: (units, cost, nodes, cost array before)
+        self.final = final  # cost array after every bundle, by units covered
+        self.cover_state = cover_state  # units covered -> the cheapest state covering at least that many
+
+    def pick(self, y: int) -> list[tuple[int, int]]:
         if y == 0:
             return []
-        c = at[y // unit]
+        step = self.solver.node_step
+        c = self.cover_state[y // step]
         chosen: list[int] = []
-        after = dp
-        for size, cost, take, prev in reversed(items):
-            if after[c] != prev[c]:  # this bundle was used: step back to its predecessor state
-                top = len(prev) - 1
-                cands = [c - size] if c < top else range(max(0, c - size), c + 1)
-                c = next(p for p in cands if p >= 0 and prev[p] < INF and prev[p] + cost == after[c])
+        after = self.final
+        for units, price, take, before in reversed(self.bundles):
+            if after[c] != before[c]:  # this bundle was used: step back to its predecessor state
+                top = len(before) - 1
+                candidates = [c - units] if c < top else range(max(0, c - units), c + 1)
+                c = next(p for p in candidates if p >= 0 and before[p] < INF and before[p] + price == after[c])
                 chosen.extend(take)
-            after = prev
-        return _spread(solver, chosen, y, unit)
+            after = before
+        return _spread(self.solver, chosen, y, step)
 
 
-def _spread(solver: Solver, chosen: list[int], y: int, unit: int) -> list[tuple[int, int]]:
-    """Give each chosen node one unit, then fill in name order up to its slots."""
-    chosen.sort(key=lambda i: solver.s.nodes[i].name)
-    amt = {i: unit for i in chosen}
-    left = y - unit * len(chosen)
+def _spread(solver: Solver, chosen: list[int], y: int, step: int) -> list[tuple[int, int]]:
+    """Give each chosen node one step of replicas, then fill in name order up to its slots."""
+    nodes = solver.snap.nodes
+    chosen.sort(key=lambda i: nodes[i].name)
+    amount = dict.fromkeys(chosen, step)
+    left = y - step * len(chosen)
     for i in chosen:
         if left <= 0:
             break
-        extra = min(left, (solver.slots(i) // unit) * unit - amt[i])
-        amt[i] += extra
+        extra = min(left, (solver.slots(i) // step) * step - amount[i])
+        amount[i] += extra
         left -= extra
     assert left == 0, "node table inconsistent"
-    return [(i, amt[i]) for i in chosen]
+    return [(i, amount[i]) for i in chosen]
 
 
 def place(snap: Snapshot, job: JobRequest, exclude: frozenset[int] = frozenset()) -> Placement | None:
     """The best placement of the whole gang, or None when no feasible placement exists (see explain.py)."""
     if validate(snap, job) is not None:
         return None
-    sv = Solver(snap, job, exclude)
-    return solve(sv)
+    return solve(Solver(snap, job, exclude))
 
 
 def solve(sv: Solver) -> Placement | None:
-    s, R = sv.s, sv.R
-    if sv.ub(0) < R:
+    """The best placement for the solver's job, or None when there is none (no validation: see place)."""
+    snap, replicas = sv.snap, sv.replicas
+    if sv._capacity_bound(0) < replicas:
         return None
-    best: tuple[int, list[tuple[int, int]], int] | None = None
-    if sv.q == sv.L + 1:  # required: one node
-        for i in range(len(s.nodes)):
-            if sv.slots(i) >= R:
-                cost = sv.node_unit(i) + sum(sv.unit(a) for a in s.anc[i][1:])
+    best: tuple[int, list[tuple[int, int]], int] | None = None  # (cost, [(node, replicas)], domain required)
+    if sv.required_level == sv.node_level:
+        for i in range(len(snap.nodes)):
+            if sv.slots(i) >= replicas:
+                cost = sv._node_cost(i) + sum(sv._domain_cost(a) for a in snap.ancestors[i][1:])
                 if best is None or cost < best[0]:
-                    best = (cost, [(i, R)], s.anc[i][-1])
-    elif sv.q == 0:
-        r = sv.best_in(0, R)
-        if r is not None:
-            best = (r[0], r[1], 0)
+                    best = (cost, [(i, replicas)], snap.ancestors[i][-1])
+    elif sv.required_level == 0:
+        found = sv._best_in(0, replicas)
+        if found is not None:
+            best = (found[0], found[1], 0)
     else:
-        cands = []
-        for d in s.by_level[sv.q]:
-            if sv.ub(d) >= R:
-                above = sum(sv.unit(a) for a in _ancestors(s, d))
-                cands.append((above + sv.lower_bound(d, R), above, d))
-        cands.sort()
-        for lb, above, d in cands:
-            if best is not None and lb >= best[0]:
+        candidates = []
+        for d in snap.domains_by_level[sv.required_level]:
+            if sv._capacity_bound(d) >= replicas:
+                above = sum(sv._domain_cost(a) for a in _domains_above(snap, d))
+                candidates.append((above + sv._lower_bound(d, replicas), above, d))
+        candidates.sort()
+        for bound, above, d in candidates:
+            if best is not None and bound >= best[0]:
                 break
-            r = sv.best_in(d, R)
-            if r is not None:
-                cost = above + sv.unit(d) + r[0]
+            found = sv._best_in(d, replicas)
+            if found is not None:
+                cost = above + sv._domain_cost(d) + found[0]
                 if best is None or cost < best[0]:
-                    best = (cost, r[1], d)
+                    best = (cost, found[1], d)
     if best is None:
         return None
     return _placement(sv, best[1], best[2])
 
 
-def _ancestors(s: Snapshot, d: int) -> list[int]:
+def _domains_above(snap: Snapshot, d: int) -> list[int]:
+    """Ancestors of domain `d`, excluding `d` and the root."""
     out = []
-    p = s.domains[d][2]
-    while p > 0:
-        out.append(p)
-        p = s.domains[p][2]
+    parent = snap.domains[d].parent
+    while parent > 0:
+        out.append(parent)
+        parent = snap.domains[parent].parent
     return out
 
 
-def _placement(sv: Solver, parts: list[tuple[int, int]], dom: int) -> Placement:
-    s = sv.s
-    assign: dict[str, list[int]] = {}
+def _placement(sv: Solver, parts: list[tuple[int, int]], domain: int) -> Placement:
+    snap = sv.snap
+    assignments: dict[str, list[int]] = {}
     rank = 0
-    used: list[set[int]] = [set() for _ in range(sv.L + 1)]
-    for i, n in parts:
-        assign[s.nodes[i].name] = list(range(rank, rank + n))
-        rank += n
-        for lvl, a in enumerate(s.anc[i][1:], start=1):
-            used[lvl].add(a)
+    used: list[set[int]] = [set() for _ in range(sv.node_level)]  # domains used per level
+    for i, count in parts:
+        assignments[snap.nodes[i].name] = list(range(rank, rank + count))
+        rank += count
+        for level, d in enumerate(snap.ancestors[i][1:], start=1):
+            used[level].add(d)
     counts = tuple(len(u) for u in used[1:]) + (len(parts),)
-    if dom:
-        doms = (s.domain_label(dom),)
+    if domain:
+        labels = (snap.domain_label(domain),)
     else:
-        top = sorted(used[1]) if sv.L else []
-        doms = tuple(s.domain_label(d) for d in top)
-    return Placement(job=sv.job.key, assignments=assign, counts=counts, domains=doms, exact=sv.exact)
+        top = sorted(used[1]) if sv.finest_level else []
+        labels = tuple(snap.domain_label(d) for d in top)
+    return Placement(job=sv.job.key, assignments=assignments, counts=counts, domains=labels, exact=sv.exact)

@@ -81,6 +81,7 @@ class JobRequest:
     slice_required: str | None = None
     priority: int = 0
     submitted: float = 0.0  # seconds since any fixed epoch; only the order matters
+    avoid_nodes: tuple[str, ...] = ()  # nodes where this job's earlier pods still terminate
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # seam for queues (GPUQueue)
 
     @property
@@ -107,7 +108,7 @@ class JobRequest:
         return "cpu"
 
     def filter_signature(self) -> tuple:
-        return (self.gpu_product, self.node_selector, self.affinity, self.tolerations)
+        return (self.gpu_product, self.node_selector, self.affinity, self.tolerations, self.avoid_nodes)
 
 
 def make_request(

@@ -1,92 +1,115 @@
-"""Leader election on a coordination.k8s.io Lease: of several operator replicas, only the holder schedules.
+"""Leader election on a coordination.k8s.io Lease, as client-go does it: of several operator replicas, only the holder
+writes.
 
-Optimistic concurrency on the Lease's resourceVersion makes two replicas that race for it see one winner."""
+- Expiry is judged by local observed time: a replica notes when it last saw the Lease record change (on its own
+  clock) and takes the Lease only when it has not changed for leaseDurationSeconds since. Clocks of different
+  machines are never compared, so skew cannot steal the Lease.
+- The holder renews every retry period, from its own task, and counts itself leader only until its last successful
+  renewal's start + renew deadline, which is shorter than the lease duration: it stops writing before any other
+  replica may start (the difference is the margin for writes already in flight).
+- Every write of the resourceVersion-checked update means two replicas that race for the Lease see one winner."""
 
 from __future__ import annotations
 
-import datetime
 import logging
+import time
+from collections.abc import Callable
 
-from kubernetes import client
-from kubernetes.client.rest import ApiException
+from superpod.api.times import rfc3339
+from superpod.k8s.api import LEASES, ApiError, ClusterAPI
 
 log = logging.getLogger(__name__)
 
 
-def _now() -> datetime.datetime:
-    return datetime.datetime.now(datetime.UTC)
-
-
-def _fmt(t: datetime.datetime) -> str:
-    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def _parse(s: str | datetime.datetime | None) -> datetime.datetime | None:
-    if s is None or isinstance(s, datetime.datetime):
-        return s
-    return datetime.datetime.strptime(s.replace("Z", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z")
-
-
 class LeaderLease:
-    def __init__(self, api: client.ApiClient, namespace: str, name: str, identity: str, duration: int = 15) -> None:
-        self.coord = client.CoordinationV1Api(api)
-        self.namespace, self.name, self.identity, self.duration = namespace, name, identity, duration
-        self.leading = False
+    def __init__(self, api: ClusterAPI, namespace: str, name: str, identity: str, duration: float = 15,
+                 renew_deadline: float = 10, retry_period: float = 2, clock: Callable[[], float] = time.monotonic,
+                 wall: Callable[[], float] = time.time) -> None:
+        if not retry_period < renew_deadline < duration:
+            raise ValueError("need retry period < renew deadline < lease duration")
+        self.api, self.namespace, self.name, self.identity = api, namespace, name, identity
+        self.duration, self.renew_deadline, self.retry_period = duration, renew_deadline, retry_period
+        self.clock, self.wall = clock, wall
+        self.valid_until = float("-inf")  # local clock: leader until then, unless renewed
+        self.term = 0  # leaseTransitions when this replica took the Lease: its writes carry it
+        self._observed: tuple | None = None  # the last Lease record seen ...
+        self._observed_at = 0.0  # ... and when it was first seen, on the local clock
 
-    def _body(self, transitions: int, rv: str | None, acquired: str | None) -> dict:
-        now = _fmt(_now())
-        meta = {"name": self.name, "namespace": self.namespace}
-        if rv:
-            meta["resourceVersion"] = rv
-        return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": meta, "spec": {
-            "holderIdentity": self.identity, "leaseDurationSeconds": self.duration,
-            "acquireTime": acquired or now, "renewTime": now, "leaseTransitions": transitions}}
+    def is_leading(self) -> bool:
+        return self.clock() < self.valid_until
 
-    def step(self) -> bool:
-        """Acquire or renew the lease if possible; return whether this replica leads now. Call every duration/3."""
+    @property
+    def fence(self) -> str:
+        """Who writes, for the objects it creates: identity and Lease term."""
+        return f"{self.identity}/{self.term}"
+
+    async def step(self) -> bool:
+        """Acquire or renew once; True while this replica leads. ApiErrors pass to the caller (who counts them)."""
+        started = self.clock()
         try:
-            self.leading = self._step()
-        except ApiException as e:
-            if e.status not in (404, 409):
-                log.warning("lease %s/%s: %s", self.namespace, self.name, e.reason)
-            self.leading = False
-        return self.leading
-
-    def _step(self) -> bool:
-        try:
-            cur = self.coord.read_namespaced_lease(self.name, self.namespace, _preload_content=False).json()
-        except ApiException as e:
-            if e.status != 404:
+            lease = await self.api.get(LEASES, self.name, self.namespace)
+        except ApiError as e:
+            if not e.not_found:
                 raise
-            self.coord.create_namespaced_lease(self.namespace, self._body(0, None, None))
-            log.info("lease %s/%s acquired by %s", self.namespace, self.name, self.identity)
-            return True
-        spec = cur.get("spec") or {}
-        rv = cur["metadata"]["resourceVersion"]
+            return await self._create(started)
+        spec = lease.get("spec") or {}
+        record = (spec.get("holderIdentity"), spec.get("renewTime"), spec.get("acquireTime"),
+                  spec.get("leaseTransitions"), spec.get("leaseDurationSeconds"))
+        if record != self._observed:
+            self._observed, self._observed_at = record, started
         holder = spec.get("holderIdentity")
-        transitions = spec.get("leaseTransitions") or 0
-        if holder == self.identity:
-            self.coord.replace_namespaced_lease(self.name, self.namespace,
-                                                self._body(transitions, rv, spec.get("acquireTime")))
-            return True
-        renewed = _parse(spec.get("renewTime"))
-        duration = spec.get("leaseDurationSeconds") or self.duration
-        if holder and renewed and _now() < renewed + datetime.timedelta(seconds=duration):
+        duration = float(spec.get("leaseDurationSeconds") or self.duration)
+        if holder and holder != self.identity and started < self._observed_at + duration:
+            self.valid_until = float("-inf")
             return False
-        self.coord.replace_namespaced_lease(self.name, self.namespace, self._body(transitions + 1, rv, None))
-        log.info("lease %s/%s taken over by %s from %s", self.namespace, self.name, self.identity, holder)
+        transitions = int(spec.get("leaseTransitions") or 0)
+        taking = holder != self.identity
+        if taking:
+            transitions += 1
+        lease["spec"] = {**spec, "holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration),
+                         "renewTime": rfc3339(self.wall(), micro=True), "leaseTransitions": transitions,
+                         "acquireTime": rfc3339(self.wall(), micro=True) if taking else spec.get("acquireTime")}
+        try:
+            await self.api.replace(LEASES, lease)
+        except ApiError as e:
+            if e.conflict:  # another replica wrote first
+                self.valid_until = float("-inf")
+                return False
+            raise
+        if taking:
+            self.term = transitions
+            log.info("lease %s/%s taken by %s (term %d, from %s)", self.namespace, self.name, self.identity,
+                     transitions, holder or "nobody")
+        self.valid_until = started + self.renew_deadline
         return True
 
-    def release(self) -> None:
-        """Give the lease up on a clean shutdown so another replica takes over at once."""
-        if not self.leading:
-            return
+    async def _create(self, started: float) -> bool:
+        now = rfc3339(self.wall(), micro=True)
+        body = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": self.name, "namespace": self.namespace},
+                "spec": {"holderIdentity": self.identity, "leaseDurationSeconds": int(self.duration),
+                         "acquireTime": now, "renewTime": now, "leaseTransitions": 0}}
         try:
-            cur = self.coord.read_namespaced_lease(self.name, self.namespace, _preload_content=False).json()
-            if (cur.get("spec") or {}).get("holderIdentity") == self.identity:
-                cur["spec"]["holderIdentity"] = None
-                cur["spec"]["renewTime"] = None
-                self.coord.replace_namespaced_lease(self.name, self.namespace, cur)
-        except ApiException as e:
-            log.warning("lease release: %s", e.reason)
-        self.leading = False
+            await self.api.create(LEASES, body)
+        except ApiError as e:
+            if e.conflict:
+                return False
+            raise
+        self.term = 0
+        self.valid_until = started + self.renew_deadline
+        log.info("lease %s/%s created by %s", self.namespace, self.name, self.identity)
+        return True
+
+    async def release(self) -> None:
+        """Give the Lease up on a clean shutdown so another replica takes over at once."""
+        if not self.is_leading():
+            return
+        self.valid_until = float("-inf")
+        try:
+            lease = await self.api.get(LEASES, self.name, self.namespace)
+            if (lease.get("spec") or {}).get("holderIdentity") == self.identity:
+                lease["spec"]["holderIdentity"] = None
+                lease["spec"]["renewTime"] = None
+                await self.api.replace(LEASES, lease)
+        except ApiError as e:
+            log.warning("lease release: %s", e)

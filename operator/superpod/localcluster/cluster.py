@@ -37,6 +37,20 @@ options:
   nodeLeaseParallelism: 8
 ---
 """
+# The API server's own record of who wrote what, when (logs/audit.log): the writes the operator makes, at Metadata
+# level (user agent, verb, object, times, response code). Tests and benchmarks read it (localcluster/audit.py).
+AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+  resources:
+  - {group: "", resources: [pods, pods/binding, services, configmaps, nodes]}
+  - {group: coordination.k8s.io, resources: [leases]}
+  - {group: superpod.dev, resources: [trainingjobs, trainingjobs/status]}
+- level: None
+"""
 
 
 @dataclass(frozen=True)
@@ -106,6 +120,7 @@ class LocalCluster:
         certs.ensure(self.pki)
         self._write_kubeconfig()
         self._write_kwok_config()
+        (self.root / "audit-policy.yaml").write_text(AUDIT_POLICY)
         try:
             self._start_all(bin_dir, time.monotonic() + timeout)
         except BaseException:
@@ -194,6 +209,10 @@ class LocalCluster:
             "--max-requests-inflight=800",
             "--max-mutating-requests-inflight=400",
             "--endpoint-reconciler-type=none",
+            f"--audit-policy-file={self.root / 'audit-policy.yaml'}",
+            f"--audit-log-path={self.logs / 'audit.log'}",
+            "--audit-log-format=json",
+            "--audit-log-maxsize=0",
             "--v=1",
         ]
 

@@ -1,0 +1,116 @@
+"""The objects the operator writes for a TrainingJob: one pod per replica, bound to its node when it is created,
+and a headless Service that gives replica 0 a stable DNS name for torchrun's rendezvous. This is the one renderer:
+the core books for each replica exactly what `replica_requests` computes from the pod rendered here. Pure."""
+
+from __future__ import annotations
+
+import copy
+
+from superpod.api.models import GROUP, VERSION
+from superpod.api.resources import ConvertError, pod_requests, quantity
+
+SCHEDULER_NAME = "superpod-scheduler"
+JOB_LABEL = "superpod.dev/job-name"
+INDEX_LABEL = "superpod.dev/replica-index"
+ATTEMPT_LABEL = "superpod.dev/attempt"
+WRITER_ANNOTATION = "superpod.dev/written-by"  # the operator replica (and its Lease term) that created the object
+MASTER_PORT = 29500
+
+
+def owner_reference(job: dict) -> dict:
+    meta = job["metadata"]
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "name": meta["name"],
+            "uid": meta.get("uid") or "", "controller": True, "blockOwnerDeletion": True}
+
+
+def pod_name(job_name: str, attempt: int, index: int) -> str:
+    """Deterministic per attempt, so a write repeated after a crash meets AlreadyExists instead of duplicating."""
+    return f"{job_name}-a{attempt}-{index}"
+
+
+def replica_resources(spec: dict) -> dict[str, str]:
+    """What spec.resources puts on each replica's first container: GPUs or one MIG slice, and cpu/memory if given."""
+    res = spec.get("resources") or {}
+    out = {k: str(res[k]) for k in ("cpu", "memory") if res.get(k) is not None}
+    if res.get("migProfile"):
+        out[f"nvidia.com/mig-{res['migProfile']}"] = "1"
+    elif res.get("gpus"):
+        out["nvidia.com/gpu"] = str(res["gpus"])
+    return out
+
+
+def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SCHEDULER_NAME,
+        writer: str = "") -> dict:
+    """Replica `index` of `job`'s gang attempt `attempt`, bound to `node`. Raises ConvertError on a template that
+    cannot be rendered (a field of the wrong type)."""
+    meta, spec = job["metadata"], job["spec"]
+    where = f"TrainingJob {meta.get('namespace')}/{meta['name']}"
+    name, replicas = meta["name"], int(spec["replicas"])
+    template = copy.deepcopy(spec.get("template") or {})
+    tmeta = _mapping(template.get("metadata"), where, "spec.template.metadata")
+    pspec = _mapping(template.get("spec"), where, "spec.template.spec")
+    labels = {**_mapping(tmeta.get("labels"), where, "spec.template.metadata.labels"),
+              JOB_LABEL: name, INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
+    annotations = dict(_mapping(tmeta.get("annotations"), where, "spec.template.metadata.annotations"))
+    if writer:
+        annotations[WRITER_ANNOTATION] = writer
+    env = [{"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{meta['namespace']}.svc"},
+           {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
+           {"name": "WORLD_SIZE", "value": str(replicas)},
+           {"name": "RANK", "value": str(index)},
+           {"name": "NODE_RANK", "value": str(index)},
+           {"name": "REPLICA_INDEX", "value": str(index)}]
+    ours = {e["name"] for e in env}
+    containers = pspec.get("containers") or []
+    if not isinstance(containers, list):
+        raise ConvertError(where, "spec.template.spec.containers", "expected a list")
+    for i, container in enumerate(containers):
+        field = f"spec.template.spec.containers[{i}]"
+        container = _mapping(container, where, field)
+        given = container.get("env") or []
+        if not isinstance(given, list) or not all(isinstance(e, dict) for e in given):
+            raise ConvertError(where, f"{field}.env", "expected a list of name/value mappings")
+        container["env"] = [e for e in given if e.get("name") not in ours] + env
+        if i == 0:  # the replica's resources go on the first container
+            res = container["resources"] = _mapping(container.get("resources"), where, f"{field}.resources")
+            wanted = replica_resources(spec)
+            gpus = {k: v for k, v in wanted.items() if k.startswith("nvidia.com/")}
+            res["limits"] = {**_mapping(res.get("limits"), where, f"{field}.resources.limits"), **gpus}
+            res["requests"] = {**_mapping(res.get("requests"), where, f"{field}.resources.requests"), **wanted}
+    pspec.update({"nodeName": node, "schedulerName": scheduler_name, "hostname": f"{name}-{index}",
+                  "subdomain": name, "restartPolicy": "Never", "containers": containers})
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": pod_name(name, attempt, index), "namespace": meta["namespace"], "labels": labels,
+                         "annotations": annotations, "ownerReferences": [owner_reference(job)]},
+            "spec": pspec}
+
+
+def replica_requests(job: dict) -> dict[str, int]:
+    """What one replica's pod requests of its node (canonical units), from the rendered pod itself."""
+    where = f"TrainingJob {job['metadata'].get('namespace')}/{job['metadata']['name']}"
+    rendered = pod(job, 0, 0, "")
+
+    def parse(field: str, quantities: dict) -> dict[str, int]:
+        field = field.replace("spec.", "spec.template.spec.", 1)
+        if not isinstance(quantities, dict):
+            raise ConvertError(where, field, "expected a mapping of quantities")
+        return {str(r): quantity(v, str(r), where, f"{field}.{r}") for r, v in quantities.items()}
+
+    return pod_requests(rendered["spec"], parse)
+
+
+def headless_service(job: dict) -> dict:
+    meta = job["metadata"]
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": meta["name"], "namespace": meta["namespace"], "labels": {JOB_LABEL: meta["name"]},
+                         "ownerReferences": [owner_reference(job)]},
+            "spec": {"clusterIP": "None", "selector": {JOB_LABEL: meta["name"]}, "publishNotReadyAddresses": True,
+                     "ports": [{"name": "rendezvous", "port": MASTER_PORT}]}}
+
+
+def _mapping(value, where: str, field: str) -> dict:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ConvertError(where, field, "expected a mapping")
+    return value

@@ -1,0 +1,50 @@
+"""A TrainingJob's status, read and written. The status is the operator's own record, but anything with write access
+to the status subresource can damage it: a field that does not read as the model says is dropped (and reported),
+never allowed to stop scheduling. Writes replace the whole status."""
+
+from __future__ import annotations
+
+from pydantic import ValidationError
+
+from superpod.api.models import TrainingJobStatus
+from superpod.api.times import rfc3339
+
+MAX_FAILURES = 5  # failure records kept in status.failures
+
+
+def read_status(obj: dict) -> tuple[TrainingJobStatus, dict, list[str]]:
+    """(the status as the model reads it, the raw fields that read well, the problems with the others)."""
+    raw = obj.get("status")
+    if not isinstance(raw, dict):
+        return TrainingJobStatus(), {}, ([] if raw is None else [f"status: expected a mapping, got {raw!r:.40}"])
+    raw = dict(raw)
+    problems: list[str] = []
+    for _ in range(len(raw) + 1):
+        try:
+            return TrainingJobStatus.model_validate(raw), raw, problems
+        except ValidationError as e:
+            for err in e.errors():
+                field = str(err["loc"][0]) if err["loc"] else ""
+                if field in raw:
+                    problems.append(f"status.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}")
+                    raw.pop(field)
+    return TrainingJobStatus(), {}, problems  # unreachable in practice: every round drops a field
+
+
+def updated(raw: dict, changes: dict) -> dict:
+    """The whole new status: the old fields, then the changes; a None change removes the field."""
+    out = {**raw, **changes}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def condition(conditions: list[dict], kind: str, status: str, reason: str, message: str, now: float) -> list[dict]:
+    """`conditions` with one of type `kind` set; its lastTransitionTime moves only when its status changes."""
+    old = next((c for c in conditions if isinstance(c, dict) and c.get("type") == kind), None)
+    since = old.get("lastTransitionTime") if old and old.get("status") == status else None
+    new = {"type": kind, "status": status, "reason": str(reason), "message": message,
+           "lastTransitionTime": since or rfc3339(now)}
+    return [c for c in conditions if c is not old] + [new]
+
+
+def with_failure(failures: list, record: dict) -> list:
+    return [*failures, record][-MAX_FAILURES:]

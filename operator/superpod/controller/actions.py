@@ -1,0 +1,96 @@
+"""Decisions as data: what the cycle wants written, in the order it must happen. The applier (applier.py) carries
+them out; nothing else writes. A Plan is the ordered writes for one object (a job, a node, the MIG ConfigMap): its
+steps run one after another and stop at the first failure, then its `undo` steps run. Plans of different objects
+are independent and run concurrently."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from superpod.k8s.api import ApiError
+
+
+@dataclass(frozen=True)
+class WriteStatus:
+    """Replace a job's status (PUT /status) if the job is still at `resource_version`. `status` is the whole new
+    status: nothing of the old one survives that is not in it (a placement is replaced, never merged)."""
+
+    job: str  # namespace/name
+    resource_version: str
+    status: dict
+
+
+@dataclass(frozen=True)
+class CreateService:
+    service: dict
+    recreate: bool = False  # a Service of an active job went missing
+
+
+@dataclass(frozen=True)
+class CreatePods:
+    """A gang's pods, already bound to their nodes: all are written or, on any failure, none stays."""
+
+    job: str
+    pods: tuple[dict, ...]
+
+
+@dataclass(frozen=True)
+class DeletePods:
+    """Graceful deletion (each pod's own grace period), each only while it is still the object with that uid."""
+
+    pods: tuple[tuple[str, str], ...]  # (namespace/name, uid)
+
+
+@dataclass(frozen=True)
+class PatchNode:
+    """A JSON merge patch of a node's labels and annotations (None removes a key)."""
+
+    node: str
+    labels: dict = field(default_factory=dict)
+    annotations: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class MergeMigConfigs:
+    """Add mig-parted configs (name -> entries) to the ConfigMap NVIDIA's MIG manager reads, keeping the others."""
+
+    namespace: str
+    name: str
+    configs: dict
+
+
+@dataclass(frozen=True)
+class Emit:
+    """An Event on a job or a node. Best effort: a failure is logged, never stops the plan."""
+
+    ref: dict  # the involved object: apiVersion, kind, name, namespace, uid
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+Action = WriteStatus | CreateService | CreatePods | DeletePods | PatchNode | MergeMigConfigs | Emit
+
+
+@dataclass
+class Plan:
+    key: str  # the object the plan is about: "job:<ns>/<name>", "node:<name>", "mig-config"
+    steps: list[Action] = field(default_factory=list)
+    # After a step fails past a status write: the writes that take the object back (given the error).
+    undo: Callable[[ApiError], list[Action]] | None = None
+
+    def then(self, *actions: Action) -> Plan:
+        self.steps.extend(actions)
+        return self
+
+
+def job_ref(job: dict) -> dict:
+    meta = job["metadata"]
+    return {"apiVersion": job.get("apiVersion", "superpod.dev/v1alpha1"), "kind": "TrainingJob",
+            "name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")}
+
+
+def node_ref(obj: dict) -> dict:
+    meta = obj["metadata"]
+    return {"apiVersion": "v1", "kind": "Node", "name": meta["name"], "uid": meta.get("uid")}

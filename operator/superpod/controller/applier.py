@@ -1,0 +1,307 @@
+"""The one applier: every write the operator makes goes through here.
+
+- Leadership is checked before every write (each pod of a gang included): a replica that lost its Lease stops at
+  once; the next leader finishes or rolls back from what it observes.
+- Plans run concurrently (independent objects), each plan's steps in order; a failed step stops its plan and runs its
+  undo (a gang whose status was written but whose pods could not all be written is rolled back: nothing of it stays
+  placed). Structured concurrency: apply() returns only when every write it started has finished.
+- Answers are written through to the cache (the cache never lags behind our own writes); a stale resourceVersion
+  refreshes the object from the API.
+- Expectations: pods whose create answer was lost may exist; their job is not judged until they are observed or the
+  expectation expires (EXPECTATION_TTL), so a lost answer never makes a gang look partial."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import yaml
+
+from superpod.api.manifests import ATTEMPT_LABEL
+from superpod.api.times import rfc3339
+from superpod.controller.actions import (
+    CreatePods,
+    CreateService,
+    DeletePods,
+    Emit,
+    MergeMigConfigs,
+    PatchNode,
+    Plan,
+    WriteStatus,
+)
+from superpod.controller.state import ClusterState
+from superpod.k8s.api import CONFIGMAPS, EVENTS, NODES, PODS, SERVICES, TRAININGJOBS, ApiError, ClusterAPI
+
+log = logging.getLogger(__name__)
+EXPECTATION_TTL = 300.0
+COMPONENT = "superpod-scheduler"
+
+
+class LeadershipLost(Exception):
+    pass
+
+
+@dataclass
+class Outcome:
+    done: list[str] = field(default_factory=list)  # plan keys that ran to the end
+    failed: dict[str, str] = field(default_factory=dict)  # plan key -> why
+    stopped: bool = False  # leadership was lost: writes stopped
+
+
+class Applier:
+    def __init__(self, api: ClusterAPI, state: ClusterState, leading: Callable[[], bool], metrics=None,
+                 concurrency: int = 64, writer: str = "", clock: Callable[[], float] = time.time) -> None:
+        self.api, self.state, self.leading, self.metrics = api, state, leading, metrics
+        self.concurrency, self.writer, self.clock = concurrency, writer, clock
+        self.expected: dict[str, tuple[set[str], float]] = {}  # job key -> (pod keys of unknown outcome, since)
+        self._said: dict[tuple[str, str], str] = {}  # (object uid, reason) -> last message: Events on change only
+
+    # ---- expectations ---------------------------------------------------------------------------------------------
+    def settled(self, job_key: str, now: float) -> bool:
+        """False while pods of this job may exist that the cache has not seen (a create whose answer was lost)."""
+        entry = self.expected.get(job_key)
+        if entry is None:
+            return True
+        keys, since = entry
+        keys -= {k for k in keys if k in self.state.pods}
+        if not keys or now - since > EXPECTATION_TTL:
+            self.expected.pop(job_key, None)
+            return True
+        return False
+
+    def forget_said(self, live_uids: set[str]) -> None:
+        self._said = {k: v for k, v in self._said.items() if k[0] in live_uids}
+
+    # ---- apply ----------------------------------------------------------------------------------------------------
+    async def apply(self, plans: list[Plan]) -> Outcome:
+        outcome = Outcome()
+        if not plans:
+            return outcome
+        gate = asyncio.Semaphore(self.concurrency)
+
+        async def one(plan: Plan) -> None:
+            async with gate:
+                await self._run(plan, outcome)
+
+        async with asyncio.TaskGroup() as group:
+            for plan in plans:
+                group.create_task(one(plan))
+        return outcome
+
+    async def _run(self, plan: Plan, outcome: Outcome) -> None:
+        wrote_status = False
+        try:
+            for step in plan.steps:
+                try:
+                    await self._do(step)
+                except ApiError as e:
+                    if isinstance(step, Emit):
+                        continue
+                    outcome.failed[plan.key] = str(e)
+                    self._count("failed", step)
+                    if wrote_status and plan.undo is not None:
+                        for undo in plan.undo(e):
+                            await self._best_effort(undo)
+                    return
+                wrote_status |= isinstance(step, WriteStatus)
+            outcome.done.append(plan.key)
+        except LeadershipLost:
+            outcome.stopped = True
+            outcome.failed[plan.key] = "lost the Lease"
+        except Exception as e:  # a bug: isolate it to this plan, say so, go on with the others
+            log.exception("applying %s failed", plan.key)
+            outcome.failed[plan.key] = f"internal error: {e}"
+            if self.metrics:
+                self.metrics.object_errors.labels("apply").inc()
+
+    async def _best_effort(self, step) -> None:
+        try:
+            await self._do(step)
+        except ApiError as e:
+            log.warning("rollback step %s failed: %s (the next cycle converges)", type(step).__name__, e)
+
+    def _check(self) -> None:
+        if not self.leading():
+            raise LeadershipLost()
+
+    def _count(self, outcome: str, step) -> None:
+        if self.metrics:
+            self.metrics.writes.labels(type(step).__name__, outcome).inc()
+
+    async def _do(self, step) -> None:
+        self._check()
+        if isinstance(step, Emit):
+            await self._emit(step)
+            return
+        if isinstance(step, WriteStatus):
+            await self._write_status(step)
+        elif isinstance(step, CreatePods):
+            await self._create_pods(step)
+        elif isinstance(step, DeletePods):
+            await self._delete_pods(step)
+        elif isinstance(step, CreateService):
+            await self._create_service(step)
+        elif isinstance(step, PatchNode):
+            await self._patch_node(step)
+        elif isinstance(step, MergeMigConfigs):
+            await self._merge_configs(step)
+        else:
+            raise TypeError(f"unknown action {step!r}")
+        self._count("ok", step)
+
+    def _see(self, kind, obj: dict | None, event: str = "MODIFIED") -> None:
+        if obj:
+            self.state.apply(kind, event, obj, self.clock())
+
+    # ---- the writes -----------------------------------------------------------------------------------------------
+    async def _write_status(self, step: WriteStatus) -> None:
+        job = self.state.jobs.get(step.job)
+        if job is None:
+            raise ApiError(404, "NotFound", f"TrainingJob {step.job} is gone")
+        rv = step.resource_version or job["metadata"]["resourceVersion"]
+        body = {**job, "metadata": {**job["metadata"], "resourceVersion": rv}, "status": step.status}
+        try:
+            self._see(TRAININGJOBS, await self.api.replace_status(TRAININGJOBS, body))
+        except ApiError as e:
+            if e.conflict:  # someone else wrote first (the user's spec edit, another writer): read it again
+                await self._refresh(step.job)
+            raise
+
+    async def _refresh(self, job_key: str) -> None:
+        namespace, name = job_key.split("/", 1)
+        try:
+            self._see(TRAININGJOBS, await self.api.get(TRAININGJOBS, name, namespace))
+        except ApiError as e:
+            log.info("refreshing %s: %s", job_key, e)
+
+    async def _create_pods(self, step: CreatePods) -> None:
+        """Every pod of the gang, in parallel. A pod whose answer was lost is expected (it may exist); any other
+        failure deletes the pods of the gang and raises."""
+        unknown: set[str] = set()
+
+        async def create(pod: dict) -> None:
+            self._check()
+            key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+            try:
+                self._see(PODS, await self.api.create(PODS, pod), "ADDED")
+            except ApiError as e:
+                if e.conflict:
+                    await self._adopt(pod)
+                elif e.unknown_outcome:
+                    unknown.add(key)
+                else:
+                    raise
+
+        results = await asyncio.gather(*(create(p) for p in step.pods), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if any(isinstance(e, LeadershipLost) for e in errors):
+            raise LeadershipLost()
+        if not errors:
+            if unknown:
+                self.expected[step.job] = (unknown, self.clock())
+            return
+        keys = sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in step.pods)
+        await self._delete_pods(DeletePods(tuple((k, "") for k in keys)), check=False)
+        first = next((e for e in errors if isinstance(e, ApiError)), errors[0])
+        if not isinstance(first, ApiError):
+            raise first
+        raise ApiError(first.status, first.reason, f"{len(errors)} of {len(step.pods)} pod writes failed: "
+                       f"{first.message}; rolled back")
+
+    async def _adopt(self, pod: dict) -> None:
+        """A pod of this name exists: ours (written before a crash) if its owner and attempt match, else an error."""
+        meta = pod["metadata"]
+        found = await self.api.get(PODS, meta["name"], meta["namespace"])
+        owner = meta["ownerReferences"][0]["uid"]
+        theirs = found["metadata"]
+        if not theirs.get("deletionTimestamp") and any(o.get("uid") == owner for o in theirs.get("ownerReferences")
+                                                       or []) and (
+                (theirs.get("labels") or {}).get(ATTEMPT_LABEL) == meta["labels"][ATTEMPT_LABEL]):
+            self._see(PODS, found)
+            return
+        raise ApiError(409, "AlreadyExists", f"pod {meta['namespace']}/{meta['name']} exists and is not this "
+                       "attempt's live pod (being deleted, or of an earlier job of the same name)")
+
+    async def _delete_pods(self, step: DeletePods, check: bool = True) -> None:
+        async def delete(key: str, uid: str) -> None:
+            if check:
+                self._check()
+            namespace, name = key.split("/", 1)
+            self._see(PODS, await self.api.delete(PODS, name, namespace, uid or None))
+
+        results = await asyncio.gather(*(delete(k, u) for k, u in step.pods), return_exceptions=True)
+        for r in results:
+            if isinstance(r, LeadershipLost):
+                raise r
+            if isinstance(r, BaseException):
+                log.warning("pod delete failed: %s (retried next cycle)", r)
+
+    async def _create_service(self, step: CreateService) -> None:
+        try:
+            self._see(SERVICES, await self.api.create(SERVICES, step.service), "ADDED")
+        except ApiError as e:
+            if not e.conflict:
+                raise
+
+    async def _patch_node(self, step: PatchNode) -> None:
+        patch: dict = {"metadata": {}}
+        if step.labels:
+            patch["metadata"]["labels"] = step.labels
+        if step.annotations:
+            patch["metadata"]["annotations"] = step.annotations
+        self._see(NODES, await self.api.patch(NODES, step.node, patch))
+
+    async def _merge_configs(self, step: MergeMigConfigs) -> None:
+        """Add our mig-parted configs to the ConfigMap (read, merge, replace with its resourceVersion)."""
+        try:
+            current = await self.api.get(CONFIGMAPS, step.name, step.namespace)
+        except ApiError as e:
+            if not e.not_found:
+                raise
+            current = None
+        existing = _configs(current, step)
+        doc = {"version": "v1", "mig-configs": {**existing, **step.configs}}
+        data = {"config.yaml": yaml.safe_dump(doc, sort_keys=False)}
+        if current is None:
+            await self.api.create(CONFIGMAPS, {"apiVersion": "v1", "kind": "ConfigMap", "data": data,
+                                               "metadata": {"name": step.name, "namespace": step.namespace}})
+        else:
+            await self.api.replace(CONFIGMAPS, {**current, "data": {**(current.get("data") or {}), **data}})
+
+    async def _emit(self, step: Emit) -> None:
+        said = (step.ref.get("uid") or step.ref["name"], step.reason)
+        if self._said.get(said) == step.message:
+            return
+        self._said[said] = step.message
+        now = rfc3339(self.clock())
+        body = {"metadata": {"generateName": f"{step.ref['name']}.", "namespace": step.ref.get("namespace")
+                             or "default"},
+                "involvedObject": step.ref, "type": step.type, "reason": step.reason, "message": step.message[:1024],
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1, "source": {"component": COMPONENT},
+                "reportingComponent": COMPONENT, "reportingInstance": self.writer}
+        try:
+            await self.api.create(EVENTS, body)
+        except ApiError as e:
+            log.warning("event %s on %s not written: %s", step.reason, step.ref["name"], e)
+
+
+def _configs(current: dict | None, step: MergeMigConfigs) -> dict:
+    """The mig-configs already in the ConfigMap; a document that is not a mig-parted mapping is replaced."""
+    if current is None:
+        return {}
+    raw = (current.get("data") or {}).get("config.yaml") or "{}"
+    try:
+        doc = yaml.safe_load(raw)
+    except yaml.YAMLError as e:
+        log.warning("ConfigMap %s/%s: config.yaml is not YAML (%s); rewriting it", step.namespace, step.name, e)
+        return {}
+    configs = doc.get("mig-configs") if isinstance(doc, dict) else None
+    if not isinstance(configs, dict):
+        log.warning("ConfigMap %s/%s: config.yaml has no mig-configs mapping; rewriting it", step.namespace,
+                    step.name)
+        return {}
+    return configs
+

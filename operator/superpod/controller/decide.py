@@ -1,0 +1,180 @@
+"""Decide for the jobs that wait: which may be placed at all (a spec the cluster cannot serve is Invalid, a job whose
+earlier pods still terminate waits), then one core.cycle.schedule over the rest, then plans: a placed gang is
+written status first (attempt, placement), then its Service and pods, all or nothing; a waiting job says why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from superpod.api import manifests
+from superpod.api.resources import ConvertError
+from superpod.api.status import condition, updated
+from superpod.api.times import rfc3339, timestamp
+from superpod.controller.actions import Action, CreatePods, CreateService, DeletePods, Plan, WriteStatus
+from superpod.controller.jobs import JobView
+from superpod.controller.judge import Settings
+from superpod.controller.state import ClusterState
+from superpod.core import lifecycle as lc
+from superpod.core.cycle import Decision, schedule
+from superpod.core.model import Snapshot
+from superpod.core.phases import ACTIVE, FINISHED, Phase, Reason
+from superpod.core.placement import validate
+from superpod.core.request import MIG_PREFIX, PRODUCT_LABEL, JobRequest
+from superpod.k8s.api import ApiError
+
+TERMINAL = ("Succeeded", "Failed")
+ALWAYS_THERE = ("cpu", "memory", "pods", "ephemeral-storage")  # every node has these: never "not advertised"
+
+
+@dataclass
+class Pending:
+    """What `pending` found: the jobs to schedule, and plans for the others."""
+
+    ready: list[JobView] = field(default_factory=list)
+    plans: list[Plan] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)  # held back this cycle, and why
+
+
+def pending(state: ClusterState, views: list[JobView], now: float) -> Pending:
+    out = Pending()
+    for view in views:
+        if view.phase in ACTIVE or view.phase in FINISHED:
+            continue
+        if isinstance(view.request, ConvertError):
+            _add(out.plans, view.invalid(str(view.request), now))
+            continue
+        if (view.phase == Phase.INVALID and view.status.reason == Reason.POD_REFUSED
+                and view.status.observedGeneration == view.generation):
+            continue  # the API server refused its pods as written: only a spec change helps
+        if view.status.notBefore and timestamp(view.status.notBefore) > now:
+            out.reasons[view.key] = f"in backoff until {rfc3339(timestamp(view.status.notBefore))}"
+            continue
+        earlier = [p for p in state.pods_of(view.key) if p.phase not in TERMINAL]
+        live = tuple(sorted((p.key, p.uid) for p in earlier if not p.deleting))
+        if live:  # pods of an earlier attempt still run: stop them first, place once they are going
+            why = f"stopping {len(live)} pod(s) of an earlier attempt before a new one starts"
+            out.reasons[view.key] = why
+            _add(out.plans, Plan(f"stop:{view.key}", [DeletePods(live)]))
+            continue
+        if earlier:  # terminating: the new attempt keeps off their nodes
+            view.request = replace(view.request, avoid_nodes=tuple(sorted({p.node for p in earlier if p.node})))
+        out.ready.append(view)
+    return out
+
+
+def unservable(state: ClusterState, snap: Snapshot, job: JobRequest) -> str | None:
+    """Why no node of this cluster could ever serve the job as written (Invalid until that changes), or None."""
+    if why := validate(snap, job):
+        return why
+    nodes = state.usable_nodes()
+    if job.gpu_product:
+        products = {n.labels.get(PRODUCT_LABEL) for n in nodes} - {None}
+        if job.gpu_product not in products:
+            return (f"no node has GPU product {job.gpu_product!r} (nvidia.com/gpu.product here: "
+                    f"{', '.join(sorted(products)) or 'none'})")
+    for resource, amount in job.requests:
+        if resource in ALWAYS_THERE or resource.startswith(MIG_PREFIX) or not amount:
+            continue  # MIG slices can be made by repartitioning
+        if not any(n.allocatable.get(resource, 0) > 0 for n in nodes):
+            return f"requests {resource}, which no node advertises"
+    return None
+
+
+def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float, settings: Settings,
+           policy=None) -> tuple[list[Decision], dict[str, str], list[Plan]]:
+    """Schedule the ready jobs on `snap` (placed gangs are assumed into it): the decisions, the jobs found invalid
+    (key -> why), and plans for the invalid and placed ones. Waiting jobs get their plans from `wait_plans` once the
+    MIG flow had its say."""
+    plans: list[Plan] = []
+    valid, invalid = [], {}
+    for view in ready:
+        if why := unservable(state, snap, view.request):
+            invalid[view.key] = why
+            _add(plans, view.invalid(why, now))
+        else:
+            valid.append(view)
+    decisions = schedule(snap, [v.request for v in valid], policy)
+    by_key = {v.key: v for v in valid}
+    for d in decisions:
+        if d.placement is not None:
+            plans.append(start(state, by_key[d.job.key], d.placement.assignments, now, settings))
+    return decisions, invalid, plans
+
+
+def wait_plans(decisions: list[Decision], views: dict[str, JobView], messages: dict[str, str],
+               now: float) -> list[Plan]:
+    plans: list[Plan] = []
+    for d in decisions:
+        if d.placement is None and (view := views.get(d.job.key)):
+            message = messages.get(d.job.key) or d.reason or "waiting"
+            reason = Reason.MIG_RECONFIGURING if d.job.key in messages else Reason.UNSCHEDULABLE
+            _add(plans, view.wait(reason, message, now))
+    return plans
+
+
+def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]], now: float,
+          settings: Settings) -> Plan:
+    """The writes of a new gang attempt: status (the commit point), Service, pods; undone on failure."""
+    attempt = next_attempt(state, view)
+    domains, domain = describe_domains(state, assignments)
+    message = f"placed {view.replicas} replicas on {len(assignments)} nodes{f' in {domain}' if domain else ''}"
+    write = view.write({"phase": Phase.STARTING, "attempt": attempt, "placement": assignments, "domains": domains,
+                        "domain": domain, "attemptStartTime": rfc3339(now), "reason": Reason.PLACED,
+                        "message": message, "gpus": view.holdings(), "ready": f"0/{view.replicas}",
+                        "notBefore": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now)},
+                       now, [("Schedulable", "True", Reason.PLACED, message)])
+    nodes = {int(i): node for node, ranks in assignments.items() for i in ranks}
+    pods = tuple(manifests.pod(view.obj, attempt, i, nodes[i], settings.scheduler_name, settings.writer)
+                 for i in sorted(nodes))
+    plan = Plan(f"job:{view.key}", [write, CreateService(manifests.headless_service(view.obj)),
+                                    CreatePods(view.key, pods), view.emit("Normal", Reason.PLACED, message)])
+    plan.undo = lambda error: rollback(view, write.status, error, now)
+    return plan
+
+
+def next_attempt(state: ClusterState, view: JobView) -> int:
+    """One past the job's last attempt and past any pod named for this job (an earlier job of the same name may
+    still have pods): pod names never collide."""
+    seen = [p.attempt for p in state.pods_of(view.key) if p.attempt is not None]
+    return max([view.status.attempt, *seen]) + 1
+
+
+def rollback(view: JobView, placed: dict, error: ApiError, now: float) -> list[Action]:
+    """After a failed gang write (its pods already deleted): Invalid in the API server's words when it refused the
+    pod itself, else back to the queue with backoff."""
+    conds = list(placed.get("conditions") or [])
+    undone = {"placement": None, "domain": None, "domains": None, "attemptStartTime": None}
+    if error.invalid:
+        why = f"the API server refused the replica pod: {error.message}"
+        conds = condition(conds, "Schedulable", "False", Reason.POD_REFUSED, why, now)
+        status = updated(placed, {"phase": Phase.INVALID, "reason": Reason.POD_REFUSED, "message": why, **undone,
+                                  "conditions": condition(conds, "Invalid", "True", Reason.POD_REFUSED, why, now)})
+        return [WriteStatus(view.key, "", status), view.emit("Warning", Reason.POD_REFUSED, why)]
+    failures = int(placed.get("startupFailures") or 0) + 1
+    why = f"writing the gang failed: {error.message}; retry in {lc.backoff(failures):.0f}s"
+    status = updated(placed, {"phase": Phase.QUEUED, "reason": Reason.WRITE_FAILED, "message": why, **undone,
+                              "startupFailures": failures,
+                              "notBefore": rfc3339(now + lc.backoff(failures)),
+                              "conditions": condition(conds, "Schedulable", "False", Reason.WRITE_FAILED, why, now)})
+    return [WriteStatus(view.key, "", status), view.emit("Warning", Reason.WRITE_FAILED, why)]
+
+
+def describe_domains(state: ClusterState, assignments: dict[str, list[int]]) -> tuple[dict, str | None]:
+    """Per topology level, the domains the gang occupies; and the tightest single domain holding it."""
+    topology = state.topology()[0]
+    out: dict[str, list[str]] = {}
+    tightest = None
+    for level in topology.levels:
+        values = sorted({(state.nodes[n].node.labels.get(level.label) if state.nodes[n].node else None)
+                         or f"({n})" for n in assignments if n in state.nodes})
+        out[level.name] = values
+        if len(values) == 1:
+            tightest = f"{level.name} {values[0]}"
+    if tightest is None and len(assignments) == 1:
+        tightest = f"node {next(iter(assignments))}"
+    return out, tightest
+
+
+def _add(plans: list[Plan], plan: Plan | None) -> None:
+    if plan is not None:
+        plans.append(plan)

@@ -1,0 +1,117 @@
+"""A TrainingJob as one cycle sees it: its object, its status read tolerantly, its core request (parsed once per
+version of what it depends on), and the status writes every decision ends in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from superpod.api.convert import job_from_k8s
+from superpod.api.models import TrainingJobStatus
+from superpod.api.resources import ConvertError
+from superpod.api.status import condition, read_status, updated
+from superpod.api.times import rfc3339, timestamp
+from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
+from superpod.core.accounting import gpu_units
+from superpod.core.phases import Phase, Reason
+from superpod.core.request import JobRequest
+
+
+@dataclass
+class JobView:
+    key: str
+    obj: dict
+    status: TrainingJobStatus
+    raw: dict  # the status fields that read well (a write keeps them)
+    problems: list[str]  # the status fields that did not (a write drops them)
+    request: JobRequest | ConvertError
+
+    @property
+    def uid(self) -> str:
+        return self.obj["metadata"].get("uid") or ""
+
+    @property
+    def generation(self) -> int | None:
+        return self.obj["metadata"].get("generation")
+
+    @property
+    def phase(self) -> str | None:
+        return self.status.phase
+
+    @property
+    def replicas(self) -> int:
+        return int(self.obj["spec"]["replicas"])
+
+    @property
+    def units(self) -> float:
+        """GPUs per replica (MIG slices as g/7)."""
+        return gpu_units(self.request.requests) if isinstance(self.request, JobRequest) else 0.0
+
+    def placement(self) -> dict[int, str]:
+        return {int(i): node for node, ranks in (self.status.placement or {}).items() for i in ranks}
+
+    def time(self, value) -> float | None:
+        return timestamp(value) if value else None
+
+    # ---- writes ---------------------------------------------------------------------------------------------------
+    def write(self, changes: dict, now: float, conditions: list[tuple[str, str, str, str]] = ()) -> WriteStatus:
+        """The whole new status: the readable old fields, `changes`, the conditions (type, status, reason,
+        message), the generation it was computed from."""
+        conds = list(self.raw.get("conditions") or [])
+        for kind, status, reason, message in conditions:
+            conds = condition(conds, kind, status, reason, message, now)
+        status = updated(self.raw, {**changes, "conditions": conds or None,
+                                    "observedGeneration": self.generation})
+        return WriteStatus(self.key, self.obj["metadata"].get("resourceVersion", ""), status)
+
+    def emit(self, kind: str, reason: str, message: str) -> Emit:
+        return Emit(job_ref(self.obj), kind, str(reason), message)
+
+    def holdings(self) -> str:
+        res, n = self.obj["spec"].get("resources") or {}, self.replicas
+        if res.get("migProfile"):
+            return f"{n} x mig-{res['migProfile']}"
+        return f"{n * int(res.get('gpus') or 0)} GPUs"
+
+    def invalid(self, why: str, now: float, reason: Reason = Reason.INVALID) -> Plan | None:
+        if self.phase == Phase.INVALID and self.status.message == why and not self.problems:
+            return None
+        write = self.write({"phase": Phase.INVALID, "reason": reason, "message": why, "placement": None,
+                            "domain": None, "domains": None}, now, [("Invalid", "True", reason, why)])
+        return Plan(f"job:{self.key}", [write, self.emit("Warning", reason, why)])
+
+    def wait(self, reason: str, why: str, now: float, **more) -> Plan | None:
+        """Queued with a reason; written only when the reason or message changed."""
+        if (self.phase == Phase.QUEUED and self.status.message == why and self.status.reason == reason and not more
+                and not self.problems):
+            return None
+        write = self.write({"phase": Phase.QUEUED, "reason": reason, "message": why,
+                            "queuedAt": self.raw.get("queuedAt") or rfc3339(now), "gpus": self.holdings(),
+                            "ready": f"0/{self.replicas}", **more},
+                           now, [("Schedulable", "False", reason, why)])
+        return Plan(f"job:{self.key}", [write, self.emit("Normal", reason, why)])
+
+
+class JobReader:
+    """Parses each job's request once per version of what it depends on (spec, uid, queue time)."""
+
+    def __init__(self) -> None:
+        self._parsed: dict[str, tuple[tuple, JobRequest | ConvertError]] = {}
+
+    def views(self, jobs: dict[str, dict]) -> list[JobView]:
+        out = []
+        for key, obj in jobs.items():
+            status, raw, problems = read_status(obj)
+            meta = obj["metadata"]
+            version = (meta.get("uid"), meta.get("generation"), meta.get("resourceVersion")
+                       if meta.get("generation") is None else None, raw.get("queuedAt"))
+            cached = self._parsed.get(key)
+            if cached is None or cached[0] != version:
+                try:
+                    request: JobRequest | ConvertError = job_from_k8s({**obj, "status": raw})
+                except ConvertError as e:
+                    request = e
+                cached = self._parsed[key] = (version, request)
+            out.append(JobView(key, obj, status, raw, problems, cached[1]))
+        for key in set(self._parsed) - set(jobs):
+            del self._parsed[key]
+        return out

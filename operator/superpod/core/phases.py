@@ -1,0 +1,51 @@
+"""The vocabulary of a TrainingJob's life: its phases and the reasons given for them. One source, shared by the CRD
+models, the core, the controller and `superpod plan`; a value here is what users read in `status.phase`,
+`status.reason` and Event reasons."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    QUEUED = "Queued"  # waiting for room (or for a requeue's backoff)
+    STARTING = "Starting"  # placed: pods being created or starting
+    RUNNING = "Running"  # every replica running
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    INVALID = "Invalid"  # the spec cannot work on this cluster; fixed specs queue again
+
+
+ACTIVE = frozenset({Phase.STARTING, Phase.RUNNING})  # a placed attempt holds nodes
+FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED})
+PENDING = frozenset({None, "", Phase.QUEUED, "Pending"})  # to be placed (no phase yet: just created)
+
+
+class Reason(StrEnum):
+    # waiting
+    UNSCHEDULABLE = "Unschedulable"  # no room now; the message says why
+    MIG_RECONFIGURING = "MigReconfiguring"
+    MIG_FAILED = "MigFailed"
+    INVALID = "Invalid"  # the spec cannot work on this cluster (the operator's check)
+    POD_REFUSED = "PodRefused"  # the API server refused the replica pod as written: fixed only by a spec change
+    # placed and running
+    PLACED = "Placed"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    NODE_NOT_READY = "NodeNotReady"  # a node went NotReady: the gang keeps it for a grace period
+    SERVICE_RECREATED = "ServiceRecreated"
+    # an attempt ends
+    COMPLETED = "Completed"
+    POD_FAILED = "PodFailed"  # a replica exited non-zero: the user's failure, counted against maxRestarts
+    NODE_LOST = "NodeLost"  # infrastructure: the node is gone or stayed NotReady past the grace
+    POD_DELETED = "PodDeleted"  # infrastructure: a replica was deleted or evicted by someone else
+    STARTUP_TIMEOUT = "StartupTimeout"
+    CONTAINER_ERROR = "ContainerError"  # image or container config errors: the spec, not the cluster
+    WRITE_FAILED = "WriteFailed"  # the API refused a write of the attempt; rolled back
+    INTERNAL_ERROR = "InternalError"  # a bug met this object; the rest of the cluster schedules on
+    STATUS_REPAIRED = "StatusRepaired"  # fields of the status could not be read: dropped and written anew
+    NODE_UNREADABLE = "NodeUnreadable"  # a node object the operator cannot read: left out of placement
+
+
+# Infrastructure interruptions restart the gang without counting against maxRestarts.
+INTERRUPTIONS = frozenset({Reason.NODE_LOST, Reason.POD_DELETED})

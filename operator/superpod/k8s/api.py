@@ -1,0 +1,92 @@
+"""What the operator needs of the Kubernetes API, as a Protocol: list, get, create, replace (with the object's
+resourceVersion as precondition), merge-patch and delete (with a uid precondition and the object's own grace
+period). Two implementations: KubeAPI (k8s/kube.py) speaks to a real API server; MemoryAPI (k8s/memory.py) keeps the
+objects in memory for unit tests and the simulator. Objects are plain dicts, as the API serves them."""
+
+from __future__ import annotations
+
+from typing import NamedTuple, Protocol
+
+
+class Kind(NamedTuple):
+    group: str
+    version: str
+    plural: str
+    namespaced: bool
+    kind: str
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+NODES = Kind("", "v1", "nodes", False, "Node")
+PODS = Kind("", "v1", "pods", True, "Pod")
+SERVICES = Kind("", "v1", "services", True, "Service")
+EVENTS = Kind("", "v1", "events", True, "Event")
+CONFIGMAPS = Kind("", "v1", "configmaps", True, "ConfigMap")
+LEASES = Kind("coordination.k8s.io", "v1", "leases", True, "Lease")
+TRAININGJOBS = Kind("superpod.dev", "v1alpha1", "trainingjobs", True, "TrainingJob")
+CLUSTERTOPOLOGIES = Kind("superpod.dev", "v1alpha1", "clustertopologies", False, "ClusterTopology")
+WATCHED = (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES)  # what the operator keeps in its cache
+
+
+class ApiError(Exception):
+    """A refused or failed call. `status` is the HTTP status (0: no answer, e.g. a timeout or a refused connection);
+    `reason` the API's StatusReason (AlreadyExists, Conflict, Invalid, NotFound, ...); `message` its own words."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{reason} ({status}): {message}" if status else f"{reason}: {message}")
+        self.status, self.reason, self.message = status, reason, message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:  # AlreadyExists, or a stale resourceVersion / uid precondition
+        return self.status == 409
+
+    @property
+    def invalid(self) -> bool:  # the object itself is refused: retrying the same write cannot succeed
+        return self.status == 422
+
+    @property
+    def unknown_outcome(self) -> bool:  # sent, but no answer came back: the write may or may not have landed
+        return self.status == 0 and self.reason == "Timeout"
+
+    @property
+    def transient(self) -> bool:  # no answer, throttled or a server error: the same write may succeed later
+        return self.status == 0 or self.status == 429 or self.status >= 500
+
+
+def object_key(obj: dict) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+
+class ClusterAPI(Protocol):
+    async def list(self, kind: Kind) -> tuple[list[dict], str]:
+        """Every object of the kind (all namespaces), and the list's resourceVersion."""
+        ...
+
+    async def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict: ...
+
+    async def create(self, kind: Kind, obj: dict) -> dict: ...
+
+    async def replace(self, kind: Kind, obj: dict) -> dict:
+        """PUT: fails with 409 unless obj's metadata.resourceVersion is the stored one."""
+        ...
+
+    async def replace_status(self, kind: Kind, obj: dict) -> dict:
+        """PUT to the status subresource, with the same precondition."""
+        ...
+
+    async def patch(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
+        """JSON merge patch (null deletes a key)."""
+        ...
+
+    async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None) -> dict | None:
+        """Graceful delete (the object's own grace period); `uid`: only if it is still that object. Returns the
+        object marked for deletion, or None once gone."""
+        ...

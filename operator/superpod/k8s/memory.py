@@ -1,0 +1,264 @@
+"""ClusterAPI kept in memory, for unit tests and the simulator: the API server's semantics the operator relies on —
+resourceVersions and optimistic concurrency, uids and delete preconditions, the status subresource and generation,
+merge patch, graceful pod deletion, owner garbage collection, AlreadyExists — and a log of watch events the caller
+delivers when it likes (late, twice, or never). Not an API server: admission, defaulting and validation are limited
+to the few checks named in `_validate_pod`. Faults can be injected around any write (see `fault`)."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from superpod.api.resources import STANDARD, quantity
+from superpod.api.times import rfc3339
+from superpod.k8s.api import NODES, PODS, TRAININGJOBS, ApiError, Kind
+
+WITH_STATUS = (NODES, PODS, TRAININGJOBS)  # kinds whose status only the status subresource changes
+
+DEFAULT_GRACE = 30
+
+
+@dataclass
+class WatchEvent:
+    kind: Kind
+    type: str  # ADDED | MODIFIED | DELETED
+    obj: dict
+
+
+@dataclass
+class Write:
+    """One write that reached the store: who made it, when, what."""
+
+    time: float
+    writer: str
+    verb: str
+    kind: str
+    key: str
+
+
+@dataclass
+class MemoryAPI:
+    clock: Callable[[], float]
+    objects: dict[Kind, dict[str, dict]] = field(default_factory=dict)
+    events: list[WatchEvent] = field(default_factory=list)
+    writes: list[Write] = field(default_factory=list)
+    # fault(verb, kind, obj_or_key, writer) may raise an ApiError before the write, or return "lose-answer": the
+    # write is applied but the caller gets a timeout (the worst case: it cannot know the write landed).
+    fault: Callable[[str, Kind, object, str], str | None] | None = None
+    _version: itertools.count = field(default_factory=lambda: itertools.count(1))
+    _uid: itertools.count = field(default_factory=lambda: itertools.count(1))
+
+    def client(self, writer: str = "") -> MemoryClient:
+        """The ClusterAPI one operator replica uses; its writes are logged under `writer`."""
+        return MemoryClient(self, writer)
+
+    # ---- store --------------------------------------------------------------------------------------------------
+    def items(self, kind: Kind) -> list[dict]:
+        return [copy.deepcopy(o) for o in self.objects.get(kind, {}).values()]
+
+    def peek(self, kind: Kind, key: str) -> dict | None:
+        """The stored object itself (read-only by convention), for test assertions."""
+        return self.objects.get(kind, {}).get(key)
+
+    def version(self) -> str:
+        return str(next(self._version))
+
+    def _store(self, kind: Kind, obj: dict, verb: str) -> dict:
+        obj["metadata"]["resourceVersion"] = self.version()
+        self.objects.setdefault(kind, {})[_key(obj)] = obj
+        self.events.append(WatchEvent(kind, "ADDED" if verb == "create" else "MODIFIED", copy.deepcopy(obj)))
+        return copy.deepcopy(obj)
+
+    def _remove(self, kind: Kind, key: str) -> None:
+        obj = self.objects.get(kind, {}).pop(key, None)
+        if obj is None:
+            return
+        obj["metadata"]["resourceVersion"] = self.version()
+        if not obj["metadata"].get("deletionTimestamp"):  # a deletion without grace: its time is on the object
+            obj["metadata"]["deletionTimestamp"] = rfc3339(self.clock(), micro=True)
+            obj["metadata"]["deletionGracePeriodSeconds"] = 0
+        self.events.append(WatchEvent(kind, "DELETED", copy.deepcopy(obj)))
+        uid = obj["metadata"].get("uid")
+        for other_kind, store in list(self.objects.items()):  # the garbage collector, at once
+            for other_key, other in list(store.items()):
+                owners = other["metadata"].get("ownerReferences") or []
+                if any(o.get("uid") == uid for o in owners):
+                    self._collect(other_kind, other_key, other)
+
+    def delete_now(self, kind: Kind, key: str) -> None:
+        """Removal without grace: the kubelet finishing a pod's termination, the garbage collector, a node gone."""
+        self._remove(kind, key)
+
+    def _collect(self, kind: Kind, key: str, obj: dict) -> None:
+        if _graceful(kind, obj):
+            if not obj["metadata"].get("deletionTimestamp"):
+                self._mark_deleting(kind, obj, int(obj["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE)))
+        else:
+            self._remove(kind, key)
+
+    def _mark_deleting(self, kind: Kind, obj: dict, grace: int) -> dict:
+        obj["metadata"]["deletionTimestamp"] = rfc3339(self.clock() + grace)
+        obj["metadata"]["deletionGracePeriodSeconds"] = grace
+        return self._store(kind, obj, "update")
+
+    def _check_fault(self, verb: str, kind: Kind, what: object, writer: str) -> str | None:
+        return self.fault(verb, kind, what, writer) if self.fault else None
+
+    def _log(self, writer: str, verb: str, kind: Kind, key: str) -> None:
+        self.writes.append(Write(self.clock(), writer, verb, kind.plural, key))
+
+
+@dataclass
+class MemoryClient:
+    store: MemoryAPI
+    writer: str = ""
+
+    async def list(self, kind: Kind) -> tuple[list[dict], str]:
+        return self.store.items(kind), str(int(self.store.version()) - 1)
+
+    async def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict:
+        obj = self.store.peek(kind, f"{namespace}/{name}" if kind.namespaced else name)
+        if obj is None:
+            raise ApiError(404, "NotFound", f'{kind.plural} "{name}" not found')
+        return copy.deepcopy(obj)
+
+    async def create(self, kind: Kind, obj: dict) -> dict:
+        obj = _json(obj)
+        meta = obj.setdefault("metadata", {})
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{next(self.store._uid):05x}"
+        if kind.namespaced:
+            meta.setdefault("namespace", "default")
+        key = _key(obj)
+        lose = self.store._check_fault("create", kind, obj, self.writer)
+        if key in self.store.objects.get(kind, {}):
+            raise ApiError(409, "AlreadyExists", f'{kind.plural} "{meta["name"]}" already exists')
+        if kind is PODS:
+            _validate_pod(obj)
+        obj.setdefault("apiVersion", kind.api_version)
+        obj.setdefault("kind", kind.kind)
+        meta["uid"] = f"uid-{next(self.store._uid)}"
+        meta["creationTimestamp"] = rfc3339(self.store.clock())
+        meta["generation"] = 1
+        if kind is PODS:
+            obj.setdefault("status", {"phase": "Pending"})
+        out = self.store._store(kind, obj, "create")
+        self.store._log(self.writer, "create", kind, key)
+        return _answer(out, lose)
+
+    async def replace(self, kind: Kind, obj: dict) -> dict:
+        return await self._replace(kind, obj, status=False)
+
+    async def replace_status(self, kind: Kind, obj: dict) -> dict:
+        return await self._replace(kind, obj, status=True)
+
+    async def _replace(self, kind: Kind, obj: dict, status: bool) -> dict:
+        obj = _json(obj)
+        key = _key(obj)
+        lose = self.store._check_fault("update", kind, obj, self.writer)
+        cur = self._current(kind, key)
+        given = obj["metadata"].get("resourceVersion")
+        if given and given != cur["metadata"]["resourceVersion"]:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind.plural} "{key}": the object has '
+                           "been modified; please apply your changes to the latest version and try again")
+        new = copy.deepcopy(cur)
+        if status:
+            new["status"] = copy.deepcopy(obj.get("status"))
+        else:
+            for part, value in obj.items():
+                if part != "metadata" and not (part == "status" and kind in WITH_STATUS):
+                    new[part] = copy.deepcopy(value)
+            for k in ("labels", "annotations"):
+                if k in obj["metadata"]:
+                    new["metadata"][k] = copy.deepcopy(obj["metadata"][k])
+            if new.get("spec") != cur.get("spec"):
+                new["metadata"]["generation"] = cur["metadata"].get("generation", 1) + 1
+        out = self.store._store(kind, new, "update")
+        self.store._log(self.writer, "update-status" if status else "update", kind, key)
+        return _answer(out, lose)
+
+    async def patch(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
+        key = f"{namespace}/{name}" if kind.namespaced else name
+        lose = self.store._check_fault("patch", kind, key, self.writer)
+        new = copy.deepcopy(self._current(kind, key))
+        _merge(new, _json(patch))
+        out = self.store._store(kind, new, "update")
+        self.store._log(self.writer, "patch", kind, key)
+        return _answer(out, lose)
+
+    async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None) -> dict | None:
+        key = f"{namespace}/{name}" if kind.namespaced else name
+        lose = self.store._check_fault("delete", kind, key, self.writer)
+        cur = self.store.peek(kind, key)
+        if cur is None or (uid and cur["metadata"].get("uid") != uid):
+            return None
+        self.store._log(self.writer, "delete", kind, key)
+        if _graceful(kind, cur):
+            if cur["metadata"].get("deletionTimestamp"):
+                return _answer(copy.deepcopy(cur), lose)
+            grace = cur["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE)
+            return _answer(self.store._mark_deleting(kind, cur, int(grace)), lose)
+        self.store._remove(kind, key)
+        return _answer(None, lose)
+
+    def _current(self, kind: Kind, key: str) -> dict:
+        cur = self.store.peek(kind, key)
+        if cur is None:
+            raise ApiError(404, "NotFound", f'{kind.plural} "{key}" not found')
+        return cur
+
+
+def _json(obj):
+    """A deep copy through JSON, as an object crosses the wire: what JSON cannot carry fails here as it would there."""
+    return json.loads(json.dumps(obj))
+
+
+def _answer(out, lose: str | None):
+    if lose == "lose-answer":
+        raise ApiError(0, "Timeout", "the write was sent but no answer came back")
+    return out
+
+
+def _graceful(kind: Kind, obj: dict) -> bool:
+    """A bound pod that has not finished terminates gracefully; everything else goes at once."""
+    return kind is PODS and bool(obj["spec"].get("nodeName")) and (obj.get("status") or {}).get("phase") not in (
+        "Succeeded", "Failed")
+
+
+def _key(obj: dict) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+
+
+def _merge(target: dict, patch: dict) -> None:
+    """RFC 7386 JSON merge patch, in place."""
+    for k, v in patch.items():
+        if v is None:
+            target.pop(k, None)
+        elif isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge(target[k], v)
+        else:
+            target[k] = v
+
+
+def _validate_pod(pod: dict) -> None:
+    """The API server's rule the operator has met: an extended resource needs a limit equal to its request."""
+    name = pod["metadata"]["name"]
+    for i, c in enumerate(pod["spec"].get("containers") or []):
+        res = c.get("resources") or {}
+        requests, limits = res.get("requests") or {}, res.get("limits") or {}
+        for r, q in requests.items():
+            if r in STANDARD or r.startswith("hugepages-"):
+                continue
+            path = f"spec.containers[{i}].resources"
+            if r not in limits:
+                raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: {path}.limits: Required value: Limit must '
+                               "be set for non overcommitable resources")
+            if quantity(q, r) != quantity(limits[r], r):
+                raise ApiError(422, "Invalid", f'Pod "{name}" is invalid: {path}.requests: Invalid value: "{q}": '
+                               f"must be equal to {r} limit of {limits[r]}")
+
+

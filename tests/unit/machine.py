@@ -1,0 +1,414 @@
+"""A stateful model of the operator's world for hypothesis: two operator replicas (each its own cache, Lease and
+Controller, the real ones) over one MemoryAPI, the simulated kubelet, users, and a hostile environment — watch events
+late, repeated or lost, relists, write failures and lost answers, the Lease lost mid-apply, crashes mid-apply,
+NotReady flaps, node deletions, pod failures and evictions — on a virtual clock.
+
+The invariants (checked after every step, `check`):
+- no node over any resource: the requests of the pods bound there plus the replicas booked by placed gangs whose
+  pods do not exist yet;
+- at most one attempt's live pods per job;
+- no partial gang once settled (`settle` runs cycles with no interference until nothing more is written);
+- nothing placed on a node the deciding replica knew was not ready, held for MIG, or reserved for another job;
+- no write by a replica that does not hold the Lease;
+- GPU-seconds: a job's accounted attempts never bill more than its pods ran, and exactly what they ran when the
+  replica that closed the attempt had seen every event of its pods in time (no crash, loss or delay in between)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+
+from superpod.api.resources import pod_requests, quantity
+from superpod.api.times import timestamp
+from superpod.controller.controller import Controller
+from superpod.controller.judge import Settings
+from superpod.controller.state import ClusterState
+from superpod.core.accounting import gpu_units
+from superpod.k8s.api import LEASES, NODES, PODS, TRAININGJOBS, WATCHED, ApiError
+from superpod.k8s.lease import LeaderLease
+from tests.unit.memory_cluster import MemoryCluster
+
+NAMESPACE = "superpod-system"
+
+
+class Crash(BaseException):
+    """The operator process dies here (SIGKILL): nothing after this point of its cycle happens."""
+
+
+class Violation(AssertionError):
+    pass
+
+
+@dataclass
+class Replica:
+    """One operator process: its own cache, Lease and Controller."""
+
+    identity: str
+    state: ClusterState
+    lease: LeaderLease
+    controller: Controller
+    cursor: int = 0  # watch events delivered so far
+    was_leading: bool = False
+
+
+@dataclass
+class Truth:
+    """What really ran, from every event of the store (no delay, no loss)."""
+
+    start: dict[str, float] = field(default_factory=dict)  # pod uid -> startTime
+    end: dict[str, float] = field(default_factory=dict)  # pod uid -> finished, deletion asked, or removed
+    pods: dict[str, dict] = field(default_factory=dict)  # pod uid -> (job key, attempt, units)
+    closed: dict[tuple[str, int], float] = field(default_factory=dict)  # (job uid, attempt) -> when accounted
+    tainted: set[tuple[str, int]] = field(default_factory=set)  # attempts with a crash or lost events
+    delayed: set[tuple[str, int]] = field(default_factory=set)  # attempts closed on a cache that lagged
+    cursor: int = 0
+
+
+class World:
+    def __init__(self, nodes: int = 6, nodes_per_unit: int = 3) -> None:
+        self.c = MemoryCluster(nodes=nodes, nodes_per_unit=nodes_per_unit)
+        self.store = self.c.store
+        self.truth = Truth()
+        self.replicas: list[Replica] = []
+        self.generation = 0
+        self.checks = Counter()
+        self.steps = 0
+        for _ in range(2):
+            self.replicas.append(self._replica())
+        self.store.fault = self._on_write
+        self.injected: dict | None = None  # the fault of the cycle running now
+        self.violations: list[str] = []  # seen while writing (checked after the step: the write goes on)
+        self.writing: Replica | None = None
+
+    # ---- replicas -------------------------------------------------------------------------------------------------
+    def _replica(self) -> Replica:
+        self.generation += 1
+        identity = f"replica-{self.generation}"
+        state = ClusterState()
+        api = self.store.client(identity)
+        clock = lambda: self.c.now  # noqa: E731
+        lease = LeaderLease(api, NAMESPACE, "superpod-scheduler", identity, 15, 10, 2, clock=clock, wall=clock)
+        controller = Controller(state, api, lease.is_leading, Settings(not_ready_grace=60), clock=clock)
+        replica = Replica(identity, state, lease, controller)
+        self._relist(replica)
+        return replica
+
+    def _relist(self, replica: Replica) -> None:
+        for kind in WATCHED:
+            items, version = _run(replica.controller.applier.api.list(kind))
+            replica.state.resync(kind, items, version, self.c.now)
+        replica.cursor = len(self.store.events)
+
+    def crash(self, index: int) -> None:
+        self.observe()
+        self._taint_open_attempts()
+        self.replicas[index] = self._replica()
+
+    def leader(self) -> Replica | None:
+        return next((r for r in self.replicas if r.lease.is_leading()), None)
+
+    # ---- events ---------------------------------------------------------------------------------------------------
+    def deliver(self, replica: Replica, count: int | None = None) -> None:
+        events = self.store.events[replica.cursor:][:count]
+        for ev in events:
+            replica.state.apply(ev.kind, ev.type, copy.deepcopy(ev.obj), self.c.now)
+        replica.cursor += len(events)
+
+    def drop(self, replica: Replica, count: int) -> None:
+        """Lose events (a watch that broke and resumed past them)."""
+        for ev in self.store.events[replica.cursor:][:count]:
+            if ev.kind is PODS:
+                self._taint_pod(ev.obj)
+        replica.cursor = min(len(self.store.events), replica.cursor + count)
+
+    def repeat(self, replica: Replica, back: int) -> None:
+        """Deliver again events already delivered (a re-watch from an older resourceVersion)."""
+        for ev in self.store.events[max(0, replica.cursor - back):replica.cursor]:
+            replica.state.apply(ev.kind, ev.type, copy.deepcopy(ev.obj), self.c.now)
+
+    def resync(self, replica: Replica) -> None:
+        """A full relist. Events not delivered before it are superseded: what only they told (a run's end) is
+        lost to this replica, as with dropped events."""
+        for ev in self.store.events[replica.cursor:]:
+            if ev.kind is PODS:
+                self._taint_pod(ev.obj)
+        for kind in WATCHED:
+            items, version = _run(replica.controller.applier.api.list(kind))
+            replica.state.resync(kind, items, version, self.c.now)
+
+    # ---- the operators' loops -------------------------------------------------------------------------------------
+    def lease_step(self, replica: Replica) -> None:
+        with contextlib.suppress(ApiError):
+            _run(replica.lease.step())
+        leading = replica.lease.is_leading()
+        if leading and not replica.was_leading:
+            self.resync(replica)  # as Operator.lease_loop: a fresh view at the start of a term
+        replica.was_leading = leading
+
+    def cycle(self, replica: Replica, fault: dict | None = None) -> None:
+        if not replica.lease.is_leading():
+            return
+        lagging = {ev.obj["metadata"].get("labels", {}).get("superpod.dev/job-name")
+                   for ev in self.store.events[replica.cursor:] if ev.kind is PODS}
+        self.injected, self.writing, self.writes_this_cycle = fault, replica, 0
+        self.active_before = {key: (job.get("status") or {}).get("attempt") for key, job in replica.state.jobs.items()
+                              if (job.get("status") or {}).get("phase") in ("Starting", "Running")}
+        before = dict(self.truth.closed)
+        decided_at = self.c.now
+        try:
+            _run(replica.controller.cycle(decided_at))
+        except* Crash:  # out of the applier's task group
+            self.crash(self.replicas.index(replica))
+        finally:
+            self.injected, self.writing = None, None
+        self.observe(decided_at)
+        for key in set(self.truth.closed) - set(before):  # attempts closed in this cycle on a lagging cache
+            job = self._job_by_uid(key[0])
+            if job is not None and job["metadata"]["name"] in lagging:
+                self.truth.delayed.add(key)
+
+    def _on_write(self, verb: str, kind, obj, writer: str) -> str | None:
+        replica = self.writing
+        if replica is None or writer != replica.identity:
+            return None
+        holder = ((self.store.peek(LEASES, f"{NAMESPACE}/superpod-scheduler") or {}).get("spec") or {}).get(
+            "holderIdentity")
+        if kind is not LEASES and holder != writer:
+            self.violations.append(f"{writer} wrote {verb} {kind.plural} while {holder} held the Lease")
+        if kind is PODS and verb == "create":
+            self._check_placement(replica, obj)
+        fault = self.injected or {}
+        if kind is LEASES or f"{verb} {kind.plural}" != fault.get("on"):
+            return None
+        self.writes_this_cycle += 1
+        if self.writes_this_cycle != fault["skip"] + 1:
+            return None
+        what = fault.get("what")
+        self.checks[f"fault landed: {what} ({verb} {kind.plural})"] += 1
+        if what == "fail":
+            raise ApiError(500, "InternalError", "injected")
+        if what == "conflict":
+            raise ApiError(409, "Conflict", "injected")
+        if what == "crash":
+            raise Crash()
+        if what == "lose-lease":  # the Lease runs out under it and another replica takes it
+            self.c.now += 16
+            other = next(r for r in self.replicas if r is not replica)
+            lease = self.store.peek(LEASES, f"{NAMESPACE}/superpod-scheduler")
+            lease["spec"].update(holderIdentity=other.identity, leaseTransitions=lease["spec"]["leaseTransitions"] + 1)
+            self.store._store(LEASES, lease, "update")
+            return None
+        if what == "lose-answer":
+            return "lose-answer"
+        return None
+
+    def _check_placement(self, replica: Replica, pod: dict) -> None:
+        node = pod["spec"]["nodeName"]
+        entry = replica.state.nodes.get(node)
+        if entry is None or entry.node is None or not entry.node.ready or entry.node.held:
+            self.violations.append(f"{pod['metadata']['name']} bound to {node}, which {replica.identity} saw not "
+                                   "ready")
+        job = pod["metadata"]["labels"]["superpod.dev/job-name"]
+        attempt = int(pod["metadata"]["labels"]["superpod.dev/attempt"])
+        if self.active_before.get(f"{pod['metadata']['namespace']}/{job}") == attempt:
+            return  # a missing pod of a gang placed before: its node was booked before any reservation
+        for d in replica.controller.decisions:  # in scheduling order: reservations made before this job was placed
+            if d.job.name == job:
+                break
+            if node in d.reserved_nodes:
+                self.violations.append(f"{pod['metadata']['name']} bound to {node}, reserved for {d.job.key}")
+        self.checks["placements checked"] += 1
+
+    # ---- truth ----------------------------------------------------------------------------------------------------
+    def observe(self, decided_at: float | None = None) -> None:
+        """Follow every store event: pod runs, and when each attempt was accounted (billing stops at the decision
+        to stop a gang: `decided_at`, the time of the cycle that wrote it)."""
+        for ev in self.store.events[self.truth.cursor:]:
+            obj, meta = ev.obj, ev.obj["metadata"]
+            if ev.kind is PODS:
+                uid = meta["uid"]
+                labels = meta.get("labels") or {}
+                if "superpod.dev/job-name" in labels and uid not in self.truth.pods:
+                    owner = (meta.get("ownerReferences") or [{}])[0].get("uid")
+                    requests = pod_requests(obj["spec"], lambda f, q: {r: quantity(v, r) for r, v in q.items()})
+                    self.truth.pods[uid] = {"job": owner, "attempt": int(labels["superpod.dev/attempt"]),
+                                            "units": gpu_units(requests.items())}
+                status = obj.get("status") or {}
+                if status.get("startTime") and uid not in self.truth.start:
+                    self.truth.start[uid] = timestamp(status["startTime"])
+                if uid in self.truth.start and uid not in self.truth.end:
+                    end = _end(obj, ev.type, self.c.now)
+                    if end is not None:
+                        self.truth.end[uid] = end
+            elif ev.kind is TRAININGJOBS and ev.type != "DELETED":
+                accounted = int((obj.get("status") or {}).get("accountedAttempts") or 0)
+                for attempt in range(1, accounted + 1):
+                    self.truth.closed.setdefault((meta["uid"], attempt), decided_at or self.c.now)
+        self.truth.cursor = len(self.store.events)
+
+    def _taint_open_attempts(self) -> None:
+        for info in self.truth.pods.values():
+            if (info["job"], info["attempt"]) not in self.truth.closed:
+                self.truth.tainted.add((info["job"], info["attempt"]))
+
+    def _taint_pod(self, obj: dict) -> None:
+        info = self.truth.pods.get(obj["metadata"].get("uid"))
+        if info:
+            self.truth.tainted.add((info["job"], info["attempt"]))
+
+    def _job_by_uid(self, uid: str) -> dict | None:
+        return next((j for j in self.store.objects.get(TRAININGJOBS, {}).values() if j["metadata"]["uid"] == uid),
+                    None)
+
+    # ---- invariants -----------------------------------------------------------------------------------------------
+    def check(self, settled: bool = False) -> None:
+        self.steps += 1
+        if self.violations:
+            raise Violation("; ".join(self.violations))
+        self.observe()
+        self._capacity()
+        self._one_attempt()
+        self._gpu_seconds()
+        if settled:
+            self._whole_gangs()
+
+    def _capacity(self) -> None:
+        used: dict[str, Counter] = defaultdict(Counter)
+        pods = self.store.objects.get(PODS, {})
+        for pod in pods.values():
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or not pod["spec"].get("nodeName"):
+                continue
+            used[pod["spec"]["nodeName"]].update(_requests(pod))
+        for job in self.store.objects.get(TRAININGJOBS, {}).values():
+            st = job.get("status") or {}
+            if st.get("phase") not in ("Starting", "Running") or not st.get("placement"):
+                continue
+            request = None
+            for node, ranks in st["placement"].items():
+                for rank in ranks:
+                    name = f"{job['metadata']['namespace']}/{job['metadata']['name']}-a{st['attempt']}-{rank}"
+                    if name not in pods:  # booked, pod not written yet
+                        if request is None:
+                            request = _requests(_rendered(job))
+                        used[node].update(request)
+        for name, counts in used.items():
+            node = self.store.peek(NODES, name)
+            if node is None:
+                continue
+            alloc = node["status"]["allocatable"]
+            for resource, amount in counts.items():
+                if amount > quantity(alloc.get(resource, 0), resource):
+                    raise Violation(f"node {name} booked {amount} {resource} of {alloc.get(resource, 0)}")
+        self.checks["capacity checks"] += 1
+
+    def _one_attempt(self) -> None:
+        attempts: dict[str, set] = defaultdict(set)
+        for pod in self.store.objects.get(PODS, {}).values():
+            meta = pod["metadata"]
+            if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+                continue
+            attempts[meta["labels"]["superpod.dev/job-name"]].add(meta["labels"]["superpod.dev/attempt"])
+        for job, seen in attempts.items():
+            if len(seen) > 1:
+                raise Violation(f"job {job} has live pods of attempts {sorted(seen)}")
+
+    def _whole_gangs(self) -> None:
+        pods = self.store.objects.get(PODS, {})
+        for job in self.store.objects.get(TRAININGJOBS, {}).values():
+            st = job.get("status") or {}
+            if st.get("phase") not in ("Starting", "Running"):
+                continue
+            nodes = set(st.get("placement") or {})
+            if any(not _ready(self.store.peek(NODES, n)) for n in nodes):
+                continue  # the gang keeps a NotReady node through the grace period
+            prefix = f"{job['metadata']['namespace']}/{job['metadata']['name']}-a{st['attempt']}-"
+            have = [p for k, p in pods.items() if k.startswith(prefix) and not p["metadata"].get("deletionTimestamp")]
+            if len(have) != job["spec"]["replicas"]:
+                raise Violation(f"settled, yet job {job['metadata']['name']} attempt {st['attempt']} has "
+                                f"{len(have)} of {job['spec']['replicas']} pods")
+            self.checks["settled gangs whole"] += 1
+
+    def _gpu_seconds(self) -> None:
+        by_attempt: dict[tuple[str, int], float] = defaultdict(float)
+        for uid, info in self.truth.pods.items():
+            key = (info["job"], info["attempt"])
+            if uid not in self.truth.start or key not in self.truth.closed:
+                continue
+            end = min(self.truth.end.get(uid, float("inf")), self.truth.closed[key])
+            by_attempt[key] += info["units"] * max(0.0, end - self.truth.start[uid])
+        for job in self.store.objects.get(TRAININGJOBS, {}).values():
+            st, uid = job.get("status") or {}, job["metadata"]["uid"]
+            accounted = int(st.get("accountedAttempts") or 0)
+            truth = sum(by_attempt[(uid, a)] for a in range(1, accounted + 1))
+            billed = float(st.get("finishedGpuSeconds") or 0)
+            keys = {(uid, a) for a in range(1, accounted + 1)}
+            if keys & self.truth.delayed:
+                self.checks["GPU-seconds unchecked (closed on a lagging cache)"] += 1
+            elif keys & self.truth.tainted:
+                if billed > truth + 1e-6:
+                    raise Violation(f"job {job['metadata']['name']} billed {billed} GPU-s, its pods ran {truth}")
+                self.checks["GPU-seconds at most what ran (after a crash or lost events)"] += 1
+            else:
+                if abs(billed - truth) > 1e-3:
+                    raise Violation(f"job {job['metadata']['name']} billed {billed} GPU-s, its pods ran {truth}")
+                if accounted:
+                    self.checks["GPU-seconds exact"] += 1
+
+    # ---- settling -------------------------------------------------------------------------------------------------
+    def settle(self) -> None:
+        """No more interference: the replicas renew, relist (as the periodic resync does, repairing any lost
+        event), get every event, and cycle until nothing is written."""
+        for _ in range(12):
+            for replica in self.replicas:
+                self.lease_step(replica)
+            if self.leader() is not None:
+                break
+            self.c.now += 2
+        leader = self.leader()
+        assert leader is not None, "some replica must lead once the Lease can be renewed"
+        self.deliver(leader)
+        self.resync(leader)
+        for _ in range(10):
+            self.deliver(leader)
+            writes = len(self.store.writes)
+            self.cycle(leader)
+            self.deliver(leader)
+            if len(self.store.writes) == writes:
+                break
+        self.check(settled=True)
+
+
+def _run(coro):
+    return asyncio.run(coro)
+
+
+def _requests(pod: dict) -> Counter:
+    return Counter(pod_requests(pod["spec"], lambda f, q: {r: quantity(v, r) for r, v in q.items()}))
+
+
+def _rendered(job: dict) -> dict:
+    from superpod.api.manifests import pod
+
+    return pod(job, 0, 0, "")
+
+
+def _ready(node: dict | None) -> bool:
+    return node is not None and any(c.get("type") == "Ready" and c.get("status") == "True"
+                                    for c in node["status"].get("conditions") or [])
+
+
+def _end(pod: dict, event: str, now: float) -> float | None:
+    meta, status = pod["metadata"], pod.get("status") or {}
+    ends = [timestamp(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for c in status.get("containerStatuses") or []
+            if ((c.get("state") or {}).get("terminated") or {}).get("finishedAt")]
+    if status.get("phase") in ("Succeeded", "Failed") and ends:
+        return max(ends)
+    if meta.get("deletionTimestamp"):
+        return timestamp(meta["deletionTimestamp"]) - float(meta.get("deletionGracePeriodSeconds") or 0)
+    if event == "DELETED":
+        return now
+    return None

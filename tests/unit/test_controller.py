@@ -1,0 +1,215 @@
+"""The controller end to end on the in-memory API: placement, lifecycle, gentle teardown, capacity truth, write
+failures, accounting. Each test names the defect it guards against where there was one."""
+
+from __future__ import annotations
+
+import copy
+
+from superpod.k8s.api import PODS, SERVICES, TRAININGJOBS, ApiError
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
+
+RUN_5S = {"sim.superpod.dev/run-for": "5s"}
+
+
+def test_gangs_place_run_and_succeed_with_exact_gpu_seconds():
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    c.submit(training_job("a", 4, 8, annotations=RUN_5S, topology={"required": "leaf"}))
+    c.submit(training_job("b", 4, 8, topology={"required": "leaf"}))
+    c.submit(training_job("c", 4, 8, topology={"required": "leaf"}))
+    c.cycle()
+    assert [c.status(n)["phase"] for n in "abc"] == ["Starting", "Starting", "Queued"]
+    assert c.status("c")["message"].endswith("leaf su-1 is reserved for it")
+    c.settle(12)
+    a = c.status("a")
+    assert a["phase"] == "Succeeded" and a["accountedAttempts"] == 1
+    assert a["finishedGpuSeconds"] == a["gpuSeconds"] == 4 * 8 * 5
+    assert c.status("c")["phase"] == "Running" and c.status("c")["domain"] == "leaf su-1"
+    assert [r for r, _ in c.events("a")] == ["Placed", "Starting", "Running", "Completed"]
+
+
+def test_a_failed_replica_restarts_the_gang_and_its_failure_is_kept():
+    """Defect: failed pods were force-deleted, and why they failed vanished with them."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("f", 2, 8, maxRestarts=2))
+    c.settle(2)
+    failed = c.pods("f")[1]["metadata"]["name"]
+    c.kubelet.finish(f"team-a/{failed}", 3, "CUDA error: out of memory")
+    c.cycle()
+    st = c.status("f")
+    assert (st["phase"], st["reason"], st["restarts"], st["interruptions"]) == ("Queued", "PodFailed", 1, 0)
+    record = st["failures"][-1]
+    assert (record["attempt"], record["replica"], record["exitCode"]) == (1, 1, 3)
+    assert record["message"] == "CUDA error: out of memory" and record["node"]
+    assert "with exit code 3: CUDA error: out of memory" in st["message"]
+    assert c.store.peek(PODS, f"team-a/{failed}")["status"]["phase"] == "Failed", "the failed pod is kept"
+
+
+def test_pods_are_deleted_gracefully_and_the_next_attempt_waits_for_them():
+    """Defects: pods were force-deleted (no SIGTERM, no checkpoint), and the next attempt could be bound while the
+    old containers still held the GPUs."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    body = training_job("g", 2, 8, annotations={"sim.superpod.dev/terminate-after": "25s"}, maxRestarts=3)
+    body["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 45
+    c.submit(body)
+    c.settle(2)
+    survivor, failed = (p["metadata"]["name"] for p in c.pods("g"))
+    c.kubelet.finish(f"team-a/{failed}", 1)
+    c.cycle()
+    dying = c.store.peek(PODS, f"team-a/{survivor}")["metadata"]
+    assert dying["deletionGracePeriodSeconds"] == 45, "deleted with the template's own grace period"
+    c.now += 15  # past the restart backoff (10s), before the old pod has terminated (25s)
+    c.kubelet.step()
+    c.cycle()
+    st = c.status("g")
+    assert st["phase"] == "Queued" and "1 node still terminating its earlier pods" in st["message"]
+    assert not [p for p in c.pods("g") if p["metadata"]["labels"]["superpod.dev/attempt"] == "2"]
+    c.settle(15)
+    assert c.status("g")["phase"] == "Running" and c.status("g")["attempt"] == 2
+
+
+def test_a_not_ready_blip_keeps_the_gang_and_a_long_outage_restarts_it_as_an_interruption():
+    """Defect: any NotReady blip restarted a gang at once."""
+    c = MemoryCluster(nodes=3, nodes_per_unit=3)
+    c.submit(training_job("n", 2, 8, maxRestarts=0))
+    c.settle(2)
+    node = c.pods("n")[0]["spec"]["nodeName"]
+    c.kubelet.set_ready(node, False)
+    c.settle(60, seconds=1)
+    st = c.status("n")
+    assert (st["phase"], st["attempt"], st["reason"]) == ("Running", 1, "NodeNotReady")
+    c.kubelet.set_ready(node, True)
+    c.settle(2)
+    assert c.status("n")["reason"] == "Running"
+    c.kubelet.set_ready(node, False)
+    c.settle(32, seconds=10)
+    st = c.status("n")
+    assert st["attempt"] == 2 and st["phase"] == "Running", "maxRestarts 0, yet an interruption restarts it"
+    assert (st["restarts"], st["interruptions"]) == (0, 1) and st["failures"][-1]["reason"] == "NodeLost"
+    assert node not in st["placement"]
+
+
+def test_an_image_error_fails_the_job_after_a_few_attempts():
+    """Defect: an image typo looped through startup timeouts forever."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("typo", 1, 8, annotations={"sim.superpod.dev/image-error": ""}))
+    c.settle(200, seconds=1)
+    st = c.status("typo")
+    assert (st["phase"], st["reason"], st["containerErrors"]) == ("Failed", "ContainerError", 3)
+    assert "ErrImagePull: pull trainer: not found; gave up after 3 attempts" in st["message"]
+
+
+def test_a_deleted_service_is_recreated():
+    """Defect: a Service missing after a crash was never recreated."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("s", 2, 8))
+    c.settle(2)
+    c.store.delete_now(SERVICES, "team-a/s")
+    c.cycle()
+    assert c.store.peek(SERVICES, "team-a/s") is not None
+    assert ("ServiceRecreated", "created the headless Service team-a/s") in c.events("s")
+
+
+def test_a_failed_pod_write_rolls_the_whole_gang_back():
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)
+    creates = []
+
+    def fault(verb, kind, obj, writer):
+        if verb == "create" and kind is PODS:
+            creates.append(obj["metadata"]["name"])
+            if len(creates) == 3:
+                raise ApiError(500, "InternalError", "etcd is having a bad day")
+        return None
+
+    c.store.fault = fault
+    c.submit(training_job("w", 4, 8))
+    c.cycle()
+    st = c.status("w")
+    assert (st["phase"], st["reason"], st["startupFailures"]) == ("Queued", "WriteFailed", 1)
+    assert "etcd is having a bad day" in st["message"] and st["notBefore"] and "placement" not in st
+    assert c.pods("w") == [], "nothing of the gang stays"
+    c.store.fault = None
+    c.settle(12)
+    assert c.status("w")["phase"] == "Running" and c.status("w")["attempt"] == 2
+
+
+def test_a_pod_the_api_server_refuses_makes_the_job_invalid_in_its_words_until_the_spec_changes():
+    """Defect: an extended resource requested without a limit made every pod write fail with 422 and the job
+    retried forever saying only "2 of 2 pod writes failed (Unprocessable Entity)"."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    for name in c.state.nodes:  # the network operator's device on every node
+        c.update_node(name, lambda node: node["status"]["allocatable"].update({"rdma/ib": "4"}))
+    body = training_job("r", 2, 8, containers=[{"name": "main", "image": "x",
+                                                "resources": {"requests": {"rdma/ib": 1}}}])
+    c.submit(body)
+    c.settle(3)
+    st = c.status("r")
+    assert (st["phase"], st["reason"]) == ("Invalid", "PodRefused")
+    assert "Limit must be set for non overcommitable resources" in st["message"]
+    writes = len(c.store.writes)
+    c.settle(20)
+    assert len(c.store.writes) == writes, "no retries until the spec changes"
+    job = copy.deepcopy(c.job("r"))
+    job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] = {"rdma/ib": 1}
+    run(c.admin.replace(TRAININGJOBS, job))
+    c.settle(3)
+    assert c.status("r")["phase"] == "Running"
+
+
+def test_the_core_books_what_the_pod_requests_of_every_resource():
+    """Defects: a template asking 300 cpu was bound to a 224-cpu node; pods requesting rdma/ib were bound to nodes
+    without it; sidecars and init containers were not counted."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    big = training_job("cpu", 1, 8, containers=[{"name": "main", "image": "x", "resources": {
+        "requests": {"cpu": "300"}}}])
+    rdma = training_job("rdma", 1, 8, containers=[{"name": "main", "image": "x", "resources": {
+        "requests": {"rdma/ib": 1}, "limits": {"rdma/ib": 1}}}])
+    sidecar = training_job("side", 2, 4, containers=[{"name": "main", "image": "x", "resources": {
+        "requests": {"cpu": "100"}}}])
+    sidecar["spec"]["template"]["spec"]["initContainers"] = [
+        {"name": "proxy", "image": "p", "restartPolicy": "Always", "resources": {"requests": {"cpu": "20"}}}]
+    for body in (big, rdma, sidecar):
+        c.submit(body)
+    c.settle(3)
+    assert c.pods("cpu") == [] and c.pods("rdma") == []
+    assert c.status("cpu")["message"].endswith("2 nodes have too little cpu")
+    assert (c.status("rdma")["phase"], c.status("rdma")["message"]) == (
+        "Invalid", "requests rdma/ib, which no node advertises")
+    placed = [p["spec"]["nodeName"] for p in c.pods("side")]
+    assert len(set(placed)) == 2, "120 cpu each: two replicas cannot share a 224-cpu node though their GPUs fit"
+
+
+def test_gpu_seconds_are_counted_once_even_when_the_closing_write_is_retried():
+    """Defect: GPU-seconds were added before the status write succeeded, so a retried write counted them twice."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("once", 2, 8, annotations=RUN_5S))
+    c.settle(3)
+    refused = []
+
+    def fault(verb, kind, obj, writer):
+        if kind is TRAININGJOBS and verb == "update" and obj["status"].get("phase") == "Succeeded" and not refused:
+            refused.append(1)
+            raise ApiError(0, "Timeout", "no answer")
+        return None
+
+    c.store.fault = fault
+    c.settle(5)
+    assert refused and c.status("once")["phase"] == "Succeeded"
+    assert c.status("once")["finishedGpuSeconds"] == 2 * 8 * 5
+
+
+def test_a_job_deleted_while_running_is_still_metered():
+    """Defect: GPU-seconds were counted only at attempt end and not for deleted jobs."""
+    from prometheus_client import CollectorRegistry
+
+    from superpod.controller.metrics import Metrics
+
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.controller.meter.counter = Metrics(CollectorRegistry()).gpu_seconds
+    c.submit(training_job("gone", 2, 8))
+    c.settle(10)
+    counted = c.controller.meter.counter.labels("team-a")._value.get()
+    assert 8 * 2 * 8 <= counted <= 8 * 2 * 10, "growing while it runs"
+    c.store.delete_now(TRAININGJOBS, "team-a/gone")
+    c.tick(5)
+    c.cycle()
+    assert c.controller.meter.counter.labels("team-a")._value.get() >= counted + 16 * 5

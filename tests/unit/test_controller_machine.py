@@ -1,0 +1,156 @@
+"""The controller as a state machine under hypothesis: random interleavings of submissions, cycles of two operator
+replicas, watch events delivered late, twice or never, relists, write failures and lost answers, the Lease lost
+mid-apply, crashes mid-apply, NotReady flaps, node deletions, pod failures and evictions, job deletions — with the
+invariants of tests/unit/machine.py checked after every step. CI runs a small number of examples
+(SUPERPOD_MACHINE_EXAMPLES, default 40); bench/state_machine.py runs thousands."""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from superpod.k8s.api import NODES, PODS, TRAININGJOBS
+from tests.unit.machine import World
+from tests.unit.memory_cluster import run, training_job
+
+EXAMPLES = int(os.environ.get("SUPERPOD_MACHINE_EXAMPLES", "40"))
+SEEN: Counter = Counter()  # what the runs reached: checks made, faults that landed (printed by the bench script)
+STEPS = int(os.environ.get("SUPERPOD_MACHINE_STEPS", "40"))
+# A fault lands on the (skip+1)-th write of one kind in a cycle: a refusal, a lost answer, the Lease running out,
+# or the process dying right there.
+FAULTS = st.one_of(st.just(None), st.fixed_dictionaries({
+    "what": st.sampled_from(["fail", "conflict", "crash", "lose-lease", "lose-answer"]),
+    "on": st.sampled_from(["create pods", "update trainingjobs", "delete pods", "create services", "create events"]),
+    "skip": st.integers(0, 3)}))
+
+
+class ControllerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.world = World()
+        self.jobs = 0
+
+    def _replica(self, index: int):
+        return self.world.replicas[index % len(self.world.replicas)]
+
+    def _live_pods(self) -> list[str]:
+        return sorted(k for k, p in self.world.store.objects.get(PODS, {}).items()
+                      if not p["metadata"].get("deletionTimestamp")
+                      and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+
+    @rule(replicas=st.integers(1, 3), gpus=st.sampled_from([4, 8]), leaf=st.booleans(),
+          runs=st.sampled_from([None, "5s", "20s", "60s"]), fails=st.sampled_from([None, None, "8s"]),
+          max_restarts=st.integers(0, 2), priority=st.integers(0, 2))
+    def submit(self, replicas, gpus, leaf, runs, fails, max_restarts, priority):
+        self.jobs += 1
+        notes = {k: v for k, v in (("sim.superpod.dev/run-for", runs), ("sim.superpod.dev/fail-after", fails)) if v}
+        body = training_job(f"j{self.jobs}", replicas, gpus, annotations=notes, maxRestarts=max_restarts,
+                            priority=priority, startupTimeoutSeconds=60,
+                            topology={"required": "leaf"} if leaf else {})
+        self.world.c.submit(body)
+
+    @rule(index=st.integers(0, 1), fault=FAULTS)
+    def cycle(self, index, fault):
+        """One turn of a replica's loops: renew (or try to take) the Lease, then a cycle if it leads."""
+        replica = self._replica(index)
+        self.world.lease_step(replica)
+        self.world.cycle(replica, fault)
+
+    @rule(replicas=st.integers(2, 3), what=st.sampled_from(["fail", "crash", "lose-lease", "lose-answer"]),
+          skip=st.integers(0, 2), on=st.sampled_from(["create pods", "update trainingjobs", "create services"]))
+    def place_under_fault(self, replicas, what, skip, on):
+        """A new gang, and the leader's very next cycle hit while writing it (mid-gang, for pods)."""
+        self.submit(replicas, 4, False, None, None, 1, 3)
+        for replica in self.world.replicas:
+            self.world.lease_step(replica)
+        if leader := self.world.leader():
+            self.world.deliver(leader)
+            self.world.cycle(leader, {"what": what, "on": on, "skip": min(skip, replicas - 1)})
+
+    @rule(index=st.integers(0, 1))
+    def lease_step(self, index):
+        self.world.lease_step(self._replica(index))
+
+    @rule(index=st.integers(0, 1), count=st.one_of(st.none(), st.integers(1, 8)))
+    def deliver(self, index, count):
+        self.world.deliver(self._replica(index), count)
+
+    @rule(index=st.integers(0, 1), count=st.integers(1, 6))
+    def drop_events(self, index, count):
+        self.world.drop(self._replica(index), count)
+
+    @rule(index=st.integers(0, 1), back=st.integers(1, 10))
+    def repeat_events(self, index, back):
+        self.world.repeat(self._replica(index), back)
+
+    @rule(index=st.integers(0, 1))
+    def resync(self, index):
+        self.world.resync(self._replica(index))
+
+    @rule(index=st.integers(0, 1))
+    def crash(self, index):
+        self.world.crash(index)
+
+    @rule(seconds=st.sampled_from([1, 2, 5, 15, 40]))
+    def tick(self, seconds):
+        self.world.c.tick(seconds)
+
+    @rule(node=st.integers(0, 5), ready=st.booleans())
+    def flap(self, node, ready):
+        name = sorted(self.world.store.objects[NODES])[node % len(self.world.store.objects[NODES])]
+        self.world.c.kubelet.set_ready(name, ready)
+
+    @precondition(lambda self: len(self.world.store.objects.get(NODES, {})) > 3)
+    @rule(node=st.integers(0, 5))
+    def delete_node(self, node):
+        nodes = sorted(self.world.store.objects[NODES])
+        name = nodes[node % len(nodes)]
+        self.world.store.delete_now(NODES, name)
+        for key, pod in list(self.world.store.objects.get(PODS, {}).items()):  # the pod GC
+            if pod["spec"].get("nodeName") == name:
+                self.world.store.delete_now(PODS, key)
+
+    @precondition(lambda self: self._live_pods())
+    @rule(pick=st.integers(0, 100), exit_code=st.sampled_from([1, 137]))
+    def fail_pod(self, pick, exit_code):
+        pods = [k for k in self._live_pods()
+                if self.world.store.objects[PODS][k]["status"].get("phase") == "Running"]
+        if pods:
+            self.world.c.kubelet.finish(pods[pick % len(pods)], exit_code)
+
+    @precondition(lambda self: self._live_pods())
+    @rule(pick=st.integers(0, 100))
+    def evict_pod(self, pick):
+        pods = self._live_pods()
+        namespace, name = pods[pick % len(pods)].split("/", 1)
+        run(self.world.c.admin.delete(PODS, name, namespace))
+
+    @precondition(lambda self: self.world.store.objects.get(TRAININGJOBS))
+    @rule(pick=st.integers(0, 100))
+    def delete_job(self, pick):
+        keys = sorted(self.world.store.objects[TRAININGJOBS])
+        self.world.store.delete_now(TRAININGJOBS, keys[pick % len(keys)])
+
+    @precondition(lambda self: self.world.steps % 6 == 5)  # now and then: the faults need unsettled cycles
+    @rule()
+    def settle(self):
+        self.world.settle()
+
+    @invariant()
+    def holds(self):
+        self.world.check()
+
+    def teardown(self):
+        self.world.settle()
+        SEEN.update(self.world.checks)
+        SEEN["steps"] += self.world.steps
+        SEEN["examples"] += 1
+
+
+TestControllerMachine = ControllerMachine.TestCase
+TestControllerMachine.settings = settings(max_examples=EXAMPLES, stateful_step_count=STEPS, deadline=None,
+                                          suppress_health_check=list(HealthCheck))

@@ -1,0 +1,147 @@
+"""One writer: the Lease judged by local observed time, a renew deadline shorter than the lease, leadership checked
+before every write, status replaced (never merged) with its resourceVersion, and no write left running after apply."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from superpod.api.times import rfc3339
+from superpod.controller.actions import CreatePods, Plan, WriteStatus
+from superpod.controller.applier import Applier
+from superpod.controller.state import ClusterState
+from superpod.k8s.api import LEASES, PODS, TRAININGJOBS, ApiError
+from superpod.k8s.lease import LeaderLease
+from superpod.k8s.memory import MemoryAPI
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
+
+
+class Clocks:
+    def __init__(self) -> None:
+        self.now = 1_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def lease(store: MemoryAPI, identity: str, clock, wall=None) -> LeaderLease:
+    return LeaderLease(store.client(identity), "ns", "superpod-scheduler", identity, 15, 10, 2, clock=clock,
+                       wall=wall or clock)
+
+
+def test_one_leader_and_takeover_only_after_the_record_stood_still_for_a_lease_duration():
+    clock = Clocks()
+    store = MemoryAPI(clock=clock)
+    a, b = lease(store, "a", clock), lease(store, "b", clock)
+    assert run(a.step()) and not run(b.step())
+    clock.now += 14
+    assert not run(b.step()), "a has not renewed, but b first saw this record only 14s ago"
+    clock.now += 2
+    assert run(b.step()) and b.term == 1
+    assert not a.is_leading(), "a's renew deadline passed long ago"
+    assert not run(a.step())
+
+
+def test_clock_skew_cannot_steal_the_lease():
+    """Defect: expiry compared the remote renewTime with the local clock, so a holder whose clock is behind lost the
+    lease to a standby while it was renewing every period."""
+    clock = Clocks()
+    store = MemoryAPI(clock=clock)
+    behind = lease(store, "a", clock, wall=lambda: clock.now - 3600)  # its wall clock is an hour late
+    standby = lease(store, "b", clock)
+    for _ in range(20):
+        assert run(behind.step())
+        assert not run(standby.step())
+        clock.now += 2
+
+
+def test_a_holder_that_cannot_renew_stops_leading_before_anyone_may_take_over():
+    clock = Clocks()
+    store = MemoryAPI(clock=clock)
+    a, b = lease(store, "a", clock), lease(store, "b", clock)
+    run(a.step())
+    run(b.step())  # b observes the record now
+    store.fault = lambda verb, kind, obj, writer: (_ for _ in ()).throw(ApiError(0, "Unavailable", "x")) \
+        if writer == "a" else None
+    while a.is_leading():
+        with pytest.raises(ApiError):
+            run(a.step())
+        assert not run(b.step())
+        clock.now += 2
+    stopped = clock.now
+    while not run(b.step()):
+        clock.now += 1
+    assert clock.now - stopped >= 15 - 10 - 2, "the margin between a stopping and b starting"
+
+
+def test_writes_stop_the_moment_leadership_is_lost_mid_gang():
+    """Defect: the Lease was renewed only between cycles and writes were not fenced, so a long cycle let the standby
+    lead while the old leader still wrote."""
+    c = MemoryCluster(nodes=16, nodes_per_unit=16)
+    written = []
+
+    def fault(verb, kind, obj, writer):
+        if kind is PODS and verb == "create":
+            written.append(obj["metadata"]["name"])
+            if len(written) == 5:
+                c.leading = False  # the Lease runs out while the gang is being written
+        return None
+
+    c.store.fault = fault
+    c.submit(training_job("big", 16, 8))
+    c.controller.applier.concurrency = 1
+    c.deliver()
+    outcome = run(c.controller.applier.apply(c.controller.plan(c.now)))
+    assert outcome.stopped and len(written) == 5, "the dangerous moment was reached and writing stopped there"
+    after = len(c.store.writes)
+    c.cycle()
+    assert len(c.store.writes) == after, "a replica that is not leading writes nothing"
+    c.leading = True
+    c.settle(3)
+    assert len(c.pods("big")) == 16 and c.status("big")["attempt"] == 1, "the next leader finished the same gang"
+
+
+def test_status_is_replaced_with_its_version_so_two_writers_never_merge_placements():
+    """Defect: placement was written as a JSON merge patch, so two writers unioned their node maps."""
+    clock = Clocks()
+    store = MemoryAPI(clock=clock)
+    job = run(store.client("admin").create(TRAININGJOBS, training_job("j", 2)))
+    state = ClusterState()
+    state.apply(TRAININGJOBS, "ADDED", job, 0)
+    first = Applier(store.client("a"), state, lambda: True, clock=clock)
+    stale = Applier(store.client("b"), ClusterState(), lambda: True, clock=clock)
+    stale.state.apply(TRAININGJOBS, "ADDED", job, 0)
+    rv = job["metadata"]["resourceVersion"]
+    out = run(first.apply([Plan("a", [WriteStatus("team-a/j", rv, {"placement": {"n1": [0], "n2": [1]}})])]))
+    assert out.done == ["a"]
+    out = run(stale.apply([Plan("b", [WriteStatus("team-a/j", rv, {"placement": {"n3": [0], "n4": [1]}})])]))
+    assert "modified" in out.failed["b"], "the stale writer is refused"
+    out = run(stale.apply([Plan("b", [WriteStatus("team-a/j", "", {"placement": {"n3": [0, 1]}})])]))
+    assert store.peek(TRAININGJOBS, "team-a/j")["status"]["placement"] == {"n3": [0, 1]}, "replaced, not merged"
+
+
+def test_apply_returns_only_when_every_write_it_started_has_finished_and_a_bug_stays_in_its_plan():
+    """Defect: gather without exception handling left orphaned writes running into the next cycle."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("ok", 1, 8))
+    c.deliver()
+    plans = c.controller.plan(c.now)
+    plans.append(Plan("bug", [CreatePods("team-a/x", ({"metadata": "not a mapping"},))]))
+
+    async def main():
+        outcome = await c.controller.applier.apply(plans)
+        others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        return outcome, others
+
+    outcome, others = run(main())
+    assert others == [] and "internal error" in outcome.failed["bug"] and "job:team-a/ok" in outcome.done
+
+
+def test_the_lease_record_written_is_a_real_lease():
+    clock = Clocks()
+    store = MemoryAPI(clock=clock)
+    run(lease(store, "a", clock).step())
+    spec = store.peek(LEASES, "ns/superpod-scheduler")["spec"]
+    assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == 15
+    assert spec["renewTime"] == rfc3339(clock.now, micro=True)
