@@ -11,19 +11,19 @@ import time
 
 from kubernetes import client
 
+from superpod.core.phases import FINISHED, Phase, Reason
 from superpod.k8s.client import load
 from superpod.localcluster.cluster import REPO, LocalCluster
 from superpod.sim import nodes, presets
 
 PRESETS = ("dgx-h100", "gb200-nvl72", "rental-mixed")
-SETTLED = ("Running", "Succeeded", "Failed", "Invalid")
+SETTLED = (Phase.RUNNING, *FINISHED, Phase.INVALID)
 
 
 def _settled(st: dict) -> bool:
     """Running or done, or waiting with a reason that is not a MIG reconfiguration still under way."""
-    message = st.get("message") or ""
-    mig = message.startswith("repartitioning") or "MIG reconfiguration" in message
-    return st.get("phase") in SETTLED or (st.get("phase") == "Queued" and bool(message) and not mig)
+    waiting = st.get("phase") == Phase.QUEUED and bool(st.get("message"))
+    return st.get("phase") in SETTLED or (waiting and st.get("reason") != Reason.MIG_RECONFIGURING)
 
 
 def register(sub) -> None:
@@ -72,7 +72,7 @@ def run(args) -> int:
         st = j.get("status") or {}
         where = st.get("domain") or (f"{len(st['placement'])} nodes" if st.get("placement") else "")
         print(f"{j['metadata']['name']:<22} {st.get('phase') or 'Pending':<10} {st.get('gpus') or '':<16} {where}")
-        if st.get("phase") in ("Queued", "Invalid", "Failed"):
+        if st.get("phase") in (Phase.QUEUED, Phase.INVALID, Phase.FAILED):
             print(f"{'':<22} why: {st.get('message')}")
     print("\nkubectl get tj -A; kubectl describe tj <name>; `superpod cluster down` stops it all")
     return 0

@@ -99,21 +99,22 @@ def test_a_paused_leader_with_a_slow_cycle_never_writes_beside_the_new_one(clust
     audit = cluster.local.logs / "audit.log"
     operator.kill()
     lease = ("--lease-duration", "6")
-    a = OperatorProcess(crds.kubeconfig, tmp_path / "a.log", args=operator_args(*lease, "--debug-slow-cycle", "8"))
-    b = OperatorProcess(crds.kubeconfig, tmp_path / "b.log", args=operator_args(*lease))
+    a = OperatorProcess(crds.kubeconfig, tmp_path / "a.log",
+                        args=operator_args(*lease, "--identity", "replica-a", "--debug-slow-cycle", "8"))
+    b = OperatorProcess(crds.kubeconfig, tmp_path / "b.log", args=operator_args(*lease, "--identity", "replica-b"))
     coordination = client.CoordinationV1Api(cluster.api)
     since = time.time()
     try:
         sim, _ = sim_cluster(cluster.api, "dgx-h100", 6, nodes_per_unit=6)
         a.start()
-        holder = wait_for(lambda: _holder(coordination), 30, "replica A leads")
+        wait_for(lambda: _holder(coordination) == "replica-a", 40, "replica A leads")
         b.start()
         time.sleep(3)
         for i in range(3):
             jobs.create(training_job(f"pair-{i}", sim, 2, gpus=8))
-        time.sleep(2)  # A has decided and sleeps before writing
+        wait_for(lambda: "plan(s); writing them in 8s" in a.log.read_text(), 30, "A decided and sleeps")
         os.kill(a.proc.pid, signal.SIGSTOP)
-        wait_for(lambda: _holder(coordination) not in (None, holder), 30, "replica B takes the Lease")
+        wait_for(lambda: _holder(coordination) == "replica-b", 30, "replica B takes the Lease")
         os.kill(a.proc.pid, signal.SIGCONT)
         for i in range(3):
             jobs.wait_phase(f"pair-{i}", "Running", 60)
@@ -121,8 +122,7 @@ def test_a_paused_leader_with_a_slow_cycle_never_writes_beside_the_new_one(clust
         pods = [p for i in range(3) for p in jobs.pods(f"pair-{i}")]
         assert len(pods) == 6 and len({p.spec.node_name for p in pods}) == 6
         writes = [w for w in operator_writes(audit) if w.time >= since]
-        replicas = {w.replica for w in writes}
-        assert len(replicas) == 2, f"both replicas led in turn: {replicas}"
+        assert {w.replica for w in writes} == {"replica-a", "replica-b"}, "both replicas led in turn"
         assert second_writers(writes) == []
         assert "the Lease was lost while writing" in a.log.read_text(), "A woke with a plan and did not write it"
     finally:

@@ -213,3 +213,33 @@ def test_a_job_deleted_while_running_is_still_metered():
     c.tick(5)
     c.cycle()
     assert c.controller.meter.counter.labels("team-a")._value.get() >= counted + 16 * 5
+
+
+def test_specs_the_fuzzer_found_become_invalid_with_the_field_named_instead_of_looping():
+    """Found by bench/fuzz_specs.py: a non-string annotation made the API server refuse the pod with 400, which was
+    retried forever; a negative quantity and a MIG profile no GPU offers gave unhelpful or no verdicts."""
+    c = MemoryCluster("rental-mixed", 6)
+    c.submit(training_job("note", 1, 8, annotations={"a": 1}))
+    c.submit(training_job("negative", 1, 8, containers=[container_with({"requests": {"cpu": -1}})]))
+    c.submit(training_job("profile", 1, mig="9g.99gb"))
+    c.cycle()
+    assert c.status("note")["message"] == (
+        "TrainingJob team-a/note: spec.template.metadata.annotations.a: expected a string, got 1")
+    assert "spec.template.spec.containers[0].resources.cpu: must not be negative" in c.status("negative")["message"]
+    assert c.status("profile")["message"].startswith("no GPU here offers the MIG profile 9g.99gb (MIG-capable "
+                                                     "products here: A100-80GB, H100-80GB, H200-141GB")
+    assert all(c.status(n)["phase"] == "Invalid" for n in ("note", "negative", "profile"))
+
+
+def test_a_pod_the_api_server_cannot_decode_is_refused_like_an_invalid_one():
+    c = MemoryCluster(nodes=1, nodes_per_unit=1)
+    c.store.fault = lambda verb, kind, obj, writer: (_ for _ in ()).throw(ApiError(
+        400, "BadRequest", 'Pod in version "v1" cannot be handled as a Pod')) if kind is PODS else None
+    c.submit(training_job("garbled", 1, 8))
+    c.cycle()
+    st = c.status("garbled")
+    assert (st["phase"], st["reason"]) == ("Invalid", "PodRefused") and "cannot be handled as a Pod" in st["message"]
+
+
+def container_with(resources: dict) -> dict:
+    return {"name": "main", "image": "x", "resources": resources}

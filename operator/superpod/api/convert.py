@@ -11,9 +11,8 @@ from superpod.api.models import ClusterTopology, TrainingJob
 from superpod.api.resources import ConvertError, pod_requests, quantity
 from superpod.api.times import timestamp
 from superpod.core.model import Level, Node, Pod, Topology
+from superpod.core.phases import POD_FINISHED
 from superpod.core.request import JobRequest, Requirement, Taint, Toleration
-
-TERMINAL = ("Succeeded", "Failed")
 
 
 def describe(obj: Any) -> str:
@@ -68,7 +67,7 @@ def node_from_k8s(obj: dict) -> Node:
 def pod_from_k8s(obj: dict) -> Pod | None:
     """A bound non-terminal pod, or None (unbound or finished pods hold no capacity)."""
     node = _get(obj, "spec.nodeName", str)
-    if not node or _get(obj, "status.phase", str) in TERMINAL:
+    if not node or _get(obj, "status.phase", str) in POD_FINISHED:
         return None
     key = f"{_get(obj, 'metadata.namespace', str, 'default')}/{_get(obj, 'metadata.name', str, '')}"
     reqs = pod_requests(_get(obj, "spec", dict, {}), lambda field, raw: _resources(obj, field, raw))

@@ -49,9 +49,9 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
     template = copy.deepcopy(spec.get("template") or {})
     tmeta = _mapping(template.get("metadata"), where, "spec.template.metadata")
     pspec = _mapping(template.get("spec"), where, "spec.template.spec")
-    labels = {**_mapping(tmeta.get("labels"), where, "spec.template.metadata.labels"),
+    labels = {**_strings(tmeta.get("labels"), where, "spec.template.metadata.labels"),
               JOB_LABEL: name, INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
-    annotations = dict(_mapping(tmeta.get("annotations"), where, "spec.template.metadata.annotations"))
+    annotations = dict(_strings(tmeta.get("annotations"), where, "spec.template.metadata.annotations"))
     if writer:
         annotations[WRITER_ANNOTATION] = writer
     env = [{"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{meta['namespace']}.svc"},
@@ -106,6 +106,15 @@ def headless_service(job: dict) -> dict:
                          "ownerReferences": [owner_reference(job)]},
             "spec": {"clusterIP": "None", "selector": {JOB_LABEL: meta["name"]}, "publishNotReadyAddresses": True,
                      "ports": [{"name": "rendezvous", "port": MASTER_PORT}]}}
+
+
+def _strings(value, where: str, field: str) -> dict:
+    """Labels and annotations: a mapping of strings to strings, as a pod's metadata must be."""
+    found = _mapping(value, where, field)
+    for k, v in found.items():
+        if not isinstance(v, str):
+            raise ConvertError(where, f"{field}.{k}", f"expected a string, got {v!r}")
+    return found
 
 
 def _mapping(value, where: str, field: str) -> dict:

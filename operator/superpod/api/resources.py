@@ -35,6 +35,8 @@ def quantity(value: Any, resource: str, obj: str = "object", field: str = "quant
         raise ConvertError(obj, field, f"not a Kubernetes quantity: {value!r}") from None
     if not amount.is_finite():
         raise ConvertError(obj, field, f"not a Kubernetes quantity: {value!r}")
+    if amount < 0:
+        raise ConvertError(obj, field, f"must not be negative, got {value!r}")
     if resource == "cpu":
         amount *= 1000
     return int(math.ceil(amount))

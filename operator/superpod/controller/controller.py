@@ -59,7 +59,8 @@ class Controller:
     async def cycle(self, now: float, pause: float = 0) -> Outcome:
         """One cycle. `pause`: a testing knob, seconds between deciding and writing (the Lease may run out)."""
         plans = self.plan(now)
-        if pause:
+        if pause and plans:
+            log.info("decided %d plan(s); writing them in %.0fs (--debug-slow-cycle)", len(plans), pause)
             await asyncio.sleep(pause)
         outcome = await self.applier.apply(plans)
         if outcome.stopped:
@@ -98,15 +99,16 @@ class Controller:
                     self.metrics.queue_wait_seconds.observe(max(0.0, now - d.job.submitted))
         plans += start_plans
         messages: dict[str, str] = {}
+        notes: dict[str, str] = {}
         if self.mig:
             busy = {n for _, _, _, nodes in placed.values() for n in nodes.values()}
             for d in self.decisions:
                 busy.update(d.placement.assignments if d.placement else d.reserved_nodes)
-            mig_plans, messages = self.mig.plan([d.job for d in self.decisions if d.placement is None
+            mig_plans, messages, notes = self.mig.plan([d.job for d in self.decisions if d.placement is None
                                                  and not d.reserved_nodes], busy, now)
             plans += mig_plans
         by_key = {v.key: v for v in views}
-        plans += wait_plans(self.decisions, by_key, messages, now)
+        plans += wait_plans(self.decisions, by_key, messages, notes, now)
         for d in self.decisions:
             if d.error and (view := by_key.get(d.job.key)):
                 log.error("placing %s failed: %s", d.job.key, d.error)

@@ -16,13 +16,14 @@ from superpod.controller.judge import Settings
 from superpod.controller.state import ClusterState
 from superpod.core import lifecycle as lc
 from superpod.core.cycle import Decision, schedule
+from superpod.core.mig_catalog import UnknownProductError
+from superpod.core.mig_catalog import product as mig_product
 from superpod.core.model import Snapshot
-from superpod.core.phases import ACTIVE, FINISHED, Phase, Reason
+from superpod.core.phases import ACTIVE, FINISHED, POD_FINISHED, Condition, Phase, Reason
 from superpod.core.placement import validate
 from superpod.core.request import MIG_PREFIX, PRODUCT_LABEL, JobRequest
 from superpod.k8s.api import ApiError
 
-TERMINAL = ("Succeeded", "Failed")
 ALWAYS_THERE = ("cpu", "memory", "pods", "ephemeral-storage")  # every node has these: never "not advertised"
 
 
@@ -49,7 +50,7 @@ def pending(state: ClusterState, views: list[JobView], now: float) -> Pending:
         if view.status.notBefore and timestamp(view.status.notBefore) > now:
             out.reasons[view.key] = f"in backoff until {rfc3339(timestamp(view.status.notBefore))}"
             continue
-        earlier = [p for p in state.pods_of(view.key) if p.phase not in TERMINAL]
+        earlier = [p for p in state.pods_of(view.key) if p.phase not in POD_FINISHED]
         live = tuple(sorted((p.key, p.uid) for p in earlier if not p.deleting))
         if live:  # pods of an earlier attempt still run: stop them first, place once they are going
             why = f"stopping {len(live)} pod(s) of an earlier attempt before a new one starts"
@@ -73,11 +74,30 @@ def unservable(state: ClusterState, snap: Snapshot, job: JobRequest) -> str | No
             return (f"no node has GPU product {job.gpu_product!r} (nvidia.com/gpu.product here: "
                     f"{', '.join(sorted(products)) or 'none'})")
     for resource, amount in job.requests:
-        if resource in ALWAYS_THERE or resource.startswith(MIG_PREFIX) or not amount:
-            continue  # MIG slices can be made by repartitioning
-        if not any(n.allocatable.get(resource, 0) > 0 for n in nodes):
-            return f"requests {resource}, which no node advertises"
+        if resource in ALWAYS_THERE or not amount or any(n.allocatable.get(resource, 0) > 0 for n in nodes):
+            continue
+        if resource.startswith(MIG_PREFIX):  # slices can be made by repartitioning, if some GPU here offers them
+            if why := _no_mig_profile(nodes, resource[len(MIG_PREFIX):]):
+                return why
+            continue
+        return f"requests {resource}, which no node advertises"
     return None
+
+
+def _no_mig_profile(nodes, profile: str) -> str | None:
+    products = set()
+    for node in nodes:
+        if node.labels.get("nvidia.com/mig.capable") != "true":
+            continue
+        try:
+            found = mig_product(node.labels.get(PRODUCT_LABEL, ""))
+        except UnknownProductError:
+            continue
+        if found.offers(profile):
+            return None
+        products.add(found.key)
+    return (f"no GPU here offers the MIG profile {profile} (MIG-capable products here: "
+            f"{', '.join(sorted(products)) or 'none'})")
 
 
 def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float, settings: Settings,
@@ -101,13 +121,15 @@ def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float
     return decisions, invalid, plans
 
 
-def wait_plans(decisions: list[Decision], views: dict[str, JobView], messages: dict[str, str],
+def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[str, str], notes: dict[str, str],
                now: float) -> list[Plan]:
+    """Queued, with the decision's reason (and a note on MIG when there is one), or the MIG flow's message while
+    the job's nodes are being repartitioned."""
     plans: list[Plan] = []
     for d in decisions:
         if d.placement is None and (view := views.get(d.job.key)):
-            message = messages.get(d.job.key) or d.reason or "waiting"
-            reason = Reason.MIG_RECONFIGURING if d.job.key in messages else Reason.UNSCHEDULABLE
+            message = mig.get(d.job.key) or "; ".join(filter(None, (d.reason or "waiting", notes.get(d.job.key))))
+            reason = Reason.MIG_RECONFIGURING if d.job.key in mig else Reason.UNSCHEDULABLE
             _add(plans, view.wait(reason, message, now))
     return plans
 
@@ -122,7 +144,7 @@ def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]],
                         "domain": domain, "attemptStartTime": rfc3339(now), "reason": Reason.PLACED,
                         "message": message, "gpus": view.holdings(), "ready": f"0/{view.replicas}",
                         "notBefore": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now)},
-                       now, [("Schedulable", "True", Reason.PLACED, message)])
+                       now, [(Condition.SCHEDULABLE, "True", Reason.PLACED, message)])
     nodes = {int(i): node for node, ranks in assignments.items() for i in ranks}
     pods = tuple(manifests.pod(view.obj, attempt, i, nodes[i], settings.scheduler_name, settings.writer)
                  for i in sorted(nodes))
@@ -146,16 +168,18 @@ def rollback(view: JobView, placed: dict, error: ApiError, now: float) -> list[A
     undone = {"placement": None, "domain": None, "domains": None, "attemptStartTime": None}
     if error.invalid:
         why = f"the API server refused the replica pod: {error.message}"
-        conds = condition(conds, "Schedulable", "False", Reason.POD_REFUSED, why, now)
+        conds = condition(conds, Condition.SCHEDULABLE, "False", Reason.POD_REFUSED, why, now)
         status = updated(placed, {"phase": Phase.INVALID, "reason": Reason.POD_REFUSED, "message": why, **undone,
-                                  "conditions": condition(conds, "Invalid", "True", Reason.POD_REFUSED, why, now)})
+                                  "conditions": condition(conds, Condition.INVALID, "True", Reason.POD_REFUSED, why,
+                                                          now)})
         return [WriteStatus(view.key, "", status), view.emit("Warning", Reason.POD_REFUSED, why)]
     failures = int(placed.get("startupFailures") or 0) + 1
     why = f"writing the gang failed: {error.message}; retry in {lc.backoff(failures):.0f}s"
     status = updated(placed, {"phase": Phase.QUEUED, "reason": Reason.WRITE_FAILED, "message": why, **undone,
                               "startupFailures": failures,
                               "notBefore": rfc3339(now + lc.backoff(failures)),
-                              "conditions": condition(conds, "Schedulable", "False", Reason.WRITE_FAILED, why, now)})
+                              "conditions": condition(conds, Condition.SCHEDULABLE, "False", Reason.WRITE_FAILED,
+                                                      why, now)})
     return [WriteStatus(view.key, "", status), view.emit("Warning", Reason.WRITE_FAILED, why)]
 
 

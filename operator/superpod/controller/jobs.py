@@ -12,7 +12,7 @@ from superpod.api.status import condition, read_status, updated
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
 from superpod.core.accounting import gpu_units
-from superpod.core.phases import Phase, Reason
+from superpod.core.phases import Condition, Phase, Reason
 from superpod.core.request import JobRequest
 
 
@@ -76,7 +76,7 @@ class JobView:
         if self.phase == Phase.INVALID and self.status.message == why and not self.problems:
             return None
         write = self.write({"phase": Phase.INVALID, "reason": reason, "message": why, "placement": None,
-                            "domain": None, "domains": None}, now, [("Invalid", "True", reason, why)])
+                            "domain": None, "domains": None}, now, [(Condition.INVALID, "True", reason, why)])
         return Plan(f"job:{self.key}", [write, self.emit("Warning", reason, why)])
 
     def wait(self, reason: str, why: str, now: float, **more) -> Plan | None:
@@ -87,7 +87,7 @@ class JobView:
         write = self.write({"phase": Phase.QUEUED, "reason": reason, "message": why,
                             "queuedAt": self.raw.get("queuedAt") or rfc3339(now), "gpus": self.holdings(),
                             "ready": f"0/{self.replicas}", **more},
-                           now, [("Schedulable", "False", reason, why)])
+                           now, [(Condition.SCHEDULABLE, "False", reason, why)])
         return Plan(f"job:{self.key}", [write, self.emit("Normal", reason, why)])
 
 

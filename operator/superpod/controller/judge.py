@@ -14,9 +14,7 @@ from superpod.controller.jobs import JobView
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle as lc
 from superpod.core.accounting import Run, gpu_seconds
-from superpod.core.phases import ACTIVE, INTERRUPTIONS, Phase, Reason
-
-TERMINAL = ("Succeeded", "Failed")
+from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Condition, Phase, Reason
 
 
 @dataclass(frozen=True)
@@ -71,7 +69,7 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         placement=placement, pods={i: p.state for i, p in current.items()}, lost_nodes=frozenset(lost),
         not_ready=not_ready, not_ready_grace=settings.not_ready_grace,
         deleted=frozenset(p.index for p in mine if p.attempt == attempt and p.deleting and p.index is not None
-                          and p.phase not in TERMINAL)), now)
+                          and p.phase not in POD_FINISHED)), now)
     plan = Plan(f"job:{view.key}")
     running = sum(1 for p in current.values() if p.phase == "Running")
     changes: dict = {"phase": verdict.phase, "reason": verdict.reason, "message": verdict.message,
@@ -97,9 +95,9 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     if _differs(view, changes) or view.problems:
         changes["gpuSeconds"] = round(so_far, 3)
         ok = "True" if verdict.phase in (Phase.RUNNING, Phase.SUCCEEDED) else "False"
-        conditions = [("Running", ok, verdict.reason or verdict.phase, verdict.message)]
+        conditions = [(Condition.RUNNING, ok, verdict.reason or verdict.phase, verdict.message)]
         if verdict.phase in (Phase.SUCCEEDED, Phase.FAILED):
-            conditions.append((str(verdict.phase), "True", verdict.reason, verdict.message))
+            conditions.append((Condition(verdict.phase), "True", verdict.reason, verdict.message))
         plan.then(view.write(changes, now, conditions))
         if verdict.phase != st.phase or verdict.reason != st.reason:
             kind = "Warning" if verdict.action == lc.TEARDOWN else "Normal"
@@ -107,7 +105,7 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     if verdict.action == lc.TEARDOWN:
         if metrics and verdict.reason in (Reason.POD_FAILED, *INTERRUPTIONS):
             metrics.gang_restarts.labels("interruption" if verdict.reason in INTERRUPTIONS else "failure").inc()
-        live = [(p.key, p.uid) for p in current.values() if p.phase not in TERMINAL]
+        live = [(p.key, p.uid) for p in current.values() if p.phase not in POD_FINISHED]
         if live:
             plan.then(DeletePods(tuple(sorted(live))))
     elif verdict.action == lc.CREATE_MISSING:
@@ -132,6 +130,7 @@ def _damaged(view: JobView, now: float) -> Plan:
     """An active job whose placement cannot be read (a damaged status): requeue it, its pods go."""
     why = "status.placement is missing or damaged; the gang is requeued"
     write = view.write({"phase": Phase.QUEUED, "reason": Reason.INTERNAL_ERROR, "message": why, "placement": None,
-                        "domain": None, "domains": None}, now, [("Running", "False", Reason.INTERNAL_ERROR, why)])
+                        "domain": None, "domains": None}, now,
+                       [(Condition.RUNNING, "False", Reason.INTERNAL_ERROR, why)])
     return Plan(f"job:{view.key}", [write, view.emit("Warning", Reason.INTERNAL_ERROR, why)])
 

@@ -91,13 +91,16 @@ class MigFlow:
         return plan
 
     # ---- new reconfigurations -------------------------------------------------------------------------------------
-    def plan(self, waiting: list[JobRequest], busy: set[str], now: float) -> tuple[list[Plan], dict[str, str]]:
-        """Plans for MIG jobs that wait for slices (and whole-GPU jobs that wait while slices idle), and job key ->
-        a status message for the jobs served."""
+    def plan(self, waiting: list[JobRequest], busy: set[str], now: float) -> tuple[list[Plan], dict[str, str],
+                                                                                 dict[str, str]]:
+        """Plans for MIG jobs that wait for slices (and whole-GPU jobs that wait while slices idle); job key -> a
+        status message for the jobs whose nodes are being repartitioned; job key -> a note on why no node could be
+        repartitioned for it, when there is one to add to its explanation."""
         served = {k for e in self.state.nodes.values()
                   for k in ((e.obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",") if k}
         messages = {k: "waiting for the MIG reconfiguration of its nodes" for k in served}
         nodes, refused = self._nodes(busy)
+        notes: dict[str, str] = {}
         groups: dict[tuple, list[JobRequest]] = {}
         for job in waiting:
             if job.key not in served and _profile(job):
@@ -110,9 +113,7 @@ class MigFlow:
             demands = [MigDemand(j.key, _profile(j), j.replicas, j.priority, j.gpu_product) for j in jobs]
             result = plan(eligible, demands) if eligible else None
             if not result or not result.layouts:
-                for j in jobs:
-                    if refused and j.key not in messages:
-                        messages[j.key] = refused
+                notes.update({j.key: refused for j in jobs if refused and j.key not in messages})
                 continue
             rendered = render(eligible, result)
             configs.update(rendered.config["mig-configs"])
@@ -125,10 +126,10 @@ class MigFlow:
                     assignment[key] = where
         self._reclaim(waiting, nodes, taken, layouts, configs)
         if not layouts:
-            return [], messages
+            return [], messages, notes
         return [self._write(layouts, configs, assignment, now)], {**messages, **{
             key: f"repartitioning {len(where)} node(s) for its MIG slices: {', '.join(where[:5])}"
-                 f"{' ...' if len(where) > 5 else ''}" for key, where in assignment.items()}}
+                 f"{' ...' if len(where) > 5 else ''}" for key, where in assignment.items()}}, notes
 
     def _reclaim(self, waiting: list[JobRequest], nodes: list[MigNode], taken: set[str], layouts: dict,
                  configs: dict) -> None:

@@ -183,6 +183,9 @@ def register(sub) -> None:
                    help="seconds a placed node may be NotReady before its gang restarts elsewhere")
     p.add_argument("--lease-duration", type=float, default=15, help="seconds; renew deadline and retry period "
                    "are 2/3 and 2/15 of it")
+    p.add_argument("--identity", default=os.environ.get("POD_NAME"),
+                   help="this replica's name in the Lease and the API server's audit log (default: $POD_NAME, else "
+                        "the host name and a random suffix)")
     p.add_argument("--api-workers", type=int, default=32,
                    help="API calls in flight at once (a gang's pods are written this many at a time)")
     p.add_argument("--resync", type=float, default=300, help="seconds between full relists of the cluster")
@@ -202,7 +205,7 @@ def run(args) -> int:
     api_client = load(args.kubeconfig, pool_size=args.api_workers)
     _ensure_namespace(api_client, args.namespace)
     duration = args.lease_duration
-    identity = f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
+    identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     api_client.user_agent = f"superpod-scheduler/{identity}"  # the API server's audit log names each replica
     op = Operator(KubeAPI(api_client, workers=args.api_workers), args.namespace, Metrics(), args.topology,
                   Settings(args.scheduler_name, args.not_ready_grace), args.mig_configmap, args.mig_timeout,

@@ -21,10 +21,10 @@ from superpod.api.times import timestamp
 from superpod.core.accounting import Run
 from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
 from superpod.core.model import Node, Pod, Topology
+from superpod.core.phases import POD_FINISHED
 from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, SERVICES, TRAININGJOBS, Kind, object_key
 
 log = logging.getLogger(__name__)
-TERMINAL = ("Succeeded", "Failed")
 TOMBSTONES = 50_000  # deleted uids remembered, so their late events are ignored
 # Dynamic MIG bookkeeping on the nodes themselves (see controller/mig.py), so it survives an operator restart.
 MIG_EXPECT = "superpod.dev/mig-expect"  # resources the node must advertise once reconfigured (JSON)
@@ -283,7 +283,7 @@ def _ended(obj: dict) -> float | None:
     """When the pod stopped running: its last container's finish once terminal, else when its deletion was asked
     (deletionTimestamp minus the grace period); None while it runs."""
     status = obj.get("status") or {}
-    if status.get("phase") in TERMINAL:
+    if status.get("phase") in POD_FINISHED:
         ends = [_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
                 for c in status.get("containerStatuses") or []]
         ends = [t for t in ends if t is not None]

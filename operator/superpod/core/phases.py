@@ -47,5 +47,18 @@ class Reason(StrEnum):
     NODE_UNREADABLE = "NodeUnreadable"  # a node object the operator cannot read: left out of placement
 
 
+class Condition(StrEnum):
+    """The condition types of status.conditions."""
+
+    SCHEDULABLE = "Schedulable"  # False while it waits, True once placed
+    RUNNING = "Running"  # True while every replica runs (and once it succeeded)
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    INVALID = "Invalid"
+
+
+# What a pod's status.phase says once it has finished (a Kubernetes fact, not ours).
+POD_FINISHED = ("Succeeded", "Failed")
+
 # Infrastructure interruptions restart the gang without counting against maxRestarts.
 INTERRUPTIONS = frozenset({Reason.NODE_LOST, Reason.POD_DELETED})

@@ -48,8 +48,8 @@ class ApiError(Exception):
         return self.status == 409
 
     @property
-    def invalid(self) -> bool:  # the object itself is refused: retrying the same write cannot succeed
-        return self.status == 422
+    def invalid(self) -> bool:  # the object itself is refused (malformed or invalid): the same write cannot succeed
+        return self.status in (400, 422)
 
     @property
     def unknown_outcome(self) -> bool:  # sent, but no answer came back: the write may or may not have landed
