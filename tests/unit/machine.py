@@ -7,7 +7,8 @@ The invariants (checked after every step, `check`):
 - no node over any resource: the requests of the pods bound there plus the replicas booked by placed gangs whose
   pods do not exist yet;
 - at most one attempt's live pods per job;
-- no partial gang once settled (`settle` runs cycles with no interference until nothing more is written);
+- no partial gang once settled (`settle` runs cycles with no interference until nothing more is written), and no
+  live pod of a finished job;
 - nothing placed on a node the deciding replica knew was not ready, held for MIG, or reserved for another job;
 - no write by a replica that does not hold the Lease;
 - GPU-seconds: a job's accounted attempts never bill more than its pods ran, and exactly what they ran when the
@@ -88,9 +89,10 @@ class World:
         self.generation += 1
         identity = f"replica-{self.generation}"
         state = ClusterState()
-        api = self.store.client(identity)
         clock = lambda: self.c.now  # noqa: E731
-        lease = LeaderLease(api, NAMESPACE, "superpod-scheduler", identity, 15, 10, 2, clock=clock, wall=clock)
+        lease = LeaderLease(self.store.client(identity), NAMESPACE, "superpod-scheduler", identity, 15, 10, 2,
+                            clock=clock, wall=clock)
+        api = self.store.client(identity, guard=lease.is_leading)
         controller = Controller(state, api, lease.is_leading, Settings(not_ready_grace=60), clock=clock)
         replica = Replica(identity, state, lease, controller)
         self._relist(replica)
@@ -319,6 +321,13 @@ class World:
         pods = self.store.objects.get(PODS, {})
         for job in self.store.objects.get(TRAININGJOBS, {}).values():
             st = job.get("status") or {}
+            if st.get("phase") in ("Succeeded", "Failed"):
+                running = [k for k, p in pods.items() if (p.get("status") or {}).get("phase") not in (
+                    "Succeeded", "Failed") and not p["metadata"].get("deletionTimestamp") and any(
+                    o.get("uid") == job["metadata"]["uid"] for o in p["metadata"].get("ownerReferences") or [])]
+                if running:
+                    raise Violation(f"settled, yet finished job {job['metadata']['name']} still runs {running}")
+                continue
             if st.get("phase") not in ("Starting", "Running"):
                 continue
             nodes = set(st.get("placement") or {})

@@ -57,7 +57,7 @@ class MemoryCluster:
     def start(self, identity: str = "op-1") -> None:
         """A fresh operator process: empty cache filled by a full list, then watch events from now on."""
         self.state = ClusterState()
-        self.api = self.store.client(identity)
+        self.api = self.store.client(identity, guard=lambda: self.leading)
         self.controller = Controller(self.state, self.api, lambda: self.leading, self.settings,
                                      MigFlow(self.state, "superpod-system", "superpod-mig-parted-config", 60),
                                      clock=lambda: self.now)

@@ -243,3 +243,32 @@ def test_a_pod_the_api_server_cannot_decode_is_refused_like_an_invalid_one():
 
 def container_with(resources: dict) -> dict:
     return {"name": "main", "image": "x", "resources": resources}
+
+
+def test_a_bug_that_meets_one_job_is_said_on_it_and_the_rest_schedules_on(monkeypatch):
+    """Defect: one malformed object or one bug stopped every cycle."""
+    from superpod.controller import controller as module
+
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("cursed", 1, 8))
+    c.submit(training_job("fine", 1, 8))
+    c.settle(2)
+    real = module.judge
+
+    def judge(state, view, *args):
+        if view.key == "team-a/cursed":
+            raise KeyError("a bug")
+        return real(state, view, *args)
+
+    monkeypatch.setattr(module, "judge", judge)
+    c.kubelet.finish(c.pods("fine")[0]["metadata"]["namespace"] + "/" + c.pods("fine")[0]["metadata"]["name"], 0)
+    c.cycle()
+    assert c.status("fine")["phase"] == "Succeeded"
+    error = next(x for x in c.status("cursed")["conditions"] if x["type"] == "OperatorError")
+    assert error["status"] == "True" and "KeyError('a bug')" in error["message"]
+    assert ("InternalError", "the operator failed to judge this job: KeyError('a bug')") in c.events("cursed")
+    monkeypatch.setattr(module, "judge", real)
+    c.kubelet.finish(c.pods("cursed")[0]["metadata"]["namespace"] + "/" + c.pods("cursed")[0]["metadata"]["name"], 0)
+    c.cycle()
+    assert c.status("cursed")["phase"] == "Succeeded"
+    assert not [x for x in c.status("cursed")["conditions"] if x["type"] == "OperatorError"], "cleared"

@@ -136,6 +136,17 @@ class ControllerMachine(RuleBasedStateMachine):
         self.world.store.delete_now(TRAININGJOBS, keys[pick % len(keys)])
 
     @precondition(lambda self: self.world.steps % 6 == 5)  # now and then: the faults need unsettled cycles
+    @precondition(lambda self: self.world.store.objects.get(TRAININGJOBS))
+    @rule(pick=st.integers(0, 100))
+    def recreate_job(self, pick):
+        """A job deleted and submitted again under the same name at once: its old pods may still be there."""
+        keys = sorted(self.world.store.objects[TRAININGJOBS])
+        old = self.world.store.objects[TRAININGJOBS][keys[pick % len(keys)]]
+        body = {k: old[k] for k in ("apiVersion", "kind", "spec")}
+        body["metadata"] = {"name": old["metadata"]["name"], "namespace": old["metadata"]["namespace"]}
+        self.world.store.delete_now(TRAININGJOBS, keys[pick % len(keys)])
+        self.world.c.submit(body)
+
     @rule()
     def settle(self):
         self.world.settle()

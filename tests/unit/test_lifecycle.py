@@ -75,7 +75,26 @@ def test_interruptions_restart_without_spending_max_restarts():
 def test_a_not_ready_node_within_the_grace_keeps_the_gang():
     v = decide(attempt(ALL_RUNNING, RUNNING, not_ready={"n1": 120.0}, not_ready_grace=300), now=100)
     assert (v.phase, v.action) == (RUNNING, KEEP)
-    assert "node n1 has been not ready for 120s" in v.message and "300s" in v.message
+    assert v.message == ("node n1 is not ready; the gang restarts elsewhere at 1970-01-01T00:04:40Z unless it is back "
+                         "by then"), "the deadline (since 100-120, plus 300s): the same message every cycle"
+
+
+def test_a_finished_gang_is_finished_whatever_happens_to_its_nodes_then():
+    """Review finding: a completed gang whose node went away (an autoscaler, a rental node powered off while the
+    operator was down) was restarted and ran a second time."""
+    done = dict.fromkeys(range(4), "Succeeded")
+    v = decide(attempt(done, RUNNING, lost={"n1", "n2"}), now=100)
+    assert (v.phase, v.reason) == (SUCCEEDED, "Completed")
+    half = {0: "Succeeded", 1: "Succeeded", 2: "Running", 3: "Running"}
+    assert decide(attempt(half, RUNNING, lost={"n1"}), now=100).phase == RUNNING, "n1's replicas are done"
+    assert decide(attempt(half, RUNNING, lost={"n2"}), now=100).reason == "NodeLost"
+
+
+def test_interruptions_are_capped():
+    from superpod.core.lifecycle import INTERRUPTION_LIMIT
+
+    v = decide(attempt(ALL_RUNNING, RUNNING, lost={"n1"}, interruptions=INTERRUPTION_LIMIT - 1), now=100)
+    assert (v.phase, v.action) == (FAILED, TEARDOWN) and "interrupted 20 times" in v.message
 
 
 def test_container_errors_fail_the_job_after_a_few_attempts():

@@ -148,3 +148,37 @@ def _job_key(name: str):
     from superpod.k8s.api import TRAININGJOBS
 
     return TRAININGJOBS, f"team-a/{name}"
+
+
+def test_slices_are_never_reclaimed_from_a_node_placed_on_in_the_same_cycle():
+    """Review finding: reclaiming idle slices looked only at observed MIG pods, so a node whose slices a MIG job
+    was given in the same cycle (or that a whole-GPU pod used) could be set back to whole GPUs under it."""
+    c = rental()
+    c.submit(mig_job("first", 2, priority=5))
+    c.cycle()
+    manager_applies(c, "rent-h100-02")
+    c.settle(2)
+    c.store.delete_now(*_job_key("first"))
+    c.settle(2)
+    c.submit(mig_job("second", 1, priority=5))  # takes an idle slice of rent-h100-02 in this cycle
+    c.submit(h100_job("whole", 2, 8))  # waits for whole H100s
+    c.cycle()
+    assert "rent-h100-02" in c.status("second")["placement"]
+    assert requested(c) == []
+
+
+def test_a_failed_reconfiguration_keeps_the_node_held_until_the_previous_config_is_back():
+    """Review finding: a failed node was placeable at once, while the MIG manager was still putting it back."""
+    c = rental()
+    c.submit(mig_job("slices", 2))
+    c.cycle()
+    c.update_node("rent-h100-02", lambda n: n["metadata"]["labels"].update({"nvidia.com/mig.config.state": "failed"}))
+    c.cycle()
+    node = c.store.peek(NODES, "rent-h100-02")["metadata"]
+    assert node["labels"][CONFIG] == "all-disabled" and json.loads(node["annotations"][MIG_EXPECT]) == {
+        "nvidia.com/gpu": 8}
+    assert c.state.nodes["rent-h100-02"].node.held
+    manager_applies(c, "rent-h100-02")
+    c.cycle()
+    c.cycle()
+    assert not c.state.nodes["rent-h100-02"].node.held and MIG_FAILED in node["annotations"]

@@ -13,8 +13,9 @@ from superpod.k8s.api import NODES, PODS, TRAININGJOBS, WATCHED
 
 
 def pod(name: str, rv: int, uid: str = "u1", node: str = "n1", phase: str = "Running", **labels) -> dict:
+    owners = [{"kind": "TrainingJob", "name": "j", "uid": "j1", "controller": True}]
     return {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": str(rv),
-                                        "labels": labels},
+                                        "labels": labels, "ownerReferences": owners},
             "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
             "status": {"phase": phase}}
 
@@ -58,6 +59,15 @@ def test_a_late_or_repeated_pod_event_never_drops_a_live_pod():
     old = pod("p", 2, uid="u0", **{"superpod.dev/job-name": "j"})
     assert not s.apply(PODS, "DELETED", old, 0), "the deletion of an earlier pod of that name"
     assert [p.key for p in s.pods_of("ns/j")] == ["ns/p"]
+
+
+def test_a_pod_is_a_jobs_only_if_a_trainingjob_controls_it():
+    """Review finding: a debug pod that merely carried the job-name label was deleted as one of the job's pods."""
+    s = ClusterState()
+    stray = pod("debug", 3, uid="u5", **{"superpod.dev/job-name": "j"})
+    stray["metadata"]["ownerReferences"] = []
+    s.apply(PODS, "ADDED", stray, 0)
+    assert s.pods_of("ns/j") == [] and s.pods["ns/debug"].holds is not None, "its capacity still counts"
 
 
 def test_a_deleted_object_does_not_come_back_with_a_late_event():

@@ -54,7 +54,9 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
     annotations = dict(_strings(tmeta.get("annotations"), where, "spec.template.metadata.annotations"))
     if writer:
         annotations[WRITER_ANNOTATION] = writer
-    env = [{"name": "MASTER_ADDR", "value": f"{name}-0.{name}.{meta['namespace']}.svc"},
+    # Each attempt's pods have their own host names (the pod names): a terminating pod of the last attempt is never
+    # what MASTER_ADDR resolves to.
+    env = [{"name": "MASTER_ADDR", "value": f"{pod_name(name, attempt, 0)}.{name}.{meta['namespace']}.svc"},
            {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
            {"name": "WORLD_SIZE", "value": str(replicas)},
            {"name": "RANK", "value": str(index)},
@@ -77,7 +79,7 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
             gpus = {k: v for k, v in wanted.items() if k.startswith("nvidia.com/")}
             res["limits"] = {**_mapping(res.get("limits"), where, f"{field}.resources.limits"), **gpus}
             res["requests"] = {**_mapping(res.get("requests"), where, f"{field}.resources.requests"), **wanted}
-    pspec.update({"nodeName": node, "schedulerName": scheduler_name, "hostname": f"{name}-{index}",
+    pspec.update({"nodeName": node, "schedulerName": scheduler_name, "hostname": pod_name(name, attempt, index),
                   "subdomain": name, "restartPolicy": "Never", "containers": containers})
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod_name(name, attempt, index), "namespace": meta["namespace"], "labels": labels,

@@ -104,7 +104,7 @@ class TrainingJobSpec(_Spec):
 
 
 class Condition(BaseModel):
-    type: str = Field(description="Condition type: Schedulable, Running, Succeeded, Failed or Invalid.")
+    type: str = Field(description="Condition type: Schedulable, Running, Succeeded, Failed, Invalid or OperatorError.")
     status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
     reason: str | None = Field(None, description="CamelCase reason.")
     message: str | None = Field(None, description="Human-readable detail.")
@@ -137,7 +137,10 @@ class TrainingJobStatus(BaseModel):
     interruptions: int = Field(
         0, ge=0, description="Gang restarts the infrastructure caused: a node lost, a replica deleted or evicted."
     )
-    startupFailures: int = Field(0, ge=0, description="Attempts torn down because not all pods ran in time.")
+    startupFailures: int = Field(
+        0, ge=0, description="Attempts that could not start: not all pods ran in time, or the gang could not be "
+        "written (the API refused a write)."
+    )
     containerErrors: int = Field(0, ge=0, description="Attempts torn down by image or container config errors.")
     failures: list[Failure] = Field(default_factory=list, description="What ended the last attempts, newest last.")
     notBefore: datetime | None = Field(None, description="RFC 3339 time before which a requeued job is not placed.")

@@ -19,16 +19,16 @@ def read_status(obj: dict) -> tuple[TrainingJobStatus, dict, list[str]]:
         return TrainingJobStatus(), {}, ([] if raw is None else [f"status: expected a mapping, got {raw!r:.40}"])
     raw = dict(raw)
     problems: list[str] = []
-    for _ in range(len(raw) + 1):
+    while True:  # each round drops at least one field, so this ends
         try:
             return TrainingJobStatus.model_validate(raw), raw, problems
         except ValidationError as e:
-            for err in e.errors():
-                field = str(err["loc"][0]) if err["loc"] else ""
-                if field in raw:
-                    problems.append(f"status.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}")
-                    raw.pop(field)
-    return TrainingJobStatus(), {}, problems  # unreachable in practice: every round drops a field
+            bad = {str(err["loc"][0]) for err in e.errors() if err["loc"] and str(err["loc"][0]) in raw}
+            problems += [f"status.{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in e.errors()]
+            if not bad:
+                return TrainingJobStatus(), {}, problems
+            for field in bad:
+                raw.pop(field)
 
 
 def updated(raw: dict, changes: dict) -> dict:

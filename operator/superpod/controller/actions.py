@@ -24,7 +24,6 @@ class WriteStatus:
 @dataclass(frozen=True)
 class CreateService:
     service: dict
-    recreate: bool = False  # a Service of an active job went missing
 
 
 @dataclass(frozen=True)
@@ -53,11 +52,13 @@ class PatchNode:
 
 @dataclass(frozen=True)
 class MergeMigConfigs:
-    """Add mig-parted configs (name -> entries) to the ConfigMap NVIDIA's MIG manager reads, keeping the others."""
+    """Add mig-parted configs (name -> entries) to the ConfigMap NVIDIA's MIG manager reads; of the configs the
+    operator made before (named superpod-*), keep only those a node's label still names."""
 
     namespace: str
     name: str
     configs: dict
+    in_use: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

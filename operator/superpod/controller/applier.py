@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 
 import yaml
 
-from superpod.api.manifests import ATTEMPT_LABEL
+from superpod.api.manifests import ATTEMPT_LABEL, SCHEDULER_NAME
 from superpod.api.times import rfc3339
 from superpod.controller.actions import (
     CreatePods,
@@ -33,15 +33,12 @@ from superpod.controller.actions import (
     WriteStatus,
 )
 from superpod.controller.state import ClusterState
-from superpod.k8s.api import CONFIGMAPS, EVENTS, NODES, PODS, SERVICES, TRAININGJOBS, ApiError, ClusterAPI
+from superpod.core.mig_render import CONFIG_PREFIX as MIG_CONFIG_PREFIX
+from superpod.k8s.api import CONFIGMAPS, EVENTS, NODES, PODS, SERVICES, TRAININGJOBS, ApiError, ClusterAPI, NotLeader
 
 log = logging.getLogger(__name__)
 EXPECTATION_TTL = 300.0
-COMPONENT = "superpod-scheduler"
-
-
-class LeadershipLost(Exception):
-    pass
+COMPONENT = SCHEDULER_NAME  # the Events' reporting component
 
 
 @dataclass
@@ -56,24 +53,26 @@ class Applier:
                  concurrency: int = 64, writer: str = "", clock: Callable[[], float] = time.time) -> None:
         self.api, self.state, self.leading, self.metrics = api, state, leading, metrics
         self.concurrency, self.writer, self.clock = concurrency, writer, clock
-        self.expected: dict[str, tuple[set[str], float]] = {}  # job key -> (pod keys of unknown outcome, since)
+        self.expected: dict[str, tuple[set[str], float]] = {}  # job uid -> (pod keys of unknown outcome, since)
         self._said: dict[tuple[str, str], str] = {}  # (object uid, reason) -> last message: Events on change only
 
     # ---- expectations ---------------------------------------------------------------------------------------------
-    def settled(self, job_key: str, now: float) -> bool:
+    def settled(self, job_uid: str, now: float) -> bool:
         """False while pods of this job may exist that the cache has not seen (a create whose answer was lost)."""
-        entry = self.expected.get(job_key)
+        entry = self.expected.get(job_uid)
         if entry is None:
             return True
         keys, since = entry
         keys -= {k for k in keys if k in self.state.pods}
         if not keys or now - since > EXPECTATION_TTL:
-            self.expected.pop(job_key, None)
+            self.expected.pop(job_uid, None)
             return True
         return False
 
-    def forget_said(self, live_uids: set[str]) -> None:
+    def forget(self, live_uids: set[str]) -> None:
+        """Drop what is remembered of objects that are gone: Events said, pods expected."""
         self._said = {k: v for k, v in self._said.items() if k[0] in live_uids}
+        self.expected = {k: v for k, v in self.expected.items() if k in live_uids}
 
     # ---- apply ----------------------------------------------------------------------------------------------------
     async def apply(self, plans: list[Plan]) -> Outcome:
@@ -97,6 +96,8 @@ class Applier:
             for step in plan.steps:
                 try:
                     await self._do(step)
+                except NotLeader:
+                    raise
                 except ApiError as e:
                     if isinstance(step, Emit):
                         continue
@@ -108,7 +109,7 @@ class Applier:
                     return
                 wrote_status |= isinstance(step, WriteStatus)
             outcome.done.append(plan.key)
-        except LeadershipLost:
+        except NotLeader:
             outcome.stopped = True
             outcome.failed[plan.key] = "lost the Lease"
         except Exception as e:  # a bug: isolate it to this plan, say so, go on with the others
@@ -120,12 +121,14 @@ class Applier:
     async def _best_effort(self, step) -> None:
         try:
             await self._do(step)
+        except NotLeader:
+            raise
         except ApiError as e:
             log.warning("rollback step %s failed: %s (the next cycle converges)", type(step).__name__, e)
 
     def _check(self) -> None:
         if not self.leading():
-            raise LeadershipLost()
+            raise NotLeader()
 
     def _count(self, outcome: str, step) -> None:
         if self.metrics:
@@ -181,12 +184,17 @@ class Applier:
         """Every pod of the gang, in parallel. A pod whose answer was lost is expected (it may exist); any other
         failure deletes the pods of the gang and raises."""
         unknown: set[str] = set()
+        uids: dict[str, str] = {}  # pod key -> uid of the pods this step created (rolled back by uid)
 
         async def create(pod: dict) -> None:
             self._check()
             key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
             try:
-                self._see(PODS, await self.api.create(PODS, pod), "ADDED")
+                created = await self.api.create(PODS, pod)
+                uids[key] = created["metadata"].get("uid") or ""
+                self._see(PODS, created, "ADDED")
+            except NotLeader:
+                raise
             except ApiError as e:
                 if e.conflict:
                     await self._adopt(pod)
@@ -197,14 +205,14 @@ class Applier:
 
         results = await asyncio.gather(*(create(p) for p in step.pods), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]
-        if any(isinstance(e, LeadershipLost) for e in errors):
-            raise LeadershipLost()
+        if any(isinstance(e, NotLeader) for e in errors):
+            raise NotLeader()
         if not errors:
             if unknown:
-                self.expected[step.job] = (unknown, self.clock())
+                self.expected[step.pods[0]["metadata"]["ownerReferences"][0]["uid"]] = (unknown, self.clock())
             return
         keys = sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in step.pods)
-        await self._delete_pods(DeletePods(tuple((k, "") for k in keys)), check=False)
+        await self._delete_pods(DeletePods(tuple((k, uids.get(k, "")) for k in keys)))
         first = next((e for e in errors if isinstance(e, ApiError)), errors[0])
         if not isinstance(first, ApiError):
             raise first
@@ -225,16 +233,15 @@ class Applier:
         raise ApiError(409, "AlreadyExists", f"pod {meta['namespace']}/{meta['name']} exists and is not this "
                        "attempt's live pod (being deleted, or of an earlier job of the same name)")
 
-    async def _delete_pods(self, step: DeletePods, check: bool = True) -> None:
+    async def _delete_pods(self, step: DeletePods) -> None:
         async def delete(key: str, uid: str) -> None:
-            if check:
-                self._check()
+            self._check()
             namespace, name = key.split("/", 1)
             self._see(PODS, await self.api.delete(PODS, name, namespace, uid or None))
 
         results = await asyncio.gather(*(delete(k, u) for k, u in step.pods), return_exceptions=True)
         for r in results:
-            if isinstance(r, LeadershipLost):
+            if isinstance(r, NotLeader):
                 raise r
             if isinstance(r, BaseException):
                 log.warning("pod delete failed: %s (retried next cycle)", r)
@@ -262,7 +269,8 @@ class Applier:
             if not e.not_found:
                 raise
             current = None
-        existing = _configs(current, step)
+        existing = {name: entries for name, entries in _configs(current, step).items()
+                    if not name.startswith(MIG_CONFIG_PREFIX) or name in step.in_use}
         doc = {"version": "v1", "mig-configs": {**existing, **step.configs}}
         data = {"config.yaml": yaml.safe_dump(doc, sort_keys=False)}
         if current is None:
@@ -284,6 +292,8 @@ class Applier:
                 "reportingComponent": COMPONENT, "reportingInstance": self.writer}
         try:
             await self.api.create(EVENTS, body)
+        except NotLeader:
+            raise
         except ApiError as e:
             log.warning("event %s on %s not written: %s", step.reason, step.ref["name"], e)
 

@@ -55,6 +55,7 @@ class Controller:
         if fence != self.settings.writer:
             self.settings = replace(self.settings, writer=fence)
             self.applier.writer = fence
+            self.meter.reset()  # another replica counted while this one did not lead
 
     async def cycle(self, now: float, pause: float = 0) -> Outcome:
         """One cycle. `pause`: a testing knob, seconds between deciding and writing (the Lease may run out)."""
@@ -66,25 +67,24 @@ class Controller:
         if outcome.stopped:
             log.warning("the Lease was lost while writing: %d of %d plans stopped; the next leader finishes or "
                         "rolls back from what it observes", len(plans) - len(outcome.done), len(plans))
-        self.applier.forget_said({j["metadata"].get("uid") for j in self.state.jobs.values()}
-                                 | {e.uid for e in self.state.nodes.values()})
+        self.applier.forget({j["metadata"].get("uid") for j in self.state.jobs.values()}
+                            | {e.uid for e in self.state.nodes.values()})
         return outcome
 
     def plan(self, now: float) -> list[Plan]:
         """Observe, judge and decide: every write this cycle wants, as plans."""
         views = self.reader.views(self.state.jobs)
-        plans = self._unreadable(views, now)
+        plans = self._unreadable(views)
         if self.mig:
-            plans += self.mig.check(now)
+            plans += self._guarded("mig", lambda: self.mig.check(now), [])
         placed: dict[str, tuple[JobRequest, str, int, dict[int, str]]] = {}
         for view in views:
             if view.phase not in ACTIVE:
                 continue
             if isinstance(view.request, JobRequest) and len(view.placement()) == view.replicas:
                 placed[view.key] = (view.request, view.uid, view.status.attempt, view.placement())
-            if self.applier.settled(view.key, now):
-                plans += self._isolated(view, lambda v=view: judge(self.state, v, now, self.settings, self.metrics),
-                                        now)
+            if self.applier.settled(view.uid, now):
+                plans += self._judge(view, now)
         waiting = pending(self.state, views, now)
         plans += waiting.plans
         snap = self.snapshots.build(self.state, holdings(self.state, placed))
@@ -92,44 +92,58 @@ class Controller:
         self.decisions, self.invalid, start_plans = decide(self.state, snap, waiting.ready, now, self.settings,
                                                            self.policy)
         self.held_back = waiting.reasons
-        if self.metrics:
-            self.metrics.placement_seconds.observe(time.perf_counter() - started)
-            for d in self.decisions:
-                if d.placement is not None:
-                    self.metrics.queue_wait_seconds.observe(max(0.0, now - d.job.submitted))
+        self._observe_decisions(now, time.perf_counter() - started)
         plans += start_plans
-        messages: dict[str, str] = {}
-        notes: dict[str, str] = {}
+        mig, notes = {}, {}
         if self.mig:
-            busy = {n for _, _, _, nodes in placed.values() for n in nodes.values()}
-            for d in self.decisions:
-                busy.update(d.placement.assignments if d.placement else d.reserved_nodes)
-            mig_plans, messages, notes = self.mig.plan([d.job for d in self.decisions if d.placement is None
-                                                 and not d.reserved_nodes], busy, now)
+            mig_plans, mig, notes = self._guarded("mig", lambda: self._mig(placed, now), ([], {}, {}))
             plans += mig_plans
         by_key = {v.key: v for v in views}
-        plans += wait_plans(self.decisions, by_key, messages, notes, now)
-        for d in self.decisions:
-            if d.error and (view := by_key.get(d.job.key)):
-                log.error("placing %s failed: %s", d.job.key, d.error)
-                plans.append(Plan(f"error:{view.key}", [view.emit("Warning", Reason.INTERNAL_ERROR, d.reason)]))
+        plans += wait_plans(self.decisions, by_key, mig, notes, now)
+        for decision in self.decisions:
+            if decision.error and (view := by_key.get(decision.job.key)):
+                log.error("placing %s failed: %s", decision.job.key, decision.error)
+                plans.append(view.fault(decision.reason, now))
                 self._count_error("decide")
-        self.meter.observe(self.state, views, now)
-        if self.metrics:
-            self.metrics.observe_cluster(self.state)
+        self._guarded("metering", lambda: self.meter.observe(self.state, views, now), None)
+        self.state.forget_ended({v.uid: v.status.accountedAttempts for v in views})
         return plans
 
-    def _isolated(self, view: JobView, decide_one: Callable[[], Plan | None], now: float) -> list[Plan]:
+    def _mig(self, placed: dict, now: float) -> tuple[list[Plan], dict[str, str], dict[str, str]]:
+        """The MIG flow, for jobs that wait without a reservation, never on nodes that are placed or reserved."""
+        busy = {node for _, _, _, nodes in placed.values() for node in nodes.values()}
+        for decision in self.decisions:
+            busy.update(decision.placement.assignments if decision.placement else decision.reserved_nodes)
+        waiting = [d.job for d in self.decisions if d.placement is None and not d.reserved_nodes]
+        return self.mig.plan(waiting, busy, now)
+
+    def _observe_decisions(self, now: float, seconds: float) -> None:
+        if self.metrics:
+            self.metrics.placement_seconds.observe(seconds)
+            for decision in self.decisions:
+                if decision.placement is not None:
+                    self.metrics.queue_wait_seconds.observe(max(0.0, now - decision.job.submitted))
+            self.metrics.observe_cluster(self.state)
+
+    def _judge(self, view: JobView, now: float) -> list[Plan]:
         try:
-            plan = decide_one()
+            plan = judge(self.state, view, now, self.settings, self.metrics)
         except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
             log.exception("judging %s failed", view.key)
             self._count_error("judge")
-            return [Plan(f"error:{view.key}", [view.emit("Warning", Reason.INTERNAL_ERROR,
-                                                         f"the operator failed to judge this job: {e!r}")])]
+            return [view.fault(f"the operator failed to judge this job: {e!r}", now)]
         return [plan] if plan else []
 
-    def _unreadable(self, views: list[JobView], now: float) -> list[Plan]:
+    def _guarded(self, stage: str, step: Callable, fallback):
+        """A step over the whole cluster (MIG, metering): a bug there must not stop placement."""
+        try:
+            return step()
+        except Exception:  # noqa: BLE001 - logged and counted; the cycle goes on without it
+            log.exception("the %s step failed; this cycle goes on without it", stage)
+            self._count_error(stage)
+            return fallback
+
+    def _unreadable(self, views: list[JobView]) -> list[Plan]:
         """Warnings on the objects the operator cannot read in full: left out (nodes) or repaired (job status)."""
         out = []
         for name, entry in self.state.nodes.items():

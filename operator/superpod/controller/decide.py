@@ -4,6 +4,8 @@ written status first (attempt, placement), then its Service and pods, all or not
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from dataclasses import dataclass, field, replace
 
 from superpod.api import manifests
@@ -14,16 +16,17 @@ from superpod.controller.actions import Action, CreatePods, CreateService, Delet
 from superpod.controller.jobs import JobView
 from superpod.controller.judge import Settings
 from superpod.controller.state import ClusterState
-from superpod.core import lifecycle as lc
 from superpod.core.cycle import Decision, schedule
-from superpod.core.mig_catalog import UnknownProductError
+from superpod.core.lifecycle import backoff
+from superpod.core.mig_catalog import Product, UnknownProductError
 from superpod.core.mig_catalog import product as mig_product
 from superpod.core.model import Snapshot
 from superpod.core.phases import ACTIVE, FINISHED, POD_FINISHED, Condition, Phase, Reason
 from superpod.core.placement import validate
-from superpod.core.request import MIG_PREFIX, PRODUCT_LABEL, JobRequest
+from superpod.core.request import MIG_CAPABLE_LABEL, MIG_PREFIX, PRODUCT_LABEL, JobRequest
 from superpod.k8s.api import ApiError
 
+log = logging.getLogger(__name__)
 ALWAYS_THERE = ("cpu", "memory", "pods", "ephemeral-storage")  # every node has these: never "not advertised"
 
 
@@ -37,67 +40,97 @@ class Pending:
 
 
 def pending(state: ClusterState, views: list[JobView], now: float) -> Pending:
+    """Sort the jobs that are not placed: ready to schedule, held back this cycle, or Invalid; and tidy up after
+    finished jobs. A bug met on one job is said on it; the others go on."""
     out = Pending()
     for view in views:
-        if view.phase in ACTIVE or view.phase in FINISHED:
+        if view.phase in ACTIVE:
             continue
-        if isinstance(view.request, ConvertError):
-            _add(out.plans, view.invalid(str(view.request), now))
-            continue
-        if (view.phase == Phase.INVALID and view.status.reason == Reason.POD_REFUSED
-                and view.status.observedGeneration == view.generation):
-            continue  # the API server refused its pods as written: only a spec change helps
-        if view.status.notBefore and timestamp(view.status.notBefore) > now:
-            out.reasons[view.key] = f"in backoff until {rfc3339(timestamp(view.status.notBefore))}"
-            continue
-        earlier = [p for p in state.pods_of(view.key) if p.phase not in POD_FINISHED]
-        live = tuple(sorted((p.key, p.uid) for p in earlier if not p.deleting))
-        if live:  # pods of an earlier attempt still run: stop them first, place once they are going
-            why = f"stopping {len(live)} pod(s) of an earlier attempt before a new one starts"
-            out.reasons[view.key] = why
-            _add(out.plans, Plan(f"stop:{view.key}", [DeletePods(live)]))
-            continue
-        if earlier:  # terminating: the new attempt keeps off their nodes
-            view.request = replace(view.request, avoid_nodes=tuple(sorted({p.node for p in earlier if p.node})))
-        out.ready.append(view)
+        try:
+            _pending(state, view, now, out)
+        except Exception as e:  # noqa: BLE001 - isolate it to this job
+            log.exception("sorting %s failed", view.key)
+            out.plans.append(view.fault(f"the operator failed to consider this job: {e!r}", now))
     return out
 
 
-def unservable(state: ClusterState, snap: Snapshot, job: JobRequest) -> str | None:
+def _pending(state: ClusterState, view: JobView, now: float, out: Pending) -> None:
+    earlier = [p for p in state.pods_of(view.key) if p.phase not in POD_FINISHED]
+    live = tuple(sorted((p.key, p.uid) for p in earlier if not p.deleting))
+    if view.phase in FINISHED:  # nothing of it may run on (a teardown whose deletes were lost, say)
+        _add(out.plans, _repair(view, now, live))
+        return
+    if isinstance(view.request, ConvertError):
+        _add(out.plans, view.invalid(str(view.request), now))
+        return
+    if (view.phase == Phase.INVALID and view.status.reason == Reason.POD_REFUSED
+            and view.status.observedGeneration == view.generation):
+        _add(out.plans, _repair(view, now))  # refused as written by the API server: only a spec change helps
+        return
+    if view.status.notBefore and timestamp(view.status.notBefore) > now:
+        out.reasons[view.key] = f"in backoff until {rfc3339(timestamp(view.status.notBefore))}"
+        _add(out.plans, _repair(view, now))
+        return
+    if live:  # pods of an earlier attempt still run: stop them first, place once they are going
+        why = f"stopping {len(live)} pod(s) of an earlier attempt before a new one starts"
+        out.reasons[view.key] = why
+        _add(out.plans, Plan(f"stop:{view.key}", [DeletePods(live)]))
+        return
+    if earlier:  # terminating: the new attempt keeps off their nodes (views are cached: change a copy)
+        avoid = tuple(sorted({p.node for p in earlier if p.node}))
+        view = replace(view, request=replace(view.request, avoid_nodes=avoid))
+    out.ready.append(view)
+
+
+def _repair(view: JobView, now: float, live: tuple = ()) -> Plan | None:
+    """For a job that gets no other write this cycle: its damaged status rewritten, pods that must not run deleted."""
+    plan = Plan(f"job:{view.key}")
+    if view.problems:
+        plan.then(view.write({}, now))
+    if live:
+        plan.then(DeletePods(live))
+    return plan if plan.steps else None
+
+
+@dataclass(frozen=True)
+class Offered:
+    """What the usable nodes offer at all: GPU products, resources (any amount), MIG-capable catalogue products."""
+
+    products: frozenset[str]
+    resources: frozenset[str]
+    mig_products: tuple[Product, ...]
+
+    @classmethod
+    def of(cls, nodes: list) -> Offered:
+        products, resources, mig = set(), set(), {}
+        for node in nodes:
+            products.add(node.labels.get(PRODUCT_LABEL))
+            resources.update(r for r, amount in node.allocatable.items() if amount > 0)
+            if node.labels.get(MIG_CAPABLE_LABEL) == "true":
+                with contextlib.suppress(UnknownProductError):
+                    found = mig_product(node.labels.get(PRODUCT_LABEL, ""))
+                    mig[found.key] = found
+        return cls(frozenset(products - {None}), frozenset(resources), tuple(mig.values()))
+
+
+def unservable(snap: Snapshot, offered: Offered, job: JobRequest) -> str | None:
     """Why no node of this cluster could ever serve the job as written (Invalid until that changes), or None."""
     if why := validate(snap, job):
         return why
-    nodes = state.usable_nodes()
-    if job.gpu_product:
-        products = {n.labels.get(PRODUCT_LABEL) for n in nodes} - {None}
-        if job.gpu_product not in products:
-            return (f"no node has GPU product {job.gpu_product!r} (nvidia.com/gpu.product here: "
-                    f"{', '.join(sorted(products)) or 'none'})")
+    if job.gpu_product and job.gpu_product not in offered.products:
+        return (f"no node has GPU product {job.gpu_product!r} (nvidia.com/gpu.product here: "
+                f"{', '.join(sorted(offered.products)) or 'none'})")
     for resource, amount in job.requests:
-        if resource in ALWAYS_THERE or not amount or any(n.allocatable.get(resource, 0) > 0 for n in nodes):
+        if resource in ALWAYS_THERE or not amount or resource in offered.resources:
             continue
         if resource.startswith(MIG_PREFIX):  # slices can be made by repartitioning, if some GPU here offers them
-            if why := _no_mig_profile(nodes, resource[len(MIG_PREFIX):]):
-                return why
+            profile = resource[len(MIG_PREFIX):]
+            if not any(p.offers(profile) for p in offered.mig_products):
+                return (f"no GPU here offers the MIG profile {profile} (MIG-capable products here: "
+                        f"{', '.join(sorted(p.key for p in offered.mig_products)) or 'none'})")
             continue
         return f"requests {resource}, which no node advertises"
     return None
-
-
-def _no_mig_profile(nodes, profile: str) -> str | None:
-    products = set()
-    for node in nodes:
-        if node.labels.get("nvidia.com/mig.capable") != "true":
-            continue
-        try:
-            found = mig_product(node.labels.get(PRODUCT_LABEL, ""))
-        except UnknownProductError:
-            continue
-        if found.offers(profile):
-            return None
-        products.add(found.key)
-    return (f"no GPU here offers the MIG profile {profile} (MIG-capable products here: "
-            f"{', '.join(sorted(products)) or 'none'})")
 
 
 def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float, settings: Settings,
@@ -107,17 +140,29 @@ def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float
     MIG flow had its say."""
     plans: list[Plan] = []
     valid, invalid = [], {}
+    offered = Offered.of(state.usable_nodes())
     for view in ready:
-        if why := unservable(state, snap, view.request):
+        try:
+            why = unservable(snap, offered, view.request)
+        except Exception as e:  # noqa: BLE001 - isolate it to this job
+            log.exception("checking %s failed", view.key)
+            plans.append(view.fault(f"the operator failed to check this job: {e!r}", now))
+            continue
+        if why:
             invalid[view.key] = why
             _add(plans, view.invalid(why, now))
         else:
             valid.append(view)
     decisions = schedule(snap, [v.request for v in valid], policy)
     by_key = {v.key: v for v in valid}
-    for d in decisions:
-        if d.placement is not None:
-            plans.append(start(state, by_key[d.job.key], d.placement.assignments, now, settings))
+    for decision in decisions:
+        if decision.placement is not None:
+            view = by_key[decision.job.key]
+            try:
+                plans.append(start(state, view, decision.placement.assignments, now, settings))
+            except Exception as e:  # noqa: BLE001 - isolate it to this job (its placement is dropped next cycle)
+                log.exception("writing out %s failed", view.key)
+                plans.append(view.fault(f"the operator failed to start this job: {e!r}", now))
     return decisions, invalid, plans
 
 
@@ -126,10 +171,11 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
     """Queued, with the decision's reason (and a note on MIG when there is one), or the MIG flow's message while
     the job's nodes are being repartitioned."""
     plans: list[Plan] = []
-    for d in decisions:
-        if d.placement is None and (view := views.get(d.job.key)):
-            message = mig.get(d.job.key) or "; ".join(filter(None, (d.reason or "waiting", notes.get(d.job.key))))
-            reason = Reason.MIG_RECONFIGURING if d.job.key in mig else Reason.UNSCHEDULABLE
+    for decision in decisions:
+        key = decision.job.key
+        if decision.placement is None and not decision.error and (view := views.get(key)):
+            message = mig.get(key) or "; ".join(filter(None, (decision.reason or "waiting", notes.get(key))))
+            reason = Reason.MIG_RECONFIGURING if key in mig else Reason.UNSCHEDULABLE
             _add(plans, view.wait(reason, message, now))
     return plans
 
@@ -174,10 +220,10 @@ def rollback(view: JobView, placed: dict, error: ApiError, now: float) -> list[A
                                                           now)})
         return [WriteStatus(view.key, "", status), view.emit("Warning", Reason.POD_REFUSED, why)]
     failures = int(placed.get("startupFailures") or 0) + 1
-    why = f"writing the gang failed: {error.message}; retry in {lc.backoff(failures):.0f}s"
+    why = f"writing the gang failed: {error.message}; retry in {backoff(failures):.0f}s"
     status = updated(placed, {"phase": Phase.QUEUED, "reason": Reason.WRITE_FAILED, "message": why, **undone,
                               "startupFailures": failures,
-                              "notBefore": rfc3339(now + lc.backoff(failures)),
+                              "notBefore": rfc3339(now + backoff(failures)),
                               "conditions": condition(conds, Condition.SCHEDULABLE, "False", Reason.WRITE_FAILED,
                                                       why, now)})
     return [WriteStatus(view.key, "", status), view.emit("Warning", Reason.WRITE_FAILED, why)]

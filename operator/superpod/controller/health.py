@@ -1,16 +1,17 @@
-"""One small HTTP server on the event loop: /metrics (Prometheus), /healthz (liveness) and /readyz (readiness).
+"""/metrics (Prometheus), /healthz (liveness) and /readyz (readiness), served from a thread of their own so a busy
+event loop never makes the kubelet kill a replica that is merely working.
 
-- /healthz fails when the scheduling or Lease task has died, or when this replica leads and no cycle has finished
-  within `stall` seconds (a hung cycle): the kubelet restarts the pod.
-- /readyz fails until the cache is filled by the first full list, and under the same conditions as /healthz.
-Served from the event loop itself, so a blocked loop fails both (no answer)."""
+- /healthz fails when the scheduling task or the Lease thread has died, or when this replica leads and no cycle has
+  finished within `stall` seconds (a hung or endless cycle): the kubelet restarts the pod.
+- /readyz fails until the cache is filled by the first full list, and under the same conditions as /healthz."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 
@@ -19,39 +20,44 @@ class Health:
         self.registry, self.stall, self.clock = registry, stall, clock
         self.synced = False
         self.leading: Callable[[], bool] = lambda: False
-        self.tasks: list = []  # asyncio tasks that must stay alive
+        self.tasks: list = []  # asyncio tasks and threads that must stay alive
         self.last_cycle = clock()  # when the last cycle finished (or leadership began)
 
     def cycle_done(self) -> None:
         self.last_cycle = self.clock()
 
     def problems(self) -> list[str]:
-        out = [f"task {t.get_name()} ended" for t in self.tasks if t.done()]
+        out = [f"{t.get_name() if hasattr(t, 'get_name') else t.name} ended" for t in self.tasks
+               if (t.done() if hasattr(t, "done") else not t.is_alive())]
         if self.leading() and self.clock() - self.last_cycle > self.stall:
             out.append(f"leading, but no cycle finished for {self.clock() - self.last_cycle:.0f}s")
         return out
 
-    async def serve(self, port: int, host: str = "0.0.0.0") -> web.AppRunner:
-        app = web.Application()
-        app.router.add_get("/metrics", self._metrics)
-        app.router.add_get("/healthz", self._healthz)
-        app.router.add_get("/readyz", self._readyz)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, host, port).start()
-        return runner
+    def answer(self, path: str) -> tuple[int, str, bytes]:
+        if path == "/metrics":
+            return 200, CONTENT_TYPE_LATEST, generate_latest(self.registry)
+        if path in ("/healthz", "/readyz"):
+            problems = self.problems()
+            if path == "/readyz" and not self.synced:
+                problems.insert(0, "the first full list has not finished")
+            return (503 if problems else 200), "text/plain", ("\n".join(problems) or "ok").encode() + b"\n"
+        return 404, "text/plain", b"not found\n"
 
-    async def _metrics(self, _request) -> web.Response:
-        return web.Response(body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    def serve(self, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
+        health = self
 
-    async def _healthz(self, _request) -> web.Response:
-        return _answer(self.problems())
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server interface
+                code, kind, body = health.answer(self.path.split("?", 1)[0])
+                self.send_response(code)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
 
-    async def _readyz(self, _request) -> web.Response:
-        return _answer(([] if self.synced else ["the first full list has not finished"]) + self.problems())
+            def log_message(self, *_) -> None:  # no line per probe
+                pass
 
-
-def _answer(problems: list[str]) -> web.Response:
-    if problems:
-        return web.Response(status=503, text="\n".join(problems) + "\n")
-    return web.Response(text="ok\n")
+        server = ThreadingHTTPServer((host, port), Handler)
+        threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
+        return server

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from superpod.api.convert import job_from_k8s
-from superpod.api.models import TrainingJobStatus
+from superpod.api.models import TrainingJobSpec, TrainingJobStatus
 from superpod.api.resources import ConvertError
 from superpod.api.status import condition, read_status, updated
 from superpod.api.times import rfc3339, timestamp
@@ -16,7 +16,7 @@ from superpod.core.phases import Condition, Phase, Reason
 from superpod.core.request import JobRequest
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobView:
     key: str
     obj: dict
@@ -46,6 +46,11 @@ class JobView:
         """GPUs per replica (MIG slices as g/7)."""
         return gpu_units(self.request.requests) if isinstance(self.request, JobRequest) else 0.0
 
+    def spec(self, field: str):
+        """A spec field as given, else the model's default (one source for the defaults: api/models.py)."""
+        value = self.obj["spec"].get(field)
+        return TrainingJobSpec.model_fields[field].default if value is None else value
+
     def placement(self) -> dict[int, str]:
         return {int(i): node for node, ranks in (self.status.placement or {}).items() for i in ranks}
 
@@ -56,12 +61,23 @@ class JobView:
     def write(self, changes: dict, now: float, conditions: list[tuple[str, str, str, str]] = ()) -> WriteStatus:
         """The whole new status: the readable old fields, `changes`, the conditions (type, status, reason,
         message), the generation it was computed from."""
-        conds = list(self.raw.get("conditions") or [])
+        setting = {kind for kind, *_ in conditions}
+        conds = [c for c in self.raw.get("conditions") or [] if c.get("type") != Condition.OPERATOR_ERROR
+                 or Condition.OPERATOR_ERROR in setting]  # a regular write clears an earlier error
         for kind, status, reason, message in conditions:
             conds = condition(conds, kind, status, reason, message, now)
         status = updated(self.raw, {**changes, "conditions": conds or None,
                                     "observedGeneration": self.generation})
         return WriteStatus(self.key, self.obj["metadata"].get("resourceVersion", ""), status)
+
+    def fault(self, what: str, now: float) -> Plan:
+        """A bug met this job: a Warning and a condition on it (status otherwise unchanged); the rest schedules on."""
+        plan = Plan(f"error:{self.key}", [self.emit("Warning", Reason.INTERNAL_ERROR, what)])
+        known = any(c.get("type") == Condition.OPERATOR_ERROR and c.get("message") == what
+                    for c in self.raw.get("conditions") or [])
+        if not known:
+            plan.steps.insert(0, self.write({}, now, [(Condition.OPERATOR_ERROR, "True", Reason.INTERNAL_ERROR, what)]))
+        return plan
 
     def emit(self, kind: str, reason: str, message: str) -> Emit:
         return Emit(job_ref(self.obj), kind, str(reason), message)
@@ -92,26 +108,28 @@ class JobView:
 
 
 class JobReader:
-    """Parses each job's request once per version of what it depends on (spec, uid, queue time)."""
+    """Reads each job once per version of the object: its status (tolerantly) and its core request."""
 
     def __init__(self) -> None:
-        self._parsed: dict[str, tuple[tuple, JobRequest | ConvertError]] = {}
+        self._read: dict[str, tuple[str, JobView]] = {}
 
     def views(self, jobs: dict[str, dict]) -> list[JobView]:
         out = []
         for key, obj in jobs.items():
-            status, raw, problems = read_status(obj)
-            meta = obj["metadata"]
-            version = (meta.get("uid"), meta.get("generation"), meta.get("resourceVersion")
-                       if meta.get("generation") is None else None, raw.get("queuedAt"))
-            cached = self._parsed.get(key)
-            if cached is None or cached[0] != version:
-                try:
-                    request: JobRequest | ConvertError = job_from_k8s({**obj, "status": raw})
-                except ConvertError as e:
-                    request = e
-                cached = self._parsed[key] = (version, request)
-            out.append(JobView(key, obj, status, raw, problems, cached[1]))
-        for key in set(self._parsed) - set(jobs):
-            del self._parsed[key]
+            version = obj["metadata"].get("resourceVersion") or ""
+            cached = self._read.get(key)
+            if cached is None or cached[0] != version or not version:
+                cached = self._read[key] = (version, _view(key, obj))
+            out.append(cached[1])
+        for key in set(self._read) - set(jobs):
+            del self._read[key]
         return out
+
+
+def _view(key: str, obj: dict) -> JobView:
+    status, raw, problems = read_status(obj)
+    try:
+        request: JobRequest | ConvertError = job_from_k8s({**obj, "status": raw})
+    except ConvertError as e:
+        request = e
+    return JobView(key, obj, status, raw, problems, request)

@@ -17,6 +17,10 @@ class Meter:
         self.counter = counter  # a prometheus Counter with a namespace label, or None
         self._counted: dict[str, tuple[str, float, float, float]] = {}  # uid -> (namespace, total, rate, at)
 
+    def reset(self) -> None:
+        """Count from each job's next observation on (a new Lease term: the last leader counted until now)."""
+        self._counted.clear()
+
     def observe(self, state: ClusterState, views: list[JobView], now: float) -> None:
         seen = set()
         for view in views:

@@ -47,7 +47,7 @@ class Metrics:
             self.gang_restarts.labels(cause)
         for stage in ("cycle", "lease", "resync"):
             self.cycle_errors.labels(stage)
-        for stage in ("judge", "decide", "apply"):
+        for stage in ("judge", "decide", "apply", "mig", "metering"):
             self.object_errors.labels(stage)
 
     def observe_cluster(self, state) -> None:

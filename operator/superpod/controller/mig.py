@@ -22,6 +22,7 @@ from superpod.controller.state import (
     MIG_FOR,
     MIG_LAYOUT,
     MIG_PREVIOUS,
+    MIG_PREVIOUS_RESOURCES,
     MIG_REQUESTED_AT,
     ClusterState,
     NodeEntry,
@@ -32,12 +33,12 @@ from superpod.core.mig_planner import MigDemand, MigNode, MigPlan, plan
 from superpod.core.mig_render import CONFIG_LABEL, STATE_LABEL, render
 from superpod.core.model import filter_reason
 from superpod.core.phases import Reason
-from superpod.core.request import GPU, MIG_PREFIX, PRODUCT_LABEL, JobRequest
+from superpod.core.request import GPU, MIG_CAPABLE_LABEL, MIG_PREFIX, PRODUCT_LABEL, JobRequest
 
 log = logging.getLogger(__name__)
 DYNAMIC = "superpod.dev/mig-dynamic"
 STRATEGY = "nvidia.com/mig.strategy"
-OURS = (MIG_EXPECT, MIG_REQUESTED_AT, MIG_FOR, MIG_PREVIOUS)
+OURS = (MIG_EXPECT, MIG_REQUESTED_AT, MIG_FOR, MIG_PREVIOUS, MIG_PREVIOUS_RESOURCES)
 
 
 def _profile(job: JobRequest) -> str | None:
@@ -45,8 +46,7 @@ def _profile(job: JobRequest) -> str | None:
 
 
 class MigFlow:
-    def __init__(self, state: ClusterState, namespace: str, configmap: str, timeout: float = 300,
-                 metrics=None) -> None:
+    def __init__(self, state: ClusterState, namespace: str, configmap: str, timeout: float, metrics=None) -> None:
         self.state, self.metrics = state, metrics
         self.namespace, self.configmap, self.timeout = namespace, configmap, timeout
 
@@ -68,6 +68,10 @@ class MigFlow:
             if not held:
                 out.append(Plan(f"node:{name}", [PatchNode(name, annotations=dict.fromkeys(OURS))]))
                 log.info("node %s: MIG config %s in place", name, labels.get(CONFIG_LABEL))
+            elif MIG_FAILED in notes and (labels.get(STATE_LABEL) == "failed" or now - requested > self.timeout):
+                why = "putting the previous MIG config back did not finish either; the node is left as it is"
+                out.append(Plan(f"node:{name}", [PatchNode(name, annotations=dict.fromkeys(OURS)),
+                                                  Emit(node_ref(entry.obj), "Warning", Reason.MIG_FAILED, why)]))
             elif labels.get(STATE_LABEL) == "failed":
                 out.append(self._fail(name, entry, "the MIG manager reported failed", now))
             elif now - requested > self.timeout:
@@ -76,13 +80,16 @@ class MigFlow:
         return out
 
     def _fail(self, name: str, entry: NodeEntry, why: str, now: float) -> Plan:
-        """Mark the node, put its previous config back (the manager undoes a half-done change), tell the jobs."""
+        """Mark the node, put its previous config back and hold the node until the manager has (it may be half
+        way through the failed change), tell the jobs."""
         notes = entry.obj["metadata"].get("annotations") or {}
         labels = entry.obj["metadata"].get("labels") or {}
         wanted = labels.get(CONFIG_LABEL)
         revert = {CONFIG_LABEL: notes.get(MIG_PREVIOUS) or None}
+        before = notes.get(MIG_PREVIOUS_RESOURCES)  # held until it advertises this again (not known: not held)
         plan = Plan(f"node:{name}", [PatchNode(name, labels=revert, annotations={
-            **dict.fromkeys(OURS), MIG_LAYOUT: None, MIG_FAILED: f"{why} (config {wanted})"})])
+            **dict.fromkeys(OURS), MIG_LAYOUT: None, MIG_FAILED: f"{why} (config {wanted})", MIG_EXPECT: before,
+            MIG_REQUESTED_AT: f"{now:.0f}" if before else None})])
         message = f"node {name}: {why} for config {wanted}; reverted, replanning elsewhere"
         plan.then(Emit(node_ref(entry.obj), "Warning", Reason.MIG_FAILED, message))
         for key in (notes.get(MIG_FOR) or "").split(","):
@@ -145,7 +152,8 @@ class MigFlow:
             for node in nodes:
                 if gpus <= 0:
                     break
-                if node.name in taken or node.in_use or all(g is None for g in node.gpus):
+                if node.name in taken or node.busy or not node.dynamic or node.in_use or all(
+                        g is None for g in node.gpus):
                     continue
                 if wanted is not None and self.state.nodes[node.name].node.labels.get(PRODUCT_LABEL) != wanted:
                     continue
@@ -158,15 +166,21 @@ class MigFlow:
                 gpus -= len(whole)
 
     def _write(self, layouts: dict, configs: dict, assignment: dict[str, list[str]], now: float) -> Plan:
-        out = Plan("mig-config", [MergeMigConfigs(self.namespace, self.configmap, configs)])
+        in_use = {(e.obj["metadata"].get("labels") or {}).get(CONFIG_LABEL) for name, e in self.state.nodes.items()
+                  if name not in layouts} | {config for _, config, _ in layouts.values()}
+        out = Plan("mig-config", [MergeMigConfigs(self.namespace, self.configmap, configs,
+                                                  frozenset(in_use - {None}))])
         for name, (layout, config, resources) in sorted(layouts.items()):
             entry = self.state.nodes[name]
             previous = (entry.obj["metadata"].get("labels") or {}).get(CONFIG_LABEL)
+            advertised = {r: int(str(v)) for r, v in ((entry.obj.get("status") or {}).get("allocatable") or {}).items()
+                          if r == GPU or r.startswith(MIG_PREFIX)}
             jobs = sorted(k for k, where in assignment.items() if name in where)
             out.then(PatchNode(name, labels={CONFIG_LABEL: config}, annotations={
                 MIG_EXPECT: json.dumps(resources, sort_keys=True),
                 MIG_LAYOUT: json.dumps([list(g) if g is not None else None for g in layout]),
-                MIG_REQUESTED_AT: f"{now:.0f}", MIG_FOR: ",".join(jobs) or None, MIG_PREVIOUS: previous}))
+                MIG_REQUESTED_AT: f"{now:.0f}", MIG_FOR: ",".join(jobs) or None, MIG_PREVIOUS: previous,
+                MIG_PREVIOUS_RESOURCES: json.dumps(advertised, sort_keys=True)}))
         for key, where in assignment.items():
             if job := self.state.jobs.get(key):
                 out.then(Emit(job_ref(job), "Normal", Reason.MIG_RECONFIGURING,
@@ -191,7 +205,7 @@ class MigFlow:
             labels = entry.obj["metadata"].get("labels") or {}
             notes = entry.obj["metadata"].get("annotations") or {}
             node = entry.node
-            if node is None or labels.get("nvidia.com/mig.capable") != "true" or MIG_FAILED in notes:
+            if node is None or labels.get(MIG_CAPABLE_LABEL) != "true" or MIG_FAILED in notes:
                 continue
             if labels.get(DYNAMIC) == "true" and labels.get(STRATEGY, "mixed") != "mixed":
                 single += 1

@@ -18,12 +18,15 @@ import logging
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
+from collections.abc import Callable
 
 import kopf
 from kubernetes import client
 
+from superpod.api.manifests import SCHEDULER_NAME
 from superpod.controller.controller import Controller
 from superpod.controller.health import Health
 from superpod.controller.judge import Settings
@@ -32,29 +35,35 @@ from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState
 from superpod.k8s.api import WATCHED, ApiError, ClusterAPI
 from superpod.k8s.client import load
-from superpod.k8s.kube import KubeAPI
-from superpod.k8s.lease import LeaderLease
+from superpod.k8s.kube import AGENT, KubeAPI
+from superpod.k8s.lease import LEASE_SECONDS, LeaderLease, lease_timings
 
 log = logging.getLogger("superpod")
-LEASE_NAME = "superpod-scheduler"
+LEASE_NAME = SCHEDULER_NAME
+MIG_CONFIGMAP = "superpod-mig-parted-config"
+MIG_TIMEOUT = 300.0
 
 
 class Operator:
-    def __init__(self, api: ClusterAPI, namespace: str, metrics: Metrics, topology: str = "default",
-                 settings: Settings | None = None, mig_configmap: str = "superpod-mig-parted-config",
-                 mig_timeout: float = 300, identity: str | None = None, lease: tuple[float, float, float] = (15, 10, 2),
-                 resync_seconds: float = 300, stall_seconds: float = 120, slow_cycle: float = 0) -> None:
+    """`api` serves the cache and the writes (its writes guarded by the Lease); `lease_api`, a client of its own,
+    serves only the Lease, renewed from its own thread so that neither a long cycle nor a queue of writes delays it."""
+
+    def __init__(self, api: ClusterAPI, lease_api: ClusterAPI, namespace: str, metrics: Metrics,
+                 topology: str = "default", settings: Settings | None = None,
+                 mig_configmap: str = MIG_CONFIGMAP, mig_timeout: float = MIG_TIMEOUT, identity: str | None = None,
+                 lease_seconds: float = LEASE_SECONDS, resync_seconds: float = 300, stall_seconds: float = 120,
+                 slow_cycle: float = 0) -> None:
         self.api, self.metrics = api, metrics
         self.state = ClusterState(topology)
         identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-        duration, deadline, retry = lease
-        self.lease = LeaderLease(api, namespace, LEASE_NAME, identity, duration, deadline, retry)
+        self.lease = LeaderLease(lease_api, namespace, LEASE_NAME, identity, *lease_timings(lease_seconds))
+        api.guard = self.lease.is_leading  # every write is asked, right before it is sent
         mig = MigFlow(self.state, namespace, mig_configmap, mig_timeout, metrics)
         self.controller = Controller(self.state, api, self.lease.is_leading, settings, mig, metrics)
         self.health = Health(metrics.registry, stall_seconds)
         self.health.leading = self.lease.is_leading
         self.resync_seconds, self.slow_cycle = resync_seconds, slow_cycle
-        self.fresh = False  # the cache was relisted since this replica last became leader
+        self.synced_for = -1  # the Lease acquisition the cache was last relisted for
         self.wake = asyncio.Event()
         self.registry = kopf.OperatorRegistry()
         kopf.on.login(registry=self.registry)(kopf.login_via_client)
@@ -84,32 +93,35 @@ class Operator:
                 log.warning("listing the cluster failed (%s); retrying", e)
                 await asyncio.sleep(min(30.0, 2.0 ** failures))
 
-    async def lease_loop(self, stop: asyncio.Event) -> None:
-        was_leading = False
-        while not stop.is_set():
-            try:
-                await self.lease.step()
-            except Exception as e:  # noqa: BLE001 - the Lease task must outlive any error: count, retry
-                self.metrics.cycle_errors.labels("lease").inc()
-                log.warning("lease renewal failed: %s", e)
-            leading = self.lease.is_leading()
-            if leading and not was_leading:
-                # A fresh view before the first decision of a term: whatever the last leader wrote is in it.
-                self.fresh = False
-                await self.sync()
-                self.fresh = True
-                self.health.cycle_done()  # the stall clock starts with leadership
-                self.wake.set()
-            was_leading = leading
-            self.metrics.leading.set(1 if leading else 0)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), self.lease.retry_period)
-        await self.lease.release()
+    def lease_thread(self, stop: threading.Event, wake: Callable[[], None]) -> None:
+        """Renew (or try to take) the Lease every retry period, on a loop of its own; release it at the end."""
+
+        async def renew() -> None:
+            while not stop.is_set():
+                before = self.lease.acquisitions
+                try:
+                    await self.lease.step()
+                except Exception as e:  # noqa: BLE001 - the Lease must outlive any error: count, retry
+                    self.metrics.cycle_errors.labels("lease").inc()
+                    log.warning("lease renewal failed: %s", e)
+                self.metrics.leading.set(1 if self.lease.is_leading() else 0)
+                if self.lease.acquisitions != before:
+                    wake()
+                await asyncio.to_thread(stop.wait, self.lease.retry_period)
+            await self.lease.release()
+
+        asyncio.run(renew())
 
     async def schedule_loop(self, stop: asyncio.Event) -> None:
         failures = 0
         while not stop.is_set():
-            if self.lease.is_leading() and self.fresh:
+            if self.lease.is_leading():
+                if self.synced_for != self.lease.acquisitions:
+                    # A new term: a fresh view before its first decision, with whatever the last leader wrote.
+                    acquisition = self.lease.acquisitions
+                    await self.sync()
+                    self.synced_for = acquisition
+                    self.health.cycle_done()  # the stall clock starts with leadership
                 self.wake.clear()
                 self.controller.writer(self.lease.fence)
                 started = time.monotonic()
@@ -143,20 +155,26 @@ class Operator:
                 log.warning("resync failed: %s", e)
 
     async def run(self, stop: asyncio.Event, port: int = 0) -> None:
-        runner = await self.health.serve(port) if port else None
+        server = self.health.serve(port) if port else None
+        loop = asyncio.get_running_loop()
+        stop_lease = threading.Event()
+        lease = threading.Thread(target=self.lease_thread, name="lease", daemon=True,
+                                 args=(stop_lease, lambda: loop.call_soon_threadsafe(self.wake.set)))
         await self.sync()
         self.health.synced = True
-        tasks = [asyncio.create_task(self.lease_loop(stop), name="lease"),
-                 asyncio.create_task(self.schedule_loop(stop), name="schedule"),
+        lease.start()
+        tasks = [asyncio.create_task(self.schedule_loop(stop), name="schedule"),
                  asyncio.create_task(self.resync_loop(stop), name="resync")]
-        self.health.tasks = tasks
+        self.health.tasks = [*tasks, lease]
         try:
             await kopf.operator(registry=self.registry, clusterwide=True, standalone=True, stop_flag=stop)
         finally:
             stop.set()
             await asyncio.gather(*tasks, return_exceptions=True)
-            if runner:
-                await runner.cleanup()
+            stop_lease.set()  # released only now: no write of this replica is in flight any more
+            await asyncio.to_thread(lease.join, 30)
+            if server:
+                server.shutdown()
 
 
 def _settings(settings: kopf.OperatorSettings, **_) -> None:
@@ -173,16 +191,16 @@ def register(sub) -> None:
                    help="namespace of the leader-election Lease and the MIG ConfigMap")
     p.add_argument("--topology", default="default", help="name of the ClusterTopology to use")
     p.add_argument("--metrics-port", type=int, default=8080, help="/metrics, /healthz, /readyz; 0 disables")
-    p.add_argument("--mig-configmap", default="superpod-mig-parted-config",
+    p.add_argument("--mig-configmap", default=MIG_CONFIGMAP,
                    help="ConfigMap (in --namespace) the mig-parted config is written to, key config.yaml")
-    p.add_argument("--mig-timeout", type=float, default=300,
+    p.add_argument("--mig-timeout", type=float, default=MIG_TIMEOUT,
                    help="seconds a MIG reconfiguration may stay pending before it is reverted and the node marked")
-    p.add_argument("--scheduler-name", default="superpod-scheduler",
+    p.add_argument("--scheduler-name", default=SCHEDULER_NAME,
                    help="spec.schedulerName of the pods it creates (they are bound already; no other scheduler acts)")
-    p.add_argument("--not-ready-grace", type=float, default=300,
+    p.add_argument("--not-ready-grace", type=float, default=Settings.not_ready_grace,
                    help="seconds a placed node may be NotReady before its gang restarts elsewhere")
-    p.add_argument("--lease-duration", type=float, default=15, help="seconds; renew deadline and retry period "
-                   "are 2/3 and 2/15 of it")
+    p.add_argument("--lease-duration", type=float, default=LEASE_SECONDS, help="seconds; renew deadline and retry "
+                   "period are 2/3 and 2/15 of it")
     p.add_argument("--identity", default=os.environ.get("POD_NAME"),
                    help="this replica's name in the Lease and the API server's audit log (default: $POD_NAME, else "
                         "the host name and a random suffix)")
@@ -204,13 +222,12 @@ def run(args) -> int:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf logs in from the same kubeconfig
     api_client = load(args.kubeconfig, pool_size=args.api_workers)
     _ensure_namespace(api_client, args.namespace)
-    duration = args.lease_duration
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
-    api_client.user_agent = f"superpod-scheduler/{identity}"  # the API server's audit log names each replica
-    op = Operator(KubeAPI(api_client, workers=args.api_workers), args.namespace, Metrics(), args.topology,
-                  Settings(args.scheduler_name, args.not_ready_grace), args.mig_configmap, args.mig_timeout,
-                  identity=identity, lease=(duration, duration * 2 / 3, duration * 2 / 15), resync_seconds=args.resync,
-                  stall_seconds=args.stall_timeout, slow_cycle=args.debug_slow_cycle)
+    api_client.user_agent = f"{AGENT}{identity}"  # the API server's audit log names each replica
+    op = Operator(KubeAPI(api_client, workers=args.api_workers), KubeAPI(api_client, workers=2), args.namespace,
+                  Metrics(), args.topology, Settings(args.scheduler_name, args.not_ready_grace), args.mig_configmap,
+                  args.mig_timeout, identity, args.lease_duration, args.resync, args.stall_timeout,
+                  args.debug_slow_cycle)
     asyncio.run(_main(op, args.metrics_port))
     return 0
 

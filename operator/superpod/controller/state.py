@@ -20,8 +20,9 @@ from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
 from superpod.core.accounting import Run
 from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
+from superpod.core.mig_render import STATE_LABEL
 from superpod.core.model import Node, Pod, Topology
-from superpod.core.phases import POD_FINISHED
+from superpod.core.phases import KUBELET_DISRUPTIONS, POD_FINISHED
 from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, SERVICES, TRAININGJOBS, Kind, object_key
 
 log = logging.getLogger(__name__)
@@ -32,8 +33,8 @@ MIG_LAYOUT = "superpod.dev/mig-layout"  # per-GPU geometry we configured (JSON)
 MIG_REQUESTED_AT = "superpod.dev/mig-requested-at"  # epoch seconds
 MIG_FOR = "superpod.dev/mig-for"  # the jobs the reconfiguration is for
 MIG_PREVIOUS = "superpod.dev/mig-previous"  # the nvidia.com/mig.config value before we changed it
+MIG_PREVIOUS_RESOURCES = "superpod.dev/mig-previous-resources"  # what the node advertised before (JSON)
 MIG_FAILED = "superpod.dev/mig-failed"  # why the last reconfiguration failed; no more MIG plans here
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 
 
 def version(obj: dict) -> int:
@@ -64,7 +65,7 @@ def mig_held(obj: dict) -> bool:
     expect = mig_expectation(obj)
     if expect is None:
         return False
-    if (obj["metadata"].get("labels") or {}).get(MIG_STATE_LABEL) != "success":
+    if (obj["metadata"].get("labels") or {}).get(STATE_LABEL) != "success":
         return True
     alloc = (obj.get("status") or {}).get("allocatable") or {}
     return any(str(alloc.get(r, "0")) != str(n) for r, n in expect.items())
@@ -105,7 +106,7 @@ class ClusterState:
         self.services: dict[str, str] = {}  # key -> uid
         self.topologies: dict[str, dict] = {}
         self.by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
-        self.ended: dict[str, Run] = {}  # runs of the operator's pods that were deleted, until accounted
+        self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
         self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
@@ -172,7 +173,8 @@ class ClusterState:
                 # Its run ended when its last version says (a deletion records its time); a pod that vanished
                 # unseen (a relist found it gone) is billed only up to when it was last seen.
                 last = pod_info(obj).run if obj is not None else pod.run
-                self.ended[key] = last if last.end is not None else replace(last, end=pod.seen_at)
+                self.ended[key] = (pod.owner, pod.attempt, last if last.end is not None else
+                                   replace(last, end=pod.seen_at))
         elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
         elif kind is NODES:
@@ -227,6 +229,11 @@ class ClusterState:
     def usable_nodes(self) -> list[Node]:
         return [entry.node for entry in self.nodes.values() if entry.node is not None]
 
+    def forget_ended(self, accounted: dict[str, int]) -> None:
+        """Drop the runs of deleted pods once their attempt is accounted or their job is gone (job uid ->
+        accountedAttempts)."""
+        self.ended = {k: v for k, v in self.ended.items() if v[0] in accounted and v[1] > accounted[v[0]]}
+
     def pods_of(self, job_key: str) -> list[PodInfo]:
         return [self.pods[k] for k in self.by_job.get(job_key, ()) if k in self.pods]
 
@@ -238,14 +245,15 @@ def pod_info(obj: dict) -> PodInfo:
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     ns = meta.get("namespace", "default")
-    job = labels.get(JOB_LABEL)
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or []
+                  if o.get("controller") and o.get("kind") == "TrainingJob"), None)
+    job = labels.get(JOB_LABEL) if owner else None  # a pod is a job's only if a TrainingJob controls it
     status = obj.get("status") or {}
     try:
         holds = pod_from_k8s(obj)
     except ConvertError as e:  # a pod with a malformed quantity: the API server would not have it, but be safe
         log.warning("ignoring pod capacity: %s", e)
         holds = None
-    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller")), None)
     state = pod_state(obj)
     return PodInfo(
         key=f"{ns}/{meta.get('name')}", uid=meta.get("uid") or "", node=(obj.get("spec") or {}).get("nodeName"),
@@ -270,7 +278,8 @@ def pod_state(obj: dict) -> PodState:
         why = (state.get("waiting") or {}).get("reason") or ""
         if why in CONTAINER_ERRORS and not waiting:
             waiting, waiting_message = why, (state.get("waiting") or {}).get("message") or ""
-    disrupted = bool(status.get("reason")) or any(
+    reason = status.get("reason") or ""
+    disrupted = reason in KUBELET_DISRUPTIONS or reason.startswith("OutOf") or any(
         c.get("type") == "DisruptionTarget" and c.get("status") == "True" for c in status.get("conditions") or [])
     if status.get("reason") and not message:
         message = status["reason"]

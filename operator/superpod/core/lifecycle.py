@@ -10,6 +10,7 @@ Running within the startup timeout requeues with backoff. Pure: time is passed i
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from superpod.core.phases import ACTIVE, Phase, Reason
 
@@ -18,6 +19,8 @@ CREATE_MISSING = "create-missing"  # finish a gang whose pods were partly writte
 TEARDOWN = "teardown"  # delete every live pod of the attempt
 
 CONTAINER_ERROR_LIMIT = 3
+NOT_READY_GRACE = 300.0  # as Kubernetes' default toleration of an unreachable or not-ready node
+INTERRUPTION_LIMIT = 20  # a gang interrupted this often fails: something keeps taking it apart
 # Waiting reasons a kubelet reports when the pod spec itself cannot run (the image name, a missing ConfigMap...).
 CONTAINER_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                               "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
@@ -54,7 +57,7 @@ class Attempt:
     pods: dict[int, PodState] = field(default_factory=dict)
     lost_nodes: frozenset[str] = frozenset()
     not_ready: dict[str, float] = field(default_factory=dict)
-    not_ready_grace: float = 300.0
+    not_ready_grace: float = NOT_READY_GRACE
     deleted: frozenset[int] = frozenset()  # replicas whose pods someone else is deleting (or evicting)
 
 
@@ -90,22 +93,25 @@ def decide(a: Attempt, now: float) -> Verdict:
     for i, pod in sorted(a.pods.items()):
         if pod.waiting_reason in CONTAINER_ERRORS:
             return _container_error(a, now, i, pod)
-    lost = sorted({n for n in a.placement.values() if n in a.lost_nodes})
+    missing = sorted(set(range(a.replicas)) - set(a.pods))
+    done = {i for i, pod in a.pods.items() if pod.phase == "Succeeded"}
+    if not missing and len(done) == a.replicas:  # finished, whatever happens to its nodes from now on
+        return _same(a, Phase.SUCCEEDED, reason=Reason.COMPLETED, message=f"all {a.replicas} replicas succeeded")
+    working = {a.placement[i] for i in range(a.replicas) if i not in done and i in a.placement}
+    lost = sorted(working & a.lost_nodes)
     if lost:
         return _restart(a, now, Reason.NODE_LOST, f"node {lost[0]} is gone or stayed not ready", node=lost[0])
-    missing = sorted(set(range(a.replicas)) - set(a.pods))
     gone = sorted(a.deleted) or (missing if a.phase == Phase.RUNNING else [])
     if gone:  # a Starting gang's missing pods are merely not written yet; a deleted one was taken from it
         i = gone[0]
         return _restart(a, now, Reason.POD_DELETED, f"replica {i}'s pod was deleted", replica=i,
                         node=a.placement.get(i))
-    if a.not_ready:
-        node, since = max(a.not_ready.items(), key=lambda x: (x[1], x[0]))
+    down = {node: seconds for node, seconds in a.not_ready.items() if node in working}
+    if down:  # the message names the deadline, not a count of seconds: it stays the same while the node is down
+        node, seconds = max(down.items(), key=lambda x: (x[1], x[0]))
+        deadline = _clock(now - seconds + a.not_ready_grace)
         return _same(a, a.phase, KEEP, Reason.NODE_NOT_READY,
-                     f"node {node} has been not ready for {since:.0f}s; the gang restarts elsewhere if it is not "
-                     f"back within {a.not_ready_grace:.0f}s")
-    if not missing and all(p.phase == "Succeeded" for p in a.pods.values()):
-        return _same(a, Phase.SUCCEEDED, reason=Reason.COMPLETED, message=f"all {a.replicas} replicas succeeded")
+                     f"node {node} is not ready; the gang restarts elsewhere at {deadline} unless it is back by then")
     if not missing and all(p.phase in ("Running", "Succeeded") for p in a.pods.values()):
         return _same(a, Phase.RUNNING, reason=Reason.RUNNING, message=f"all {a.replicas} replicas running")
     if now - a.created_at > a.startup_timeout:
@@ -122,6 +128,10 @@ def decide(a: Attempt, now: float) -> Verdict:
         return _same(a, Phase.STARTING, CREATE_MISSING, Reason.STARTING, f"creating {len(missing)} missing pods")
     return _same(a, Phase.STARTING, reason=Reason.STARTING,
                  message=f"{len(a.pods)} pods created, waiting for all to run")
+
+
+def _clock(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _same(a: Attempt, phase: str, action: str = KEEP, reason: str = "", message: str = "") -> Verdict:
@@ -166,6 +176,9 @@ def _restart(a: Attempt, now: float, reason: Reason, what: str, replica: int | N
     failure = _failure(reason, now, replica, node, exit_code, message)
     if reason != Reason.POD_FAILED:  # the infrastructure's fault: does not use up maxRestarts
         interruptions = a.interruptions + 1
+        if interruptions >= INTERRUPTION_LIMIT:
+            return Verdict(Phase.FAILED, TEARDOWN, reason, f"{what}; interrupted {interruptions} times, giving up",
+                           a.restarts, interruptions, a.startup_failures, a.container_errors, failure=failure)
         wait = backoff(interruptions)
         return Verdict(Phase.QUEUED, TEARDOWN, reason, f"{what}; gang restarts in {wait:.0f}s (interruption "
                        f"{interruptions}, not counted against maxRestarts)", a.restarts, interruptions,

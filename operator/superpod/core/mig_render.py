@@ -18,6 +18,7 @@ from superpod.core.mig_geometry import canonical
 from superpod.core.mig_planner import Layout, MigNode, MigPlan
 
 CONFIG_LABEL = "nvidia.com/mig.config"
+CONFIG_PREFIX = "superpod-"  # the configs this project writes
 STATE_LABEL = "nvidia.com/mig.config.state"
 WHOLE_GPU = "nvidia.com/gpu"
 
@@ -47,7 +48,7 @@ def entries(prod: Product, layout: Layout) -> list[dict]:
 def config_name(prod: Product, node_entries: list[dict]) -> str:
     """A stable name from the product and the content, so identical nodes share one config (a valid label value)."""
     digest = hashlib.sha256(json.dumps(node_entries, sort_keys=True).encode()).hexdigest()[:12]
-    return f"superpod-{prod.key.lower()}-{digest}"
+    return f"{CONFIG_PREFIX}{prod.key.lower()}-{digest}"
 
 
 def advertised(prod: Product, layout: Layout) -> dict[str, int]:

@@ -18,7 +18,7 @@ class Phase(StrEnum):
 
 ACTIVE = frozenset({Phase.STARTING, Phase.RUNNING})  # a placed attempt holds nodes
 FINISHED = frozenset({Phase.SUCCEEDED, Phase.FAILED})
-PENDING = frozenset({None, "", Phase.QUEUED, "Pending"})  # to be placed (no phase yet: just created)
+PENDING = frozenset({None, "", Phase.QUEUED})  # to be placed (no phase yet: just created)
 
 
 class Reason(StrEnum):
@@ -55,10 +55,15 @@ class Condition(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     INVALID = "Invalid"
+    OPERATOR_ERROR = "OperatorError"  # True while a bug of the operator's keeps it from deciding for this job
 
 
 # What a pod's status.phase says once it has finished (a Kubernetes fact, not ours).
 POD_FINISHED = ("Succeeded", "Failed")
+# A failed pod's status.reason when the node, not the program, ended it (besides the DisruptionTarget condition,
+# which evictions, preemption and node shutdowns set): the kubelet's admission (OutOf<resource>, ...) and shutdowns.
+KUBELET_DISRUPTIONS = ("Preempting", "Terminated", "NodeShutdown", "NodeLost", "NodeAffinity",
+                       "UnexpectedAdmissionError")
 
 # Infrastructure interruptions restart the gang without counting against maxRestarts.
 INTERRUPTIONS = frozenset({Reason.NODE_LOST, Reason.POD_DELETED})

@@ -8,6 +8,7 @@ from typing import Any
 GPU = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 
 
 @dataclass(frozen=True)

@@ -55,9 +55,13 @@ class ApiError(Exception):
     def unknown_outcome(self) -> bool:  # sent, but no answer came back: the write may or may not have landed
         return self.status == 0 and self.reason == "Timeout"
 
-    @property
-    def transient(self) -> bool:  # no answer, throttled or a server error: the same write may succeed later
-        return self.status == 0 or self.status == 429 or self.status >= 500
+
+
+class NotLeader(ApiError):
+    """A write stopped before it was sent: this replica no longer holds the Lease."""
+
+    def __init__(self) -> None:
+        super().__init__(0, "NotLeader", "this replica no longer holds the Lease; the write was not sent")
 
 
 def object_key(obj: dict) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
@@ -12,15 +13,21 @@ import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from superpod.k8s.api import ApiError, Kind
+from superpod.api.manifests import SCHEDULER_NAME
+from superpod.k8s.api import ApiError, Kind, NotLeader
 
 MERGE_PATCH = "application/merge-patch+json"
+AGENT = f"{SCHEDULER_NAME}/"  # the user agent's prefix; the replica's identity follows
 PAGE = 500
 
 
 class KubeAPI:
-    def __init__(self, api: client.ApiClient, workers: int = 32, timeout: float = 10.0) -> None:
-        self.api = api
+    """`guard`: asked right before each write is sent (in the worker thread, after any wait for a free worker);
+    False stops the write with NotLeader. The operator guards its writes with its Lease."""
+
+    def __init__(self, api: client.ApiClient, workers: int = 32, timeout: float = 10.0,
+                 guard: Callable[[], bool] | None = None) -> None:
+        self.api, self.guard = api, guard
         self.timeout = timeout  # seconds per write; a lost answer becomes ApiError(0, "Timeout", ...)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="superpod-api")
 
@@ -78,6 +85,8 @@ class KubeAPI:
     def _call(self, method: str, path: str, body: dict | None = None, query: list | None = None,
               content_type: str | None = None, timeout: float | None = None) -> dict:
         headers = {"Accept": "application/json", "Content-Type": content_type or "application/json"}
+        if method != "GET" and self.guard is not None and not self.guard():
+            raise NotLeader()
         try:
             request = self.api.param_serialize(method=method, resource_path=path, query_params=query or [],
                                                header_params=headers, body=body, auth_settings=["BearerToken"])

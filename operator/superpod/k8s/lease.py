@@ -19,11 +19,18 @@ from superpod.api.times import rfc3339
 from superpod.k8s.api import LEASES, ApiError, ClusterAPI
 
 log = logging.getLogger(__name__)
+LEASE_SECONDS = 15.0
+
+
+def lease_timings(duration: float = LEASE_SECONDS) -> tuple[float, float, float]:
+    """(lease duration, renew deadline, retry period), in the proportions client-go uses (15s, 10s, 2s)."""
+    return duration, duration * 2 / 3, duration * 2 / 15
 
 
 class LeaderLease:
-    def __init__(self, api: ClusterAPI, namespace: str, name: str, identity: str, duration: float = 15,
-                 renew_deadline: float = 10, retry_period: float = 2, clock: Callable[[], float] = time.monotonic,
+    def __init__(self, api: ClusterAPI, namespace: str, name: str, identity: str, duration: float = LEASE_SECONDS,
+                 renew_deadline: float = LEASE_SECONDS * 2 / 3, retry_period: float = LEASE_SECONDS * 2 / 15,
+                 clock: Callable[[], float] = time.monotonic,
                  wall: Callable[[], float] = time.time) -> None:
         if not retry_period < renew_deadline < duration:
             raise ValueError("need retry period < renew deadline < lease duration")
@@ -32,6 +39,7 @@ class LeaderLease:
         self.clock, self.wall = clock, wall
         self.valid_until = float("-inf")  # local clock: leader until then, unless renewed
         self.term = 0  # leaseTransitions when this replica took the Lease: its writes carry it
+        self.acquisitions = 0  # how often this replica took the Lease (each time: a new term)
         self._observed: tuple | None = None  # the last Lease record seen ...
         self._observed_at = 0.0  # ... and when it was first seen, on the local clock
 
@@ -78,6 +86,7 @@ class LeaderLease:
             raise
         if taking:
             self.term = transitions
+            self.acquisitions += 1
             log.info("lease %s/%s taken by %s (term %d, from %s)", self.namespace, self.name, self.identity,
                      transitions, holder or "nobody")
         self.valid_until = started + self.renew_deadline
@@ -96,6 +105,7 @@ class LeaderLease:
                 return False
             raise
         self.term = 0
+        self.acquisitions += 1
         self.valid_until = started + self.renew_deadline
         log.info("lease %s/%s created by %s", self.namespace, self.name, self.identity)
         return True

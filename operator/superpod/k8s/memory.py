@@ -6,6 +6,7 @@ to the few checks named in `_validate_pod`. Faults can be injected around any wr
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import json
@@ -14,7 +15,7 @@ from dataclasses import dataclass, field
 
 from superpod.api.resources import STANDARD, quantity
 from superpod.api.times import rfc3339
-from superpod.k8s.api import NODES, PODS, TRAININGJOBS, ApiError, Kind
+from superpod.k8s.api import NODES, PODS, TRAININGJOBS, ApiError, Kind, NotLeader
 
 WITH_STATUS = (NODES, PODS, TRAININGJOBS)  # kinds whose status only the status subresource changes
 
@@ -51,9 +52,10 @@ class MemoryAPI:
     _version: itertools.count = field(default_factory=lambda: itertools.count(1))
     _uid: itertools.count = field(default_factory=lambda: itertools.count(1))
 
-    def client(self, writer: str = "") -> MemoryClient:
-        """The ClusterAPI one operator replica uses; its writes are logged under `writer`."""
-        return MemoryClient(self, writer)
+    def client(self, writer: str = "", guard: Callable[[], bool] | None = None) -> MemoryClient:
+        """The ClusterAPI one operator replica uses; its writes are logged under `writer` and, like KubeAPI's, stop
+        with NotLeader when `guard` says no."""
+        return MemoryClient(self, writer, guard)
 
     # ---- store --------------------------------------------------------------------------------------------------
     def items(self, kind: Kind) -> list[dict]:
@@ -115,6 +117,13 @@ class MemoryAPI:
 class MemoryClient:
     store: MemoryAPI
     writer: str = ""
+    guard: Callable[[], bool] | None = None
+
+    async def _send(self) -> None:
+        """Where a real client waits for the network: other coroutines run; then the guard, as KubeAPI asks it."""
+        await asyncio.sleep(0)
+        if self.guard is not None and not self.guard():
+            raise NotLeader()
 
     async def list(self, kind: Kind) -> tuple[list[dict], str]:
         return self.store.items(kind), str(int(self.store.version()) - 1)
@@ -126,6 +135,7 @@ class MemoryClient:
         return copy.deepcopy(obj)
 
     async def create(self, kind: Kind, obj: dict) -> dict:
+        await self._send()
         obj = _json(obj)
         meta = obj.setdefault("metadata", {})
         if not meta.get("name") and meta.get("generateName"):
@@ -156,6 +166,7 @@ class MemoryClient:
         return await self._replace(kind, obj, status=True)
 
     async def _replace(self, kind: Kind, obj: dict, status: bool) -> dict:
+        await self._send()
         obj = _json(obj)
         key = _key(obj)
         lose = self.store._check_fault("update", kind, obj, self.writer)
@@ -181,6 +192,7 @@ class MemoryClient:
         return _answer(out, lose)
 
     async def patch(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
+        await self._send()
         key = f"{namespace}/{name}" if kind.namespaced else name
         lose = self.store._check_fault("patch", kind, key, self.writer)
         new = copy.deepcopy(self._current(kind, key))
@@ -190,6 +202,7 @@ class MemoryClient:
         return _answer(out, lose)
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None) -> dict | None:
+        await self._send()
         key = f"{namespace}/{name}" if kind.namespaced else name
         lose = self.store._check_fault("delete", kind, key, self.writer)
         cur = self.store.peek(kind, key)

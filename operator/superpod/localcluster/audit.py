@@ -9,8 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from superpod.api.times import timestamp
-
-AGENT = "superpod-scheduler/"
+from superpod.k8s.kube import AGENT
 
 
 @dataclass(frozen=True)
