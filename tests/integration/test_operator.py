@@ -56,7 +56,7 @@ def test_required_leaf_keeps_the_gang_in_one_scalable_unit_with_torchrun_env(clu
     env = {p.metadata.labels["superpod.dev/replica-index"]: {e.name: e.value for e in p.spec.containers[0].env}
            for p in pods}
     assert env["2"]["RANK"] == "2" and env["2"]["WORLD_SIZE"] == "4"
-    assert env["0"]["MASTER_ADDR"] == f"unit-0.unit.{jobs.ns}.svc"
+    assert env["0"]["MASTER_ADDR"] == f"unit-a1-0.unit.{jobs.ns}.svc"  # replica 0 of this attempt
     assert all(p.spec.scheduler_name == "superpod-scheduler" for p in pods)
     svc = core.read_namespaced_service("unit", jobs.ns)
     assert svc.spec.cluster_ip == "None"

@@ -272,3 +272,26 @@ def test_a_bug_that_meets_one_job_is_said_on_it_and_the_rest_schedules_on(monkey
     c.cycle()
     assert c.status("cursed")["phase"] == "Succeeded"
     assert not [x for x in c.status("cursed")["conditions"] if x["type"] == "OperatorError"], "cleared"
+
+
+def test_a_waiting_jobs_message_is_refreshed_at_most_every_half_minute_while_its_reason_stays():
+    """Review finding: a message with counts in it was rewritten (a status write, an Event) every cycle the cluster
+    changed; with a thousand waiting jobs that is a thousand writes a second."""
+    from superpod.k8s.api import NODES
+    from superpod.sim.presets import preset_nodes
+
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("holder", 2, 8))
+    c.settle(1)
+    c.submit(training_job("waiter", 2, 8))
+    c.cycle()
+    first = c.status("waiter")["message"]
+    writes = len([w for w in c.store.writes if w.key == "team-a/waiter"])
+    run(c.admin.create(NODES, preset_nodes("dgx-h100", 1, cluster="extra")[0]))  # room for 1 now, not 2
+    for _ in range(10):
+        c.tick(1)
+        c.cycle()
+    assert len([w for w in c.store.writes if w.key == "team-a/waiter"]) == writes and c.status("waiter")[
+        "message"] == first
+    c.settle(25)
+    assert c.status("waiter")["message"] != first and "room for 1" in c.status("waiter")["message"]

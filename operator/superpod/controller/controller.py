@@ -49,6 +49,7 @@ class Controller:
         self.decisions: list[Decision] = []  # scheduled, placed or not
         self.invalid: dict[str, str] = {}  # job key -> why no node of this cluster can serve it
         self.held_back: dict[str, str] = {}  # job key -> why it was not scheduled this cycle (backoff, terminating)
+        self.said: dict[str, float] = {}  # job uid -> when its waiting message was last written
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -99,7 +100,8 @@ class Controller:
             mig_plans, mig, notes = self._guarded("mig", lambda: self._mig(placed, now), ([], {}, {}))
             plans += mig_plans
         by_key = {v.key: v for v in views}
-        plans += wait_plans(self.decisions, by_key, mig, notes, now)
+        plans += wait_plans(self.decisions, by_key, mig, notes, now, self.said)
+        self.said = {uid: t for uid, t in self.said.items() if uid in {v.uid for v in views}}
         for decision in self.decisions:
             if decision.error and (view := by_key.get(decision.job.key)):
                 log.error("placing %s failed: %s", decision.job.key, decision.error)

@@ -28,6 +28,7 @@ from superpod.k8s.api import ApiError
 
 log = logging.getLogger(__name__)
 ALWAYS_THERE = ("cpu", "memory", "pods", "ephemeral-storage")  # every node has these: never "not advertised"
+WAIT_REFRESH = 30.0  # seconds between rewrites of a waiting job's message while its reason stays the same
 
 
 @dataclass
@@ -167,16 +168,22 @@ def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float
 
 
 def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[str, str], notes: dict[str, str],
-               now: float) -> list[Plan]:
+               now: float, said: dict[str, float]) -> list[Plan]:
     """Queued, with the decision's reason (and a note on MIG when there is one), or the MIG flow's message while
-    the job's nodes are being repartitioned."""
+    the job's nodes are being repartitioned. A waiting job's message (its counts move with every pod that comes
+    and goes) is rewritten at most every WAIT_REFRESH seconds unless its reason changes; `said`: job uid -> when."""
     plans: list[Plan] = []
     for decision in decisions:
         key = decision.job.key
         if decision.placement is None and not decision.error and (view := views.get(key)):
             message = mig.get(key) or "; ".join(filter(None, (decision.reason or "waiting", notes.get(key))))
             reason = Reason.MIG_RECONFIGURING if key in mig else Reason.UNSCHEDULABLE
-            _add(plans, view.wait(reason, message, now))
+            if view.phase == Phase.QUEUED and view.status.reason == reason and not view.problems \
+                    and now - said.get(view.uid, float("-inf")) < WAIT_REFRESH:
+                continue
+            if plan := view.wait(reason, message, now):
+                said[view.uid] = now
+                plans.append(plan)
     return plans
 
 
