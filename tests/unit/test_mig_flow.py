@@ -182,3 +182,13 @@ def test_a_failed_reconfiguration_keeps_the_node_held_until_the_previous_config_
     c.cycle()
     c.cycle()
     assert not c.state.nodes["rent-h100-02"].node.held and MIG_FAILED in node["annotations"]
+
+
+def test_a_gpu_count_label_that_is_no_number_leaves_only_that_node_out_of_mig_plans():
+    """Defect: a non-integer nvidia.com/gpu.count label stopped every cycle (the MIG flow parsed it unguarded)."""
+    c = rental()
+    c.update_node("rent-h100-02", lambda n: n["metadata"]["labels"].update({"nvidia.com/gpu.count": "eight"}))
+    c.update_node("rent-h100-01", lambda n: n["metadata"]["labels"].update({"superpod.dev/mig-dynamic": "true"}))
+    c.submit(mig_job("slices", 1))
+    c.cycle()
+    assert requested(c) == ["rent-h100-01"], "planned on the node that can be read; the cycle went on"
