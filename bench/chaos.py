@@ -17,8 +17,10 @@ Runs on its own ports and state folder and wipes them afterwards. Prints the fig
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -53,7 +55,7 @@ class Replica:
         env = {**os.environ, "KUBECONFIG": str(self.local.kubeconfig)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0", "--identity", self.name,
-             "--lease-duration", LEASE, "--namespace", "superpod-system", *self.extra],
+             "--lease-duration", LEASE, "--namespace", "superpod-system", "--api-workers", "4", *self.extra],
             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         out.close()
 
@@ -88,7 +90,6 @@ class Sampler(threading.Thread):
         self.examples: dict[str, str] = {}
         self.partial_since: dict[str, float] = {}
         self.longest_partial = 0.0
-        self.last: tuple[dict, dict] = ({}, {})
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -138,19 +139,21 @@ class Sampler(threading.Thread):
             else:
                 self.partial_since.pop(name, None)
         self._count(f"partial gangs (> {self.settle:.0f}s)", partial)
-        self.last = ({j["metadata"]["name"]: j for j in jobs}, by_attempt)
 
     def _count(self, what: str, found: list[str]) -> None:
         self.bad[what] += 1 if found else 0
         if found:
             self.examples.setdefault(what, "; ".join(found[:3]))
 
-    def mid_gang(self) -> bool:
-        """Whether a gang is partly written right now (a kill here lands mid-gang)."""
-        jobs, by_attempt = self.last
-        return any((j.get("status") or {}).get("phase") == "Starting"
-                   and by_attempt.get((name, str(j["status"].get("attempt"))), 0) < j["spec"]["replicas"]
-                   for name, j in jobs.items())
+    def cut_short(self) -> int:
+        """Gangs partly written right now (listed at once, not from the last sample): right after a kill, the gangs
+        the kill cut short."""
+        pods = self.core.list_namespaced_pod(NS, _preload_content=False).json()["items"]
+        jobs = self.custom.list_namespaced_custom_object("superpod.dev", "v1alpha1", NS, "trainingjobs")["items"]
+        have = Counter((p["metadata"]["labels"].get("superpod.dev/job-name"), p["metadata"]["labels"].get(
+            "superpod.dev/attempt")) for p in pods if not p["metadata"].get("deletionTimestamp"))
+        return sum(1 for j in jobs if (j.get("status") or {}).get("phase") == "Starting" and 0 < have.get(
+            (j["metadata"]["name"], str(j["status"].get("attempt"))), 0) < j["spec"]["replicas"])
 
 
 def gang(rng: random.Random, i: int) -> dict:
@@ -174,6 +177,7 @@ def main() -> int:
     ap.add_argument("--nodes", type=int, default=48)
     ap.add_argument("--settle", type=float, default=20.0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep-logs", default="/tmp/superpod-chaos-logs", help="the operators' and components' logs")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     print(f"machine: {machine()}")
@@ -211,11 +215,11 @@ def main() -> int:
                     submitted += 1
             if kills < args.kills:
                 victim = rng.choice(replicas)
-                landed = sampler.mid_gang()
                 victim.kill()
+                with contextlib.suppress(Exception):  # the API server may be restarting
+                    mid_gang += sampler.cut_short()
                 victim.start()
                 kills += 1
-                mid_gang += landed
             if not restarted_api and submitted >= half // 2:
                 pid = int((local.root / "run" / "kube-apiserver.pid").read_text())
                 os.kill(pid, signal.SIGTERM)
@@ -235,8 +239,8 @@ def main() -> int:
                 replicas[0].signal(signal.SIGCONT)
                 pauses += 1
             time.sleep(rng.uniform(1.5, 3.5))
-        print(f"  stream done after {time.monotonic() - started:.0f}s: {submitted} gangs, {kills} kills "
-              f"({mid_gang} while a gang was partly written), {pauses} pauses of the slow replica")
+        print(f"  stream done after {time.monotonic() - started:.0f}s: {submitted} gangs, {kills} kills (gangs left "
+              f"partly written by a kill, seen right after it: {mid_gang}), {pauses} pauses of the slow replica")
         drained = _drain(custom, submitted, 600)
         sampler.stop.set()
         sampler.join(5)
@@ -246,7 +250,8 @@ def main() -> int:
         phases = Counter((j.get("status") or {}).get("phase") for j in jobs)
         lost = submitted - phases.get("Succeeded", 0) - phases.get("Failed", 0)
         print(f"finished: {dict(phases)} after {drained:.0f}s of draining; {time.monotonic() - started:.0f}s in all")
-        print(f"samples: {sampler.samples} (every 0.5s); longest partial gang {sampler.longest_partial:.1f}s")
+        print(f"samples: {sampler.samples} in {drained + time.monotonic() - started:.0f}s (one every 0.5s, or as fast "
+              f"as listing allows); longest partial gang seen {sampler.longest_partial:.1f}s")
         figures = {**{k: v for k, v in sampler.bad.items() if not k.startswith("samples missed")},
                    "jobs lost": lost, "double writers (audit log)": len(second)}
         for what, n in figures.items():
@@ -255,13 +260,28 @@ def main() -> int:
         print(f"operator writes in the audit log: {len(writes)} by {sorted({w.replica for w in writes})}")
         if second:
             print("  second writers:", second[:5])
-        errors = sum(r.log.read_text().count("Traceback") for r in replicas)
-        print(f"tracebacks in the operators' logs: {errors}")
+        errors = [line for r in replicas for line in _tracebacks(r.log.read_text())]
+        print(f"tracebacks in the operators' logs: {len(errors)}" + "".join(f"\n    {e}" for e in errors[:10]))
+        kept = Path(args.keep_logs)
+        kept.mkdir(parents=True, exist_ok=True)
+        for log in local.logs.glob("*.log"):
+            shutil.copy(log, kept / log.name)
+        print(f"logs kept in {kept}")
         return 1 if any(figures.values()) else 0
     finally:
         for r in replicas:
             r.stop()
         local.wipe()
+
+
+def _tracebacks(text: str) -> list[str]:
+    """The last line (exception and message) of each traceback in a log, with the log line that announced it."""
+    lines, out = text.splitlines(), []
+    for i, line in enumerate(lines):
+        if line.startswith("Traceback"):
+            end = next((j for j in range(i + 1, len(lines)) if lines[j] and not lines[j].startswith((" ", "\t"))), i)
+            out.append(f"{lines[i - 1][:100] if i else ''} -> {lines[end][:160]}")
+    return out
 
 
 def _submit(custom: client.CustomObjectsApi, body: dict) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import signal
@@ -24,6 +25,7 @@ import uuid
 from collections.abc import Callable
 
 import kopf
+import urllib3
 from kubernetes import client
 
 from superpod.api.manifests import SCHEDULER_NAME
@@ -220,7 +222,7 @@ def run(args) -> int:
     logging.getLogger("kopf.objects").setLevel(logging.WARNING)  # not a line per watch event
     if args.kubeconfig:
         os.environ["KUBECONFIG"] = args.kubeconfig  # kopf logs in from the same kubeconfig
-    api_client = load(args.kubeconfig, pool_size=args.api_workers)
+    api_client = load(args.kubeconfig, pool_size=args.api_workers + 4)  # and the Lease client's
     _ensure_namespace(api_client, args.namespace)
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     api_client.user_agent = f"{AGENT}{identity}"  # the API server's audit log names each replica
@@ -242,13 +244,25 @@ async def _main(op: Operator, port: int) -> None:
 
 def _ensure_namespace(api: client.ApiClient, name: str) -> None:
     """Create the Lease's namespace when running outside a cluster; in-cluster it exists (and the chart's
-    ServiceAccount may not read namespaces: then just go on)."""
+    ServiceAccount may not read namespaces: then just go on). Waits for an API server that is not answering yet;
+    another replica creating it at the same moment is fine."""
     core = client.CoreV1Api(api)
-    try:
-        core.read_namespace(name)
-    except client.ApiException as e:
-        if e.status == 403:
+    for attempt in itertools.count(1):
+        try:
+            core.read_namespace(name)
             return
-        if e.status != 404:
-            raise
-        core.create_namespace({"metadata": {"name": name}})
+        except client.ApiException as e:
+            if e.status == 403:
+                return
+            if e.status == 404:
+                try:
+                    core.create_namespace({"metadata": {"name": name}})
+                except client.ApiException as c:
+                    if c.status != 409:  # 409: another replica created it meanwhile
+                        raise
+                return
+            error = e
+        except urllib3.exceptions.HTTPError as e:
+            error = e
+        log.warning("the API server is not answering (%s); retrying", error)
+        time.sleep(min(30.0, 2.0 ** attempt))
