@@ -295,3 +295,16 @@ def test_a_waiting_jobs_message_is_refreshed_at_most_every_half_minute_while_its
         "message"] == first
     c.settle(25)
     assert c.status("waiter")["message"] != first and "room for 1" in c.status("waiter")["message"]
+
+
+def test_an_admission_plugin_refusing_the_pod_is_invalid_but_a_full_quota_is_waited_out():
+    """Found by bench/fuzz_specs.py: a template naming a PriorityClass that does not exist (or an overhead without a
+    RuntimeClass) is refused by admission with 403 and was retried with backoff forever."""
+    for message, phase in (('pods "p" is forbidden: no PriorityClass with name missing was found', "Invalid"),
+                           ('pods "p" is forbidden: exceeded quota: gpus, requested: nvidia.com/gpu=8', "Queued")):
+        c = MemoryCluster(nodes=1, nodes_per_unit=1)
+        c.store.fault = lambda verb, kind, obj, writer, m=message: (_ for _ in ()).throw(
+            ApiError(403, "Forbidden", m)) if kind is PODS else None
+        c.submit(training_job("admitted", 1, 8))
+        c.cycle()
+        assert c.status("admitted")["phase"] == phase and message in c.status("admitted")["message"]

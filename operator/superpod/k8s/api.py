@@ -48,7 +48,11 @@ class ApiError(Exception):
         return self.status == 409
 
     @property
-    def invalid(self) -> bool:  # the object itself is refused (malformed or invalid): the same write cannot succeed
+    def invalid(self) -> bool:
+        """The object itself is refused — malformed (400), invalid (422), or rejected by an admission plugin (a 403
+        that is neither RBAC nor a quota) — so the same write cannot succeed."""
+        if self.status == 403:
+            return "exceeded quota" not in self.message and "cannot create resource" not in self.message
         return self.status in (400, 422)
 
     @property
