@@ -11,8 +11,9 @@ The invariants (checked after every step, `check`):
   live pod of a finished job;
 - nothing placed on a node the deciding replica knew was not ready, held for MIG, or reserved for another job;
 - no write by a replica that does not hold the Lease;
-- GPU-seconds: a job's accounted attempts never bill more than its pods ran, and exactly what they ran when the
-  replica that closed the attempt had seen every event of its pods in time (no crash, loss or delay in between)."""
+- GPU-seconds: a job's accounted attempts bill exactly what its pods ran when nothing of them was lost (no crash,
+  no lost event); never more than that otherwise. Not checked: an attempt closed while the closing replica's cache
+  lagged behind its pods (it bills a pod that had already stopped up to the decision)."""
 
 from __future__ import annotations
 

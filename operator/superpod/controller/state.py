@@ -85,7 +85,7 @@ class PodInfo:
     holds: Pod | None  # the capacity it holds (bound, not finished), for the snapshot
     state: PodState
     run: Run  # from status.startTime to the last container's finish (or the deletion request)
-    seen_at: float = 0.0  # when the cache last received a version of it
+    last_known: float = 0.0  # the latest time its object names (a start, a transition): it ran at least until
 
 
 @dataclass
@@ -171,10 +171,11 @@ class ClusterState:
                 if not self.by_job.get(pod.job):
                     self.by_job.pop(pod.job, None)
                 # Its run ended when its last version says (a deletion records its time); a pod that vanished
-                # unseen (a relist found it gone) is billed only up to when it was last seen.
+                # unseen (a relist found it gone) is billed only up to the last time its object names: never more
+                # than it ran.
                 last = pod_info(obj).run if obj is not None else pod.run
                 self.ended[key] = (pod.owner, pod.attempt, last if last.end is not None else
-                                   replace(last, end=pod.seen_at))
+                                   replace(last, end=max(last.start or 0.0, pod.last_known)))
         elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
         elif kind is NODES:
@@ -187,7 +188,7 @@ class ClusterState:
             self.version += 1
 
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
-        info = replace(pod_info(obj), seen_at=now)
+        info = pod_info(obj)
         old = self.pods.get(key)
         if old is not None and old.job and old.job != info.job:
             self.by_job.get(old.job, set()).discard(key)
@@ -259,7 +260,7 @@ def pod_info(obj: dict) -> PodInfo:
         key=f"{ns}/{meta.get('name')}", uid=meta.get("uid") or "", node=(obj.get("spec") or {}).get("nodeName"),
         phase=state.phase, deleting=bool(meta.get("deletionTimestamp")), job=f"{ns}/{job}" if job else None,
         owner=owner, attempt=_int(labels.get(ATTEMPT_LABEL)), index=_int(labels.get(INDEX_LABEL)), holds=holds,
-        state=state, run=Run(_time(status.get("startTime")), _ended(obj)),
+        state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status),
     )
 
 
@@ -286,6 +287,12 @@ def pod_state(obj: dict) -> PodState:
     return PodState(phase=phase, node=(obj.get("spec") or {}).get("nodeName"), exit_code=exit_code,
                     message=(waiting_message if waiting and phase != "Failed" else message)[:512],
                     waiting_reason=waiting, disrupted=disrupted)
+
+
+def _last_known(status: dict) -> float:
+    times = [status.get("startTime")] + [c.get("lastTransitionTime") for c in status.get("conditions") or []] + [
+        ((c.get("state") or {}).get("running") or {}).get("startedAt") for c in status.get("containerStatuses") or []]
+    return max((t for t in map(_time, times) if t is not None), default=0.0)
 
 
 def _ended(obj: dict) -> float | None:

@@ -27,6 +27,7 @@ class WatchEvent:
     kind: Kind
     type: str  # ADDED | MODIFIED | DELETED
     obj: dict
+    time: float = 0.0  # when the change happened (a watch delivers it then, or later)
 
 
 @dataclass
@@ -71,7 +72,8 @@ class MemoryAPI:
     def _store(self, kind: Kind, obj: dict, verb: str) -> dict:
         obj["metadata"]["resourceVersion"] = self.version()
         self.objects.setdefault(kind, {})[_key(obj)] = obj
-        self.events.append(WatchEvent(kind, "ADDED" if verb == "create" else "MODIFIED", copy.deepcopy(obj)))
+        self.events.append(WatchEvent(kind, "ADDED" if verb == "create" else "MODIFIED", copy.deepcopy(obj),
+                                      self.clock()))
         return copy.deepcopy(obj)
 
     def _remove(self, kind: Kind, key: str) -> None:
@@ -82,7 +84,7 @@ class MemoryAPI:
         if not obj["metadata"].get("deletionTimestamp"):  # a deletion without grace: its time is on the object
             obj["metadata"]["deletionTimestamp"] = rfc3339(self.clock(), micro=True)
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
-        self.events.append(WatchEvent(kind, "DELETED", copy.deepcopy(obj)))
+        self.events.append(WatchEvent(kind, "DELETED", copy.deepcopy(obj), self.clock()))
         uid = obj["metadata"].get("uid")
         for other_kind, store in list(self.objects.items()):  # the garbage collector, at once
             for other_key, other in list(store.items()):
