@@ -62,6 +62,8 @@ def test_network_operator_resources_can_be_requested(crds, namespace):
     rdma = {"nvidia.com/hostdev": 1, "nvidia.com/rdma_shared_device_a": 1, "rdma/ib": 1}
     crds.kubectl("apply", "-n", namespace, "-f", "-", input=job(template={"spec": {"containers": [
         {"name": "m", "image": "x", "resources": {"requests": rdma, "limits": rdma}}]}}))
+    got = yaml.safe_load(crds.kubectl("get", "tj", "bad", "-n", namespace, "-o", "yaml").stdout)
+    assert got["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == rdma
 
 
 def test_the_gang_cannot_change_while_it_runs_but_priority_can(crds, namespace):
