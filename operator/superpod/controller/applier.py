@@ -136,24 +136,12 @@ class Applier:
 
     async def _do(self, step) -> None:
         self._check()
-        if isinstance(step, Emit):
-            await self._emit(step)
-            return
-        if isinstance(step, WriteStatus):
-            await self._write_status(step)
-        elif isinstance(step, CreatePods):
-            await self._create_pods(step)
-        elif isinstance(step, DeletePods):
-            await self._delete_pods(step)
-        elif isinstance(step, CreateService):
-            await self._create_service(step)
-        elif isinstance(step, PatchNode):
-            await self._patch_node(step)
-        elif isinstance(step, MergeMigConfigs):
-            await self._merge_configs(step)
-        else:
-            raise TypeError(f"unknown action {step!r}")
-        self._count("ok", step)
+        write = {Emit: self._emit, WriteStatus: self._write_status, CreatePods: self._create_pods,
+                 DeletePods: self._delete_pods, CreateService: self._create_service, PatchNode: self._patch_node,
+                 MergeMigConfigs: self._merge_configs}[type(step)]
+        await write(step)
+        if not isinstance(step, Emit):
+            self._count("ok", step)
 
     def _see(self, kind, obj: dict | None, event: str = "MODIFIED") -> None:
         if obj:
