@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real control-plane components from their Go modules into a cache outside the repo, keyed by version:
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm.
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm;
+#   with --kind also what a kind node runs: kubelet, kubeadm, kube-proxy, crictl, coredns, and kind itself.
 # A second run with the same versions does nothing. Prints the folder with the binaries on its last line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -10,10 +11,18 @@ cache=${SUPERPOD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/superpod}
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 bin="$cache/$key/bin"
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-all=("${k8s_bins[@]}" etcd kwok helm)
+tools=(etcd kwok helm)
+if [ "${1:-}" = --kind ]; then
+  k8s_bins+=(kubelet kubeadm kube-proxy)
+  tools+=(coredns kind crictl)
+fi
+all=("${k8s_bins[@]}" "${tools[@]}")
 
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-have_all() { for b in "${all[@]}"; do [ -x "$bin/$b" ] || return 1; done; }
+have_all() {
+  for b in "${all[@]}"; do [ -x "$bin/$b" ] || return 1; done
+  [ "$(cat "$bin/.kind.version" 2>/dev/null || echo "${KIND_VERSION:-}")" = "${KIND_VERSION:-}" ]
+}
 
 if have_all; then
   log "cached: $bin"
@@ -61,6 +70,9 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
+	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/cmd/kubeadm"
+	_ "k8s.io/kubernetes/cmd/kube-proxy"
 )
 GO
   log "resolving modules for Kubernetes ${K8S_VERSION} ($(echo "$staging" | wc -w) staging modules replaced by v0.${minor}.${K8S_VERSION##*.})"
@@ -82,18 +94,26 @@ GO
 }
 
 # kwok and helm carry no replace directives, so `go install pkg@version` builds them as published.
+# The version each was built at is kept beside it (.name.version), so a version bump rebuilds only that tool.
 install_tool() {
   local name=$1 pkg=$2 ver=$3
-  [ -x "$bin/$name" ] && { log "have $name"; return; }
+  [ -x "$bin/$name" ] && [ "$(cat "$bin/.$name.version" 2>/dev/null || echo "$ver")" = "$ver" ] &&
+    { log "have $name"; return; }
   log "building $name $ver"
   GOBIN="$work/gobin" go install -ldflags "-s -w" "$pkg@$ver"
   mv "$work/gobin/$name" "$bin/$name"
+  echo "$ver" >"$bin/.$name.version"
 }
 
 start=$(date +%s)
 build_k8s
 install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+if [[ " ${tools[*]} " == *" kind "* ]]; then
+  install_tool coredns github.com/coredns/coredns "$COREDNS_VERSION"
+  install_tool kind sigs.k8s.io/kind "$KIND_VERSION"
+  install_tool crictl sigs.k8s.io/cri-tools/cmd/crictl "$CRICTL_VERSION"
+fi
 have_all || { log "some binaries are missing in $bin"; exit 1; }
 log "built in $(( $(date +%s) - start ))s; cache size $(du -sh "$cache/$key" | cut -f1) (binaries $(du -sh "$bin" | cut -f1))"
 for b in "${all[@]}"; do log "  $bin/$b"; done

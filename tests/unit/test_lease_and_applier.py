@@ -4,6 +4,7 @@ before every write, status replaced (never merged) with its resourceVersion, and
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -145,3 +146,25 @@ def test_the_lease_record_written_is_a_real_lease():
     spec = store.peek(LEASES, "ns/superpod-scheduler")["spec"]
     assert spec["holderIdentity"] == "a" and spec["leaseDurationSeconds"] == 15
     assert spec["renewTime"] == rfc3339(clock.now, micro=True)
+
+
+def test_a_standby_waits_for_events_instead_of_spinning():
+    """A standby never cycles; an event that wakes it must not leave it awake (it spun at full CPU on kind)."""
+    from superpod.controller.metrics import Metrics
+    from superpod.controller.operator import Operator
+
+    operator = Operator(MemoryAPI(clock=time.time), MemoryAPI(clock=time.time), "superpod-system", Metrics())
+    asked = []
+    operator.lease.is_leading = lambda: asked.append(1) and False
+
+    async def go():
+        stop = asyncio.Event()
+        loop = asyncio.create_task(operator.schedule_loop(stop))
+        operator.wake.set()  # a watch event
+        await asyncio.sleep(0.3)
+        stop.set()
+        operator.wake.set()
+        await loop
+
+    asyncio.run(go())
+    assert len(asked) <= 3, f"the standby's loop ran {len(asked)} times in 0.3 s"

@@ -117,6 +117,7 @@ class Operator:
     async def schedule_loop(self, stop: asyncio.Event) -> None:
         failures = 0
         while not stop.is_set():
+            self.wake.clear()  # a standby too: else one event leaves it set and this loop spins
             if self.lease.is_leading():
                 if self.synced_for != self.lease.acquisitions:
                     # A new term: a fresh view before its first decision, with whatever the last leader wrote.
@@ -124,7 +125,6 @@ class Operator:
                     await self.sync()
                     self.synced_for = acquisition
                     self.health.cycle_done()  # the stall clock starts with leadership
-                self.wake.clear()
                 self.controller.writer(self.lease.fence)
                 started = time.monotonic()
                 try:

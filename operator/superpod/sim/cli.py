@@ -33,6 +33,14 @@ def register(sub) -> None:
     m.add_argument("--delay", type=float, default=2.0, help="seconds a reconfiguration takes")
     m.add_argument("--kubeconfig")
     m.set_defaults(func=_mig_manager)
+    dp = simsub.add_parser("device-plugin", help="a SIMULATED NVIDIA device plugin for real kubelets (kind): fake "
+                                                 "nvidia.com/gpu devices, no GPU touched")
+    dp.add_argument("--gpus", type=int, default=8, help="number of fake GPUs to advertise (default: 8)")
+    dp.add_argument("--node-name", help="node name in the device IDs (default: $NODE_NAME, else the hostname)")
+    dp.add_argument("--plugin-dir", help="the kubelet's device-plugin folder, with kubelet.sock "
+                                         "(default: /var/lib/kubelet/device-plugins/)")
+    dp.add_argument("--resource", help="extended resource name to register (default: nvidia.com/gpu)")
+    dp.set_defaults(func=_device_plugin)
     ls = simsub.add_parser("list", help="simulated clusters and their node counts; the presets")
     ls.add_argument("--kubeconfig")
     ls.set_defaults(func=_list)
@@ -64,6 +72,22 @@ def _mig_manager(args) -> int:
         signal.signal(sig, lambda *_: stop.set())
     print("simulated MIG manager running (a stand-in for NVIDIA's, for simulated nodes)", file=sys.stderr)
     SimMigManager(load(args.kubeconfig), args.namespace, args.configmap, args.delay).run(stop)
+    return 0
+
+
+def _device_plugin(args) -> int:
+    if args.gpus < 1:
+        print("error: --gpus must be at least 1", file=sys.stderr)
+        return 2
+    from superpod.sim import deviceplugin  # needs grpc: the `sim` extra
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    plugin = deviceplugin.SimDevicePlugin(args.gpus, args.node_name, args.plugin_dir or deviceplugin.PLUGIN_DIR,
+                                          args.resource or deviceplugin.RESOURCE)
+    plugin.run(stop)
     return 0
 
 

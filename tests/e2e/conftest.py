@@ -1,0 +1,108 @@
+"""The e2e tests: the operator installed by its chart, from its own image, on a kind cluster with real kubelets
+(hack/kind-up.sh: private Docker engine, node image built here, simulated NVIDIA device plugin). Skipped where
+Docker cannot run (not root, or no apt-get to install it). SUPERPOD_KEEP_KIND=1 keeps the cluster afterwards."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from superpod.k8s.client import load
+from tests.integration.operator_env import REPO, Jobs
+
+RELEASE, OPERATOR_NAMESPACE = "superpod-scheduler", "superpod-system"
+OPERATOR_IMAGE = "superpod-scheduler:0.1.0"
+TORCH_IMAGE = "superpod-e2e-torch:2.15.0"
+TORCH_NODE = "superpod-worker"  # the one worker the (5 GB) torch image is loaded into
+
+
+REPORTED: list[str] = []
+
+
+def report(line: str) -> None:
+    """A figure the run should show: printed in pytest's summary (output is captured until then)."""
+    REPORTED.append(f"{time.strftime('%H:%M:%S')} {line}")
+
+
+def pytest_terminal_summary(terminalreporter):
+    if REPORTED:
+        terminalreporter.section("e2e on kind: timings and what the pods printed")
+        for line in REPORTED:
+            terminalreporter.write_line(line)
+
+
+@dataclass
+class Kind:
+    kubeconfig: Path
+    env: dict
+    api: client.ApiClient
+
+    def run(self, *command: str, check: bool = True, timeout: float = 600, input: str | None = None):
+        out = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=timeout, input=input)
+        if check and out.returncode != 0:
+            raise AssertionError(f"{' '.join(command)} failed ({out.returncode}):\n{out.stdout}\n{out.stderr}")
+        return out
+
+    def kubectl(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        return self.run("kubectl", *args, **kwargs)
+
+    def helm(self, *args: str, **kwargs) -> subprocess.CompletedProcess:
+        return self.run("helm", *args, "--namespace", OPERATOR_NAMESPACE, **kwargs)
+
+
+def timed(what: str, *command: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+    started = time.monotonic()
+    out = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    for line in out.stderr.splitlines():
+        if re.match(r"\[(docker|node-image|kind-up) ", line):
+            report(line)
+    report(f"{what}: {time.monotonic() - started:.0f}s")
+    if out.returncode != 0:
+        raise AssertionError(f"{what} failed:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def kind():
+    if os.geteuid() != 0 or not (shutil.which("dockerd") or shutil.which("apt-get")):
+        pytest.skip("kind needs a Docker engine: root and Debian's docker.io (hack/docker.sh installs it)")
+    up = timed("hack/kind-up.sh", "bash", "hack/kind-up.sh")
+    exports = dict(re.findall(r"(\w+)=(\S+)", up.stdout.strip().splitlines()[-1]))
+    bin_dir = subprocess.run(["bash", "hack/build.sh", "--kind"], cwd=REPO, capture_output=True, text=True,
+                             check=True).stdout.strip().splitlines()[-1]
+    env = {**os.environ, **exports, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    yield Kind(Path(exports["KUBECONFIG"]), env, load(exports["KUBECONFIG"]))
+    if not os.environ.get("SUPERPOD_KEEP_KIND"):
+        timed("kind cluster deleted", "bash", "hack/kind-up.sh", "down", env=env)
+        timed("Docker engine stopped", "bash", "hack/docker.sh", "down", env=env)
+
+
+@pytest.fixture(scope="session")
+def torch_image(kind):
+    timed(f"torch image {TORCH_IMAGE} built (cached by Docker after the first time)", "docker", "build", "--quiet",
+          "--tag", TORCH_IMAGE, "tests/e2e/torch", env=kind.env)
+    timed(f"torch image loaded into {TORCH_NODE}", "kind", "load", "docker-image", TORCH_IMAGE, "--name", "superpod",
+          "--nodes", TORCH_NODE, env=kind.env)
+    return TORCH_IMAGE
+
+
+@pytest.fixture(scope="session")
+def namespace(kind):
+    """One namespace for the whole run, so the last test can audit every pod the operator bound."""
+    name = f"e2e-{uuid.uuid4().hex[:6]}"
+    client.CoreV1Api(kind.api).create_namespace({"metadata": {"name": name}})
+    return name
+
+
+@pytest.fixture
+def jobs(kind, namespace) -> Jobs:
+    return Jobs(kind.api, namespace)

@@ -1,0 +1,119 @@
+"""The operator on kind, for real: pods it binds are admitted by real kubelets, the chart runs it from its own image
+under its ServiceAccount, and a real PyTorch program rendezvouses through the environment it renders."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from kubernetes import client
+
+from superpod.api.manifests import ATTEMPT_LABEL, JOB_LABEL
+from tests.e2e.conftest import OPERATOR_IMAGE, OPERATOR_NAMESPACE, RELEASE, TORCH_NODE, report
+from tests.integration.operator_env import GROUP, VERSION
+from tests.integration.wait import wait_for
+
+
+def job(name: str, replicas: int, gpus: int, image: str = OPERATOR_IMAGE, command: list[str] | None = None,
+        node: str | None = None, cpu: str = "100m") -> dict:
+    container = {"name": "main", "image": image, "imagePullPolicy": "Never",
+                 "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}
+    if command:
+        container["command"] = command
+    pod_spec = {"containers": [container], "terminationGracePeriodSeconds": 2}
+    if node:
+        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
+            "spec": {"replicas": replicas, "resources": {"gpus": gpus}, "template": {"spec": pod_spec}}}
+
+
+SLEEP = ["sleep", "3600"]
+
+
+def leader(kind) -> str:
+    lease = client.CoordinationV1Api(kind.api).read_namespaced_lease("superpod-scheduler", OPERATOR_NAMESPACE)
+    return lease.spec.holder_identity
+
+
+def test_a_real_pytorch_gang_rendezvouses_and_all_reduces(kind, torch_image, jobs):
+    started = time.monotonic()
+    jobs.create(job("allreduce", 2, 1, image=torch_image, node=TORCH_NODE))
+    status = jobs.wait_phase("allreduce", "Succeeded", timeout=300)
+    report(f"torch all_reduce job Succeeded in {time.monotonic() - started:.1f}s on {status.get('placement')}")
+    logs = []
+    for pod in sorted(jobs.pods("allreduce", live=False), key=lambda pod: pod.metadata.name):
+        text = kind.kubectl("logs", "-n", jobs.ns, pod.metadata.name).stdout
+        logs.append(text)
+        for line in text.splitlines():
+            report(f"{pod.metadata.name}: {line}")
+    assert len(logs) == 2
+    assert all("all_reduce sum = 3 (expected 3)" in text for text in logs), logs
+
+
+def test_a_template_no_worker_can_admit_is_never_bound(kind, jobs):
+    jobs.create(job("too-much-cpu", 1, 1, cpu="1000", command=SLEEP))
+    message = wait_for(lambda: "cpu" in (jobs.status("too-much-cpu").get("message") or "")
+                       and jobs.status("too-much-cpu")["message"], 60, "a reason naming cpu")
+    report(f"too-much-cpu waits: {message}")
+    time.sleep(5)
+    assert jobs.pods("too-much-cpu", live=False) == []
+
+
+def test_the_operator_pod_deleted_mid_gang_the_new_leader_converges(kind, jobs):
+    old = leader(kind)
+    jobs.create(job("survivor", 3, 4, command=SLEEP))
+    wait_for(lambda: jobs.pods("survivor", live=False), 60, "the first pods of the gang")
+    created_when_killed = len(jobs.pods("survivor", live=False))
+    kind.kubectl("delete", "pod", "-n", OPERATOR_NAMESPACE, old, "--wait=false")
+    report(f"leader {old} deleted with {created_when_killed} of 3 pods created")
+    jobs.wait_phase("survivor", "Running", timeout=180)
+    new = wait_for(lambda: (holder := leader(kind)) != old and holder, 120, "a new leader")
+    pods = jobs.pods("survivor", live=False)
+    assert len(pods) == 3, [pod.metadata.name for pod in pods]
+    assert len({pod.metadata.labels[ATTEMPT_LABEL] for pod in pods}) == 1  # no second attempt
+    wait_for(lambda: all(pod.status.phase == "Running" for pod in jobs.pods("survivor")), 120, "3 running pods")
+    report(f"new leader {new}; survivor Running with 3 pods of one attempt")
+
+
+def test_describe_and_metrics_from_inside_the_cluster(kind, jobs, namespace):
+    described = kind.kubectl("describe", "trainingjob", "-n", namespace, "survivor").stdout
+    assert "Running" in described and "Placed" in described, described
+    fetch = ("import urllib.request as r\n"
+             "for _ in range(10):\n"
+             f"    t = r.urlopen('http://{RELEASE}-metrics.{OPERATOR_NAMESPACE}:8080/metrics').read().decode()\n"
+             "    if 'superpod_leader 1.0' in t: print(t); break\n")
+    kind.kubectl("run", "metrics", "-n", namespace, "--image", OPERATOR_IMAGE, "--image-pull-policy=Never",
+                 "--restart=Never", "--command", "--", "python", "-c", fetch)
+    wait_for(lambda: kind.kubectl("get", "pod", "-n", namespace, "metrics", "-o", "jsonpath={.status.phase}").stdout
+             in ("Succeeded", "Failed"), 120, "the metrics pod to finish")
+    metrics = kind.kubectl("logs", "-n", namespace, "metrics").stdout
+    running = [line for line in metrics.splitlines() if line.startswith('superpod_jobs{phase="Running"}')]
+    report(f"metrics from inside the cluster: {running} {len(metrics.splitlines())} lines")
+    assert running and float(running[0].split()[-1]) >= 1, metrics[:2000]
+
+
+def test_helm_upgrade_keeps_the_gang_and_uninstall_removes_the_operator(kind, jobs):
+    before = {pod.metadata.uid for pod in jobs.pods("survivor")}
+    kind.helm("upgrade", RELEASE, "charts/superpod-scheduler", "--reuse-values", "--set", "logLevel=DEBUG",
+              "--wait", "--timeout", "3m")
+    jobs.create(job("after-upgrade", 1, 2, command=SLEEP))
+    jobs.wait_phase("after-upgrade", "Running", timeout=120)
+    assert {pod.metadata.uid for pod in jobs.pods("survivor")} == before
+    kind.helm("uninstall", RELEASE, "--wait", "--timeout", "2m")
+    remaining = kind.kubectl("get", "deploy,pods", "-n", OPERATOR_NAMESPACE, "-o", "json").stdout
+    assert json.loads(remaining)["items"] == [] or all(
+        item["metadata"].get("deletionTimestamp") for item in json.loads(remaining)["items"])
+    assert jobs.phase("survivor") == "Running"  # the jobs and their pods outlive the operator
+
+
+def test_every_pod_the_operator_bound_was_admitted_by_its_kubelet(kind, namespace):
+    core = client.CoreV1Api(kind.api)
+    rejections = ("OutOf", "UnexpectedAdmissionError", "NodeAffinity")
+    pods = [pod for pod in core.list_namespaced_pod(namespace).items if pod.metadata.labels.get(JOB_LABEL)]
+    rejected = [(pod.metadata.name, pod.status.reason) for pod in pods
+                if (pod.status.reason or "").startswith(rejections)]
+    events = [(event.involved_object.name, event.reason) for event in core.list_namespaced_event(namespace).items
+              if (event.reason or "").startswith(rejections)]
+    report(f"kubelet admission: {len(pods)} pods bound by the operator, {len(rejected)} rejected, "
+           f"{len(events)} rejection events")
+    assert pods and not rejected and not events, (rejected, events)
