@@ -14,11 +14,11 @@ export DOCKER_HOST="unix://$socket"
 log() { printf '[docker %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 answers() { docker version >/dev/null 2>&1; }
 
-install() {
-  command -v dockerd >/dev/null && command -v jq >/dev/null && return
-  log "installing Debian's docker.io and jq"
+install() {  # also what hack/kind/ builds images with: jq (runc wrapper), mmdebstrap (Debian root filesystems)
+  command -v dockerd >/dev/null && command -v jq >/dev/null && command -v mmdebstrap >/dev/null && return
+  log "installing Debian's docker.io, jq and mmdebstrap"
   local started=$SECONDS
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io jq >"$state/apt.log" 2>&1 ||
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io jq mmdebstrap >"$state/apt.log" 2>&1 ||
     { tail -20 "$state/apt.log" >&2; exit 1; }
   log "installed in $((SECONDS - started))s"
 }

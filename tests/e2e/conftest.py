@@ -18,6 +18,7 @@ from kubernetes import client
 
 from superpod.k8s.client import load
 from tests.integration.operator_env import REPO, Jobs
+from tests.integration.wait import wait_for
 
 RELEASE, OPERATOR_NAMESPACE = "superpod-scheduler", "superpod-system"
 OPERATOR_IMAGE = "superpod-scheduler:0.1.0"
@@ -95,12 +96,21 @@ def torch_image(kind):
     return TORCH_IMAGE
 
 
+E2E_LABEL = "superpod.dev/e2e"
+
+
 @pytest.fixture(scope="session")
 def namespace(kind):
-    """One namespace for the whole run, so the last test can audit every pod the operator bound."""
+    """One namespace for the whole run, so the last test can audit every pod the operator bound. A kept cluster
+    (SUPERPOD_KEEP_KIND) may still hold an earlier run's: its gangs would hold the GPUs, so it goes first."""
+    core = client.CoreV1Api(kind.api)
+    for stale in core.list_namespace(label_selector=E2E_LABEL).items:
+        core.delete_namespace(stale.metadata.name)
+    wait_for(lambda: not core.list_namespace(label_selector=E2E_LABEL).items, 180, "earlier e2e namespaces gone")
     name = f"e2e-{uuid.uuid4().hex[:6]}"
-    client.CoreV1Api(kind.api).create_namespace({"metadata": {"name": name}})
-    return name
+    core.create_namespace({"metadata": {"name": name, "labels": {E2E_LABEL: "true"}}})
+    yield name
+    core.delete_namespace(name)
 
 
 @pytest.fixture
