@@ -1,6 +1,7 @@
 """The e2e tests: the operator installed by its chart, from its own image, on a kind cluster with real kubelets
 (hack/kind-up.sh: private Docker engine, node image built here, simulated NVIDIA device plugin). Skipped where
-Docker cannot run (not root, or no apt-get to install it). SUPERPOD_KEEP_KIND=1 keeps the cluster afterwards."""
+Docker cannot run (not root, or no apt-get to install it). The cluster and the engine stop when the e2e tests end,
+before the other tests run; SUPERPOD_KEEP_KIND=1 keeps them."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def timed(what: str, *command: str, env: dict | None = None, timeout: float = 18
     return out
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kind():
     if os.geteuid() != 0 or not (shutil.which("dockerd") or shutil.which("apt-get")):
         pytest.skip("kind needs a Docker engine: root and Debian's docker.io (hack/docker.sh installs it)")
@@ -87,7 +88,7 @@ def kind():
         timed("Docker engine stopped", "bash", "hack/docker.sh", "down", env=env)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def torch_image(kind):
     timed(f"torch image {TORCH_IMAGE} built (cached by Docker after the first time)", "docker", "build", "--quiet",
           "--tag", TORCH_IMAGE, "tests/e2e/torch", env=kind.env)
@@ -99,7 +100,7 @@ def torch_image(kind):
 E2E_LABEL = "superpod.dev/e2e"
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def namespace(kind):
     """One namespace for the whole run, so the last test can audit every pod the operator bound. A kept cluster
     (SUPERPOD_KEEP_KIND) may still hold an earlier run's: its gangs would hold the GPUs, so it goes first."""
