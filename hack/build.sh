@@ -19,9 +19,15 @@ fi
 all=("${k8s_bins[@]}" "${tools[@]}")
 
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+declare -A tool_version=([kwok]=$KWOK_VERSION [helm]=$HELM_VERSION [coredns]=${COREDNS_VERSION:-}
+  [kind]=${KIND_VERSION:-} [crictl]=${CRICTL_VERSION:-})
 have_all() {
+  local b
   for b in "${all[@]}"; do [ -x "$bin/$b" ] || return 1; done
-  [ "$(cat "$bin/.kind.version" 2>/dev/null || echo "${KIND_VERSION:-}")" = "${KIND_VERSION:-}" ]
+  for b in "${tools[@]}"; do  # a tool built before its version was recorded counts as current
+    [ -z "${tool_version[$b]:-}" ] || [ "$(cat "$bin/.$b.version" 2>/dev/null || echo "${tool_version[$b]}")" = "${tool_version[$b]}" ] ||
+      return 1
+  done
 }
 
 if have_all; then

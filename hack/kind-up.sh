@@ -3,8 +3,9 @@
 # a node image built from Debian packages and Go modules (hack/kind/node-image.sh), one control plane and three
 # workers that carry topology labels and 8 simulated GPUs each (superpod.sim.deviceplugin), the operator image built
 # from operator/Dockerfile and installed by the chart.
-#   hack/kind-up.sh           create (or reuse) the cluster; prints `export KUBECONFIG=...` and DOCKER_HOST
-#   hack/kind-up.sh down      delete the cluster
+#   hack/kind-up.sh        create (or reuse) the cluster; its last line: `export KUBECONFIG=... DOCKER_HOST=...
+#                          KIND_CLUSTER_NAME=... SUPERPOD_OPERATOR_IMAGE=...`
+#   hack/kind-up.sh down   delete the cluster (starts the engine to do it; hack/docker.sh down stops it)
 # Times every step on stderr.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +21,8 @@ step() {  # $1 what, then the command: runs it and logs how long it took
   log "$what: $((SECONDS - started))s"
 }
 mkdir -p "$state"
-eval "$(bash hack/docker.sh up)"
+docker_env=$(bash hack/docker.sh up)
+eval "$docker_env"
 PATH="$(bash hack/build.sh --kind | tail -1):$PATH"
 export PATH KUBECONFIG=$kubeconfig
 
@@ -49,11 +51,15 @@ python_base() {
 
 create() {
   if kind get clusters 2>/dev/null | grep -qx "$name"; then
-    kubectl get nodes --request-timeout=10s >/dev/null 2>&1 && { log "reusing kind cluster $name"; return; }
-    log "kind cluster $name does not answer (its engine was stopped?): creating it again"
+    if [ "$(docker inspect -f '{{.Config.Image}}' "$name-control-plane" 2>/dev/null)" = "$node_image" ] &&
+      kubectl get nodes --request-timeout=10s >/dev/null 2>&1; then
+      log "reusing kind cluster $name"; return
+    fi
+    log "kind cluster $name runs an older node image or does not answer: creating it again"
     kind delete cluster --name "$name" --kubeconfig "$kubeconfig" >/dev/null
   fi
-  sed "s/COREDNS_VERSION/$COREDNS_VERSION/" hack/kind/cluster.yaml >"$state/cluster.yaml"
+  sed -e "s/COREDNS_VERSION/$COREDNS_VERSION/" -e "s/ETCD_TAG/${ETCD_VERSION#v}-0/" hack/kind/cluster.yaml \
+    >"$state/cluster.yaml"
   kind create cluster --name "$name" --image "$node_image" --config "$state/cluster.yaml" \
     --kubeconfig "$kubeconfig" --wait 5m
 }
@@ -88,6 +94,8 @@ operator_image() {
   docker build --quiet --file operator/Dockerfile --tag "$operator_image" . >/dev/null
   build_tag=dev-$(docker image inspect -f '{{.Id}}' "$operator_image" | cut -d: -f2 | cut -c1-12)
   docker tag "$operator_image" "superpod-scheduler:$build_tag"
+  docker images superpod-scheduler --format '{{.Repository}}:{{.Tag}}' | { grep -E ':dev-' || true; } |
+    { grep -vx "superpod-scheduler:$build_tag" || true; } | xargs -r docker rmi >/dev/null 2>&1 || true
   kind load docker-image "$operator_image" "superpod-scheduler:$build_tag" --name "$name" >/dev/null
 }
 
@@ -113,4 +121,4 @@ step "workers labelled" label_workers
 step "operator image built and loaded" operator_image
 step "simulated device plugin advertising 8 GPUs per worker" device_plugin
 step "chart installed" install_chart
-echo "export KUBECONFIG=$kubeconfig DOCKER_HOST=$DOCKER_HOST"
+echo "export KUBECONFIG=$kubeconfig DOCKER_HOST=$DOCKER_HOST KIND_CLUSTER_NAME=$name SUPERPOD_OPERATOR_IMAGE=$operator_image"

@@ -2,8 +2,8 @@
 # Builds a kind node image for K8S_VERSION with no registry: Debian packages (mmdebstrap) for the node's operating
 # system, containerd and CNI plugins; the Kubernetes binaries hack/build.sh --kind builds from Go modules; and every
 # image the cluster runs (pause, etcd, kube-*, CoreDNS, the pod network agent), built here and imported by each
-# node at boot. Also the local `python:3.11-slim` base that operator/Dockerfile names. Cached by a key of the
-# versions and of this folder's files: a second run prints the tag and does nothing else.
+# node at boot. Cached by a key of the versions and of the files that go into it: a second run prints the tag and
+# does nothing else.
 # Needs DOCKER_HOST from hack/docker.sh. Prints the node image's tag on its last line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -13,7 +13,8 @@ has_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
 image_files=(runc-wrapper entrypoint containerd.toml kubelet.service kubelet.slice superpod-images.service network.yaml
   pause.c node-image.sh)
-key=$(cd "$here" && cat ../versions.env "${image_files[@]}" | sha256sum | cut -c1-10)
+key=$(cd "$here" && { grep -E '^(K8S|ETCD|COREDNS|CRICTL|PAUSE)_VERSION=' ../versions.env; cat "${image_files[@]}"; } |
+  sha256sum | cut -c1-10)
 node_tag="superpod.local/kind-node:${K8S_VERSION}-$key"
 if has_image "$node_tag"; then log "cached: $node_tag"; echo "$node_tag"; exit 0; fi
 
@@ -54,7 +55,7 @@ static_image() {  # $1 tag, $2 binary, $3 entrypoint or ""
 
 mkdir -p "$work/images"
 gcc -static -Os -o "$work/pause" "$here/pause.c"
-static_image registry.k8s.io/pause:3.10.2 "$work/pause" /usr/local/bin/pause
+static_image "registry.k8s.io/pause:$PAUSE_VERSION" "$work/pause" /usr/local/bin/pause
 static_image "registry.k8s.io/etcd:${ETCD_VERSION#v}-0" "$bin/etcd" ""
 for component in kube-apiserver kube-controller-manager kube-scheduler; do
   static_image "registry.k8s.io/$component:$K8S_VERSION" "$bin/$component" ""
@@ -64,7 +65,7 @@ printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' "$net_os" |
   build "registry.k8s.io/kube-proxy:$K8S_VERSION" "$bin/kube-proxy"
 printf 'FROM %s\nCOPY kubectl /usr/local/bin/kubectl\n' "$net_os" |
   build superpod.local/kind-network:latest "$bin/kubectl"
-images=(registry.k8s.io/pause:3.10.2 "registry.k8s.io/etcd:${ETCD_VERSION#v}-0" "registry.k8s.io/kube-proxy:$K8S_VERSION"
+images=("registry.k8s.io/pause:$PAUSE_VERSION" "registry.k8s.io/etcd:${ETCD_VERSION#v}-0" "registry.k8s.io/kube-proxy:$K8S_VERSION"
   "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" superpod.local/kind-network:latest)
 for component in kube-apiserver kube-controller-manager kube-scheduler; do
   images+=("registry.k8s.io/$component:$K8S_VERSION")
@@ -76,7 +77,8 @@ log "component images: ${#images[@]} ($(du -sh "$work/images" | cut -f1))"
 
 context="$work/node"
 mkdir -p "$context"
-cp "$bin/kubelet" "$bin/kubeadm" "$bin/kubectl" "$bin/crictl" "$here"/{runc-wrapper,entrypoint,containerd.toml} "$context/"
+cp "$bin/kubelet" "$bin/kubeadm" "$bin/kubectl" "$bin/crictl" "$here"/{runc-wrapper,entrypoint} "$context/"
+sed "s/PAUSE_VERSION/$PAUSE_VERSION/" "$here/containerd.toml" >"$context/containerd.toml"
 cp "$here"/{kubelet.service,kubelet.slice,superpod-images.service,network.yaml} "$context/"
 mv "$work/images" "$context/images"
 cat >"$context/Dockerfile" <<DOCKERFILE
@@ -97,7 +99,8 @@ STOPSIGNAL SIGRTMIN+3
 ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]
 DOCKERFILE
 docker build --quiet --tag "$node_tag" "$context" >/dev/null
-# Earlier builds of the node image are only disk now.
-docker images superpod.local/kind-node --format '{{.Repository}}:{{.Tag}}' | grep -vx "$node_tag" | xargs -r docker rmi >/dev/null
+# Earlier builds of the node image are only disk now (one a kept cluster still runs is refused: left for later).
+docker images superpod.local/kind-node --format '{{.Repository}}:{{.Tag}}' | { grep -vx "$node_tag" || true; } |
+  xargs -r docker rmi >/dev/null 2>&1 || true
 log "built $node_tag in $((SECONDS - started))s ($(docker image inspect -f '{{.Size}}' "$node_tag" | numfmt --to=iec))"
 echo "$node_tag"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import subprocess
 import time
 import uuid
@@ -22,9 +23,8 @@ from tests.integration.operator_env import REPO, Jobs
 from tests.integration.wait import wait_for
 
 RELEASE, OPERATOR_NAMESPACE = "superpod-scheduler", "superpod-system"
-OPERATOR_IMAGE = "superpod-scheduler:0.1.0"
-TORCH_IMAGE = "superpod-e2e-torch:2.15.0"
-TORCH_NODE = "superpod-worker"  # the one worker the (5 GB) torch image is loaded into
+TORCH_VERSION = "2.15.0"
+TORCH_IMAGE = f"superpod-e2e-torch:{TORCH_VERSION}"
 
 
 REPORTED: list[str] = []
@@ -48,6 +48,15 @@ class Kind:
     env: dict
     api: client.ApiClient
 
+    @property
+    def operator_image(self) -> str:
+        return self.env["SUPERPOD_OPERATOR_IMAGE"]
+
+    @property
+    def torch_node(self) -> str:
+        """kind's first worker: the one node the (6 GB) torch image is loaded into."""
+        return f"{self.env['KIND_CLUSTER_NAME']}-worker"
+
     def run(self, *command: str, check: bool = True, timeout: float = 600, input: str | None = None):
         out = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=timeout, input=input)
         if check and out.returncode != 0:
@@ -62,38 +71,51 @@ class Kind:
 
 
 def timed(what: str, *command: str, env: dict | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run a command in its own process group (on timeout the whole group is killed: builds, docker, kind)."""
     started = time.monotonic()
-    out = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
-    for line in out.stderr.splitlines():
+    process = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    try:
+        stdout, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise AssertionError(f"{what} took longer than {timeout:.0f}s") from None
+    for line in stderr.splitlines():
         if re.match(r"\[(docker|node-image|kind-up) ", line):
             report(line)
     report(f"{what}: {time.monotonic() - started:.0f}s")
-    if out.returncode != 0:
-        raise AssertionError(f"{what} failed:\n{out.stdout[-3000:]}\n{out.stderr[-6000:]}")
-    return out
+    if process.returncode != 0:
+        raise AssertionError(f"{what} failed:\n{stdout[-3000:]}\n{stderr[-6000:]}")
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 @pytest.fixture(scope="package")
 def kind():
     if os.geteuid() != 0 or not (shutil.which("dockerd") or shutil.which("apt-get")):
         pytest.skip("kind needs a Docker engine: root and Debian's docker.io (hack/docker.sh installs it)")
-    up = timed("hack/kind-up.sh", "bash", "hack/kind-up.sh")
-    exports = dict(re.findall(r"(\w+)=(\S+)", up.stdout.strip().splitlines()[-1]))
     bin_dir = subprocess.run(["bash", "hack/build.sh", "--kind"], cwd=REPO, capture_output=True, text=True,
                              check=True).stdout.strip().splitlines()[-1]
-    env = {**os.environ, **exports, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
-    yield Kind(Path(exports["KUBECONFIG"]), env, load(exports["KUBECONFIG"]))
-    if not os.environ.get("SUPERPOD_KEEP_KIND"):
-        timed("kind cluster deleted", "bash", "hack/kind-up.sh", "down", env=env)
-        timed("Docker engine stopped", "bash", "hack/docker.sh", "down", env=env)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    try:
+        up = timed("hack/kind-up.sh", "bash", "hack/kind-up.sh", env=env)
+        exports = dict(re.findall(r"(\w+)=(\S+)", up.stdout.strip().splitlines()[-1]))
+        env.update(exports)
+        yield Kind(Path(exports["KUBECONFIG"]), env, load(exports["KUBECONFIG"]))
+    finally:
+        if not os.environ.get("SUPERPOD_KEEP_KIND"):
+            try:
+                timed("kind cluster deleted", "bash", "hack/kind-up.sh", "down", env=env)
+            finally:
+                timed("Docker engine stopped", "bash", "hack/docker.sh", "down", env=env)
 
 
 @pytest.fixture(scope="package")
 def torch_image(kind):
     timed(f"torch image {TORCH_IMAGE} built (cached by Docker after the first time)", "docker", "build", "--quiet",
-          "--tag", TORCH_IMAGE, "tests/e2e/torch", env=kind.env)
-    timed(f"torch image loaded into {TORCH_NODE}", "kind", "load", "docker-image", TORCH_IMAGE, "--name", "superpod",
-          "--nodes", TORCH_NODE, env=kind.env)
+          "--build-arg", f"TORCH_VERSION={TORCH_VERSION}", "--tag", TORCH_IMAGE, "tests/e2e/torch", env=kind.env)
+    timed(f"torch image loaded into {kind.torch_node}", "kind", "load", "docker-image", TORCH_IMAGE,
+          "--name", kind.env["KIND_CLUSTER_NAME"], "--nodes", kind.torch_node, env=kind.env)
     return TORCH_IMAGE
 
 

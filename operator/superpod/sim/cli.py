@@ -33,14 +33,14 @@ def register(sub) -> None:
     m.add_argument("--delay", type=float, default=2.0, help="seconds a reconfiguration takes")
     m.add_argument("--kubeconfig")
     m.set_defaults(func=_mig_manager)
-    dp = simsub.add_parser("device-plugin", help="a SIMULATED NVIDIA device plugin for real kubelets (kind): fake "
-                                                 "nvidia.com/gpu devices, no GPU touched")
-    dp.add_argument("--gpus", type=int, default=8, help="number of fake GPUs to advertise (default: 8)")
-    dp.add_argument("--node-name", help="node name in the device IDs (default: $NODE_NAME, else the hostname)")
-    dp.add_argument("--plugin-dir", help="the kubelet's device-plugin folder, with kubelet.sock "
+    plugin = simsub.add_parser("device-plugin", help="a SIMULATED NVIDIA device plugin for real kubelets (kind): "
+                                                     "fake nvidia.com/gpu devices, no GPU touched")
+    plugin.add_argument("--gpus", type=int, default=8, help="number of fake GPUs to advertise (default: 8)")
+    plugin.add_argument("--node-name", help="node name in the device IDs (default: $NODE_NAME, else the hostname)")
+    plugin.add_argument("--plugin-dir", help="the kubelet's device-plugin folder, with kubelet.sock "
                                          "(default: /var/lib/kubelet/device-plugins/)")
-    dp.add_argument("--resource", help="extended resource name to register (default: nvidia.com/gpu)")
-    dp.set_defaults(func=_device_plugin)
+    plugin.add_argument("--resource", help="extended resource name to register (default: nvidia.com/gpu)")
+    plugin.set_defaults(func=_device_plugin)
     ls = simsub.add_parser("list", help="simulated clusters and their node counts; the presets")
     ls.add_argument("--kubeconfig")
     ls.set_defaults(func=_list)
