@@ -14,6 +14,7 @@ name=${KIND_CLUSTER_NAME:-superpod}
 state=${XDG_STATE_HOME:-$HOME/.local/state}/superpod/kind
 kubeconfig="$state/$name.kubeconfig"
 operator_image=superpod-scheduler:0.1.0
+gpus_per_worker=8
 log() { printf '[kind-up %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 step() {  # $1 what, then the command: runs it and logs how long it took
   local what=$1 started=$SECONDS; shift
@@ -82,7 +83,7 @@ label_workers() {  # two leaves under one spine: the topology a 3-server SuperPO
   local index=0 worker
   for worker in $(kubectl get nodes -o name -l '!node-role.kubernetes.io/control-plane'); do
     kubectl label --overwrite "$worker" nvidia.com/gpu.present=true nvidia.com/gpu.product=NVIDIA-H100-80GB-HBM3 \
-      nvidia.com/gpu.count=8 nvidia.com/mig.capable=false superpod.dev/spine=spine-0 \
+      "nvidia.com/gpu.count=$gpus_per_worker" nvidia.com/mig.capable=false superpod.dev/spine=spine-0 \
       "superpod.dev/leaf=leaf-$((index / 2))" >/dev/null
     index=$((index + 1))
   done
@@ -100,13 +101,17 @@ operator_image() {
 }
 
 device_plugin() {
-  sed "s|OPERATOR_IMAGE|superpod-scheduler:$build_tag|" hack/kind/device-plugin.yaml | kubectl apply -f - >/dev/null
+  sed -e "s|OPERATOR_IMAGE|superpod-scheduler:$build_tag|" -e "s|GPUS_PER_WORKER|$gpus_per_worker|" \
+    hack/kind/device-plugin.yaml | kubectl apply -f - >/dev/null
   kubectl -n kube-system rollout status daemonset/superpod-sim-device-plugin --timeout=120s >/dev/null
+  local advertised
   for _ in $(seq 60); do
-    [ "$(kubectl get nodes -l nvidia.com/gpu.present=true -o jsonpath='{.items[*].status.allocatable.nvidia\.com/gpu}')" = "8 8 8" ] && return
+    advertised=$(kubectl get nodes -l nvidia.com/gpu.present=true \
+      -o jsonpath='{range .items[*]}{.status.allocatable.nvidia\.com/gpu}{"\n"}{end}' | sort -u)
+    [ "$advertised" = "$gpus_per_worker" ] && return
     sleep 1
   done
-  log "the workers do not advertise 8 nvidia.com/gpu"; return 1
+  log "the workers do not all advertise $gpus_per_worker nvidia.com/gpu: ${advertised:-none}"; return 1
 }
 
 install_chart() {
@@ -119,6 +124,6 @@ step "kind cluster up (1 control plane, 3 workers)" create
 step "CoreDNS forwarding to this machine's resolvers" coredns_upstream
 step "workers labelled" label_workers
 step "operator image built and loaded" operator_image
-step "simulated device plugin advertising 8 GPUs per worker" device_plugin
+step "simulated device plugin advertising $gpus_per_worker GPUs per worker" device_plugin
 step "chart installed" install_chart
 echo "export KUBECONFIG=$kubeconfig DOCKER_HOST=$DOCKER_HOST KIND_CLUSTER_NAME=$name SUPERPOD_OPERATOR_IMAGE=$operator_image"

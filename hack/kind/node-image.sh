@@ -41,11 +41,14 @@ debian_image() {  # $1 name, $2 variant, $3 packages
 node_os=$(debian_image debian-node apt systemd,systemd-sysv,dbus,containerd,runc,containernetworking-plugins,iptables,iproute2,conntrack,ethtool,socat,ebtables,kmod,mount,util-linux,procps,ca-certificates,jq)
 net_os=$(debian_image debian-net minbase iptables,iproute2,conntrack,ca-certificates)
 
-# Images from a Dockerfile given on stdin, in a context holding the named files.
+# Images from a Dockerfile given on stdin, in a context holding the named files; each joins `images`, the ones the
+# nodes import.
+images=()
 build() {  # $1 tag, then files for the context
   local tag=$1 context="$work/context"; shift
   rm -rf "$context" && mkdir -p "$context" && cp "$@" "$context/"
   docker build --quiet --tag "$tag" --file - "$context" >/dev/null
+  images+=("$tag")
 }
 static_image() {  # $1 tag, $2 binary, $3 entrypoint or ""
   local name; name=$(basename "$2")
@@ -65,11 +68,6 @@ printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' "$net_os" |
   build "registry.k8s.io/kube-proxy:$K8S_VERSION" "$bin/kube-proxy"
 printf 'FROM %s\nCOPY kubectl /usr/local/bin/kubectl\n' "$net_os" |
   build superpod.local/kind-network:latest "$bin/kubectl"
-images=("registry.k8s.io/pause:$PAUSE_VERSION" "registry.k8s.io/etcd:${ETCD_VERSION#v}-0" "registry.k8s.io/kube-proxy:$K8S_VERSION"
-  "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" superpod.local/kind-network:latest)
-for component in kube-apiserver kube-controller-manager kube-scheduler; do
-  images+=("registry.k8s.io/$component:$K8S_VERSION")
-done
 for image in "${images[@]}"; do
   docker save "$image" -o "$work/images/$(echo "$image" | tr '/:' '__').tar"
 done
