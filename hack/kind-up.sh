@@ -107,7 +107,7 @@ device_plugin() {
   local advertised
   for _ in $(seq 60); do
     advertised=$(kubectl get nodes -l nvidia.com/gpu.present=true \
-      -o jsonpath='{range .items[*]}{.status.allocatable.nvidia\.com/gpu}{"\n"}{end}' | sort -u)
+      -o jsonpath='{range .items[*]}{.status.allocatable.nvidia\.com/gpu}{"\n"}{end}' | sort -u || true)
     [ "$advertised" = "$gpus_per_worker" ] && return
     sleep 1
   done
