@@ -14,6 +14,7 @@ export DOCKER_HOST="unix://$socket"
 
 log() { printf '[docker %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 answers() { docker version >/dev/null 2>&1; }
+is_ours() { [ -n "$1" ] && [ "$(readlink "/proc/$1/exe" 2>/dev/null)" = "$(command -v dockerd)" ]; }  # not a reused pid
 
 install() {  # also what hack/kind/ builds images with: jq (runc wrapper), mmdebstrap (Debian root filesystems)
   command -v dockerd >/dev/null && command -v jq >/dev/null && command -v mmdebstrap >/dev/null && return
@@ -33,6 +34,7 @@ up() {
   install
   cp "$here/kind/runc-wrapper" "$state/runc-wrapper"
   echo "{\"deprecated-key-path\": \"$state/key.json\"}" >"$state/daemon.json"  # else /etc/docker/key.json
+  is_ours "$(cat "$state/dockerd.pid" 2>/dev/null)" || rm -f "$state/dockerd.pid"  # left by a killed engine
   record_network
   local started=$SECONDS
   # The engine's own containerd is started by dockerd under the exec root; the runtime wrapper drops
@@ -77,7 +79,7 @@ down() {
   if [ -f "$state/dockerd.pid" ]; then
     local pid; pid=$(cat "$state/dockerd.pid")
     answers && { docker ps -q | xargs -r docker kill >/dev/null 2>&1 || true; }
-    if [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(command -v dockerd)" ]; then  # not a reused pid
+    if is_ours "$pid"; then
       kill "$pid"
       for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
       kill -9 "$pid" 2>/dev/null || true
