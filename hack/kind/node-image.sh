@@ -52,8 +52,8 @@ build() {  # $1 tag, then files for the context
 }
 static_image() {  # $1 tag, $2 binary, $3 entrypoint or ""
   local name; name=$(basename "$2")
-  printf 'FROM scratch\nCOPY %s /usr/local/bin/%s\nENV PATH=/usr/local/bin\n%s\n' "$name" "$name" \
-    "${3:+ENTRYPOINT [\"$3\"]}" | build "$1" "$2"
+  build "$1" "$2" < <(printf 'FROM scratch\nCOPY %s /usr/local/bin/%s\nENV PATH=/usr/local/bin\n%s\n' \
+    "$name" "$name" "${3:+ENTRYPOINT [\"$3\"]}")  # not a pipe: `build` must run in this shell to add to `images`
 }
 
 mkdir -p "$work/images"
@@ -64,10 +64,8 @@ for component in kube-apiserver kube-controller-manager kube-scheduler; do
   static_image "registry.k8s.io/$component:$K8S_VERSION" "$bin/$component" ""
 done
 static_image "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" "$bin/coredns" /usr/local/bin/coredns
-printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/kube-proxy\n' "$net_os" |
-  build "registry.k8s.io/kube-proxy:$K8S_VERSION" "$bin/kube-proxy"
-printf 'FROM %s\nCOPY kubectl /usr/local/bin/kubectl\n' "$net_os" |
-  build superpod.local/kind-network:latest "$bin/kubectl"
+build "registry.k8s.io/kube-proxy:$K8S_VERSION" "$bin/kube-proxy" < <(printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/\n' "$net_os")
+build superpod.local/kind-network:latest "$bin/kubectl" < <(printf 'FROM %s\nCOPY kubectl /usr/local/bin/\n' "$net_os")
 for image in "${images[@]}"; do
   docker save "$image" -o "$work/images/$(echo "$image" | tr '/:' '__').tar"
 done
