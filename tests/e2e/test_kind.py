@@ -52,8 +52,7 @@ def test_a_real_pytorch_gang_rendezvouses_and_all_reduces(kind, torch_image, job
 
 def test_a_template_no_worker_can_admit_is_never_bound(kind, jobs):
     jobs.create(job("too-much-cpu", 1, 1, kind.operator_image, cpu="1000", command=SLEEP))
-    message = wait_for(lambda: "cpu" in (jobs.status("too-much-cpu").get("message") or "")
-                       and jobs.status("too-much-cpu")["message"], 60, "a reason naming cpu")
+    message = jobs.wait_message("too-much-cpu", "cpu", 60)
     report(f"too-much-cpu waits: {message}")
     time.sleep(5)
     assert jobs.pods("too-much-cpu", live=False) == []

@@ -116,6 +116,18 @@ class Jobs:
         wait_for(lambda: self.phase(name) == phase, timeout, f"{name} {phase} (status {self.status(name)})")
         return self.status(name)
 
+    def wait_message(self, name: str, text: str, timeout: float = 30) -> str:
+        """The status message of job `name` once it contains `text`; on timeout, the last message is in the error."""
+        said: list[str] = [""]
+
+        def found():
+            said[0] = self.status(name).get("message") or ""
+            return text in said[0] and said[0]
+        try:
+            return wait_for(found, timeout, f"a message on {name} naming {text!r}")
+        except AssertionError as e:
+            raise AssertionError(f"{e}; its last message: {said[0]!r}") from None
+
     def pods(self, name: str, live: bool = True) -> list:
         pods = self.core.list_namespaced_pod(self.ns, label_selector=f"superpod.dev/job-name={name}").items
         return [p for p in pods if not (live and p.metadata.deletion_timestamp)]

@@ -69,7 +69,7 @@ def test_a_template_asking_more_cpu_than_any_node_has_is_not_bound(cluster, oper
     spec.resources."""
     sim, _ = sim_cluster(cluster.api, "dgx-h100", 2, nodes_per_unit=2)  # 224 cpu per node
     jobs.create(with_containers(training_job("hungry", sim, 1, gpus=8), container({"requests": {"cpu": "300"}})))
-    wait_for(lambda: "cpu" in (jobs.status("hungry").get("message") or ""), 30, "a reason that names cpu")
+    jobs.wait_message("hungry", "cpu")
     time.sleep(3)
     assert jobs.pods("hungry") == [] and jobs.phase("hungry") == "Queued"
 
@@ -79,7 +79,7 @@ def test_pods_requesting_a_device_no_node_has_are_not_bound(cluster, operator, j
     sim, _ = sim_cluster(cluster.api, "dgx-h100", 2, nodes_per_unit=2)
     rdma = {"rdma/ib": "1"}
     jobs.create(with_containers(training_job("rdma", sim, 1, gpus=8), container({"requests": rdma, "limits": rdma})))
-    wait_for(lambda: "rdma/ib" in (jobs.status("rdma").get("message") or ""), 30, "a reason that names rdma/ib")
+    jobs.wait_message("rdma", "rdma/ib")
     assert jobs.pods("rdma") == []
 
 

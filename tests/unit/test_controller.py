@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 
-from superpod.k8s.api import PODS, SERVICES, TRAININGJOBS, ApiError
+from superpod.k8s.api import NODES, PODS, SERVICES, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
 RUN_5S = {"sim.superpod.dev/run-for": "5s"}
@@ -277,7 +277,6 @@ def test_a_bug_that_meets_one_job_is_said_on_it_and_the_rest_schedules_on(monkey
 def test_a_waiting_jobs_message_is_refreshed_at_most_every_half_minute_while_its_reason_stays():
     """Review finding: a message with counts in it was rewritten (a status write, an Event) every cycle the cluster
     changed; with a thousand waiting jobs that is a thousand writes a second."""
-    from superpod.k8s.api import NODES
     from superpod.sim.presets import preset_nodes
 
     c = MemoryCluster(nodes=2, nodes_per_unit=2)
@@ -295,6 +294,22 @@ def test_a_waiting_jobs_message_is_refreshed_at_most_every_half_minute_while_its
         "message"] == first
     c.settle(25)
     assert c.status("waiter")["message"] != first and "room for 1" in c.status("waiter")["message"]
+
+
+def test_a_waiting_jobs_message_is_rewritten_at_once_when_its_cause_changes():
+    """Found by CI: a job judged before the operator saw its nodes said "no node qualifies" for the next half
+    minute although the real cause (too little cpu) was known a moment later."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("holder", 2, 8))
+    c.settle(1)
+    c.submit(training_job("waiter", 2, 8))
+    c.cycle()
+    assert "lack 8 free GPUs" in c.status("waiter")["message"]
+    for name in [n["metadata"]["name"] for n in c.store.objects[NODES].values()]:
+        c.update_node(name, lambda node: node.setdefault("spec", {}).update({"unschedulable": True}))
+    c.tick(1)
+    c.cycle()
+    assert "cordoned" in c.status("waiter")["message"]
 
 
 def test_an_admission_plugin_refusing_the_pod_is_invalid_but_a_full_quota_is_waited_out():

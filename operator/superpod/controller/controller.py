@@ -49,7 +49,7 @@ class Controller:
         self.decisions: list[Decision] = []  # scheduled, placed or not
         self.invalid: dict[str, str] = {}  # job key -> why no node of this cluster can serve it
         self.held_back: dict[str, str] = {}  # job key -> why it was not scheduled this cycle (backoff, terminating)
-        self.said: dict[str, float] = {}  # job uid -> when its waiting message was last written
+        self.said: dict[str, tuple[float, str]] = {}  # job uid -> when its waiting message was written, its words
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from dataclasses import dataclass, field, replace
 
 from superpod.api import manifests
@@ -16,7 +17,7 @@ from superpod.controller.actions import Action, CreatePods, CreateService, Delet
 from superpod.controller.jobs import JobView
 from superpod.controller.judge import Settings
 from superpod.controller.state import ClusterState
-from superpod.core.cycle import Decision, schedule
+from superpod.core.cycle import RESERVED_NOTE, Decision, schedule
 from superpod.core.lifecycle import backoff
 from superpod.core.mig_catalog import Product, UnknownProductError
 from superpod.core.mig_catalog import product as mig_product
@@ -28,7 +29,8 @@ from superpod.k8s.api import ApiError
 
 log = logging.getLogger(__name__)
 ALWAYS_THERE = ("cpu", "memory", "pods", "ephemeral-storage")  # every node has these: never "not advertised"
-WAIT_REFRESH = 30.0  # seconds between rewrites of a waiting job's message while its reason stays the same
+_NUMBERS, _BRACKETS = re.compile(r"\d+"), re.compile(r"\([^)]*\)")
+WAIT_REFRESH = 30.0  # seconds between rewrites of a waiting job's message while only its counts move
 
 
 @dataclass
@@ -168,23 +170,33 @@ def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float
 
 
 def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[str, str], notes: dict[str, str],
-               now: float, said: dict[str, float]) -> list[Plan]:
+               now: float, said: dict[str, tuple[float, str]]) -> list[Plan]:
     """Queued, with the decision's reason (and a note on MIG when there is one), or the MIG flow's message while
-    the job's nodes are being repartitioned. A waiting job's message (its counts move with every pod that comes
-    and goes) is rewritten at most every WAIT_REFRESH seconds unless its reason changes; `said`: job uid -> when."""
+    the job's nodes are being repartitioned. A waiting job's message is rewritten at once when the words of its
+    cause change; when only counts and names move (with every pod that comes and goes), at most every
+    WAIT_REFRESH seconds. `said`: job uid -> when it was last written, and the words of its cause then."""
     plans: list[Plan] = []
     for decision in decisions:
         key = decision.job.key
         if decision.placement is None and not decision.error and (view := views.get(key)):
-            message = mig.get(key) or "; ".join(filter(None, (decision.reason or "waiting", notes.get(key))))
+            cause = mig.get(key) or decision.reason or "waiting"
+            message = "; ".join(filter(None, (cause, None if key in mig else notes.get(key))))
             reason = Reason.MIG_RECONFIGURING if key in mig else Reason.UNSCHEDULABLE
+            when, words = said.get(view.uid, (float("-inf"), ""))
             if view.phase == Phase.QUEUED and view.status.reason == reason and not view.problems \
-                    and now - said.get(view.uid, float("-inf")) < WAIT_REFRESH:
+                    and words == _words(cause) and now - when < WAIT_REFRESH:
                 continue
             if plan := view.wait(reason, message, now):
-                said[view.uid] = now
+                said[view.uid] = (now, _words(cause))
                 plans.append(plan)
     return plans
+
+
+def _words(sentence: str) -> str:
+    """What a waiting message says without its counts, bracketed names and reservation notes: it changes when the
+    cause changes, not with every pod that comes and goes."""
+    clauses = [c for c in sentence.split("; ") if not c.endswith(RESERVED_NOTE)]
+    return _NUMBERS.sub("#", _BRACKETS.sub("", "; ".join(clauses)))
 
 
 def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]], now: float,

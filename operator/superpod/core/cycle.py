@@ -18,6 +18,8 @@ from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.placement import Placement, Solver, solve, validate
 from superpod.core.request import JobRequest
 
+RESERVED_NOTE = "reserved for it"  # ends the reason of the job that holds the reservation
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -152,13 +154,14 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
         if held is None:
             return Decision(job, None, reason), None
         verb = "are" if len(held.domains) > 1 or len(held.nodes) > 1 else "is"
-        text = f"{reason}; {held.label} {verb} reserved for it"
+        text = f"{reason}; {held.label} {verb} {RESERVED_NOTE}"
         return Decision(job, None, text, reserved=held.label, reserved_nodes=held.node_names(snap)), held
-    if solve(Solver(snap, job)) is not None:
+    anywhere = Solver(snap, job)
+    if solve(anywhere) is not None:
         why = (f"fits only inside {held.label}, reserved for {held.holder.key} (priority {held.holder.priority}); "
                "it runs after that job starts")
         return Decision(job, None, why), held
-    return Decision(job, None, explain_solver(sv)), held
+    return Decision(job, None, explain_solver(anywhere)), held
 
 
 def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None = None) -> list[Decision]:
