@@ -13,11 +13,13 @@ def main(argv: list[str] | None = None) -> int:
     from superpod.controller import operator as operator_cli
     from superpod.localcluster import cli as cluster_cli
     from superpod.sim import cli as sim_cli
+    from superpod.simulate import cli as simulate_cli
 
     cluster_cli.register(sub)
     sim_cli.register(sub)
     operator_cli.register(sub)
     plan.register(sub)
+    simulate_cli.register(sub)
     demo.register(sub)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)

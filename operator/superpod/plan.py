@@ -25,7 +25,7 @@ from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, SERVICES, TRAININGJ
 KINDS = {kind.kind: kind for kind in (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES)}
 
 
-def _items(docs: list[Any]) -> list[dict]:
+def items_of(docs: list[Any]) -> list[dict]:
     out: list[dict] = []
     for n, doc in enumerate(docs):
         if doc is None:
@@ -37,7 +37,7 @@ def _items(docs: list[Any]) -> list[dict]:
             items = doc.get("items")
             if not isinstance(items, list):
                 raise ConvertError(f"{kind} (document {n + 1})", "items", "expected a list")
-            out.extend(_items(items))
+            out.extend(items_of(items))
         else:
             out.append(doc)
     return out
@@ -92,7 +92,7 @@ def plan_text(text: str) -> dict:
         docs = list(yaml.safe_load_all(text))
     except yaml.YAMLError as e:
         raise ConvertError("input", "<yaml>", str(e).replace("\n", " ")) from None
-    return plan_objects(_items(docs))
+    return plan_objects(items_of(docs))
 
 
 def run(args: Any) -> int:

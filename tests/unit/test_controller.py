@@ -262,6 +262,7 @@ def test_a_bug_that_meets_one_job_is_said_on_it_and_the_rest_schedules_on(monkey
 
     monkeypatch.setattr(module, "judge", judge)
     c.kubelet.finish(c.pods("fine")[0]["metadata"]["namespace"] + "/" + c.pods("fine")[0]["metadata"]["name"], 0)
+    run(c.admin.patch(TRAININGJOBS, "cursed", {"metadata": {"labels": {"seen": "again"}}}, "team-a"))  # judged anew
     c.cycle()
     assert c.status("fine")["phase"] == "Succeeded"
     error = next(x for x in c.status("cursed")["conditions"] if x["type"] == "OperatorError")

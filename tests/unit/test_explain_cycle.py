@@ -171,3 +171,20 @@ def test_cycle_never_overcommits_and_respects_the_reservation(specs, used):
             assert not held, "one reservation per cycle"
             held = set(d.reserved_nodes)
             assert held
+
+
+def test_a_queue_of_one_shape_is_searched_once_per_snapshot(monkeypatch):
+    """Found by the simulator: under overload every waiting job was searched and explained anew each cycle (80 %
+    of a replay's time); jobs of one shape get one answer on one snapshot, and a new search once it changed."""
+    from superpod.core import cycle
+
+    searches = []
+    real = cycle._search
+    monkeypatch.setattr(cycle, "_search", lambda *args: searches.append(args[1].name) or real(*args))
+    snap = superpod(leaves=1, per_leaf=2)
+    waiting = [job(f"w{i:03d}").gpus(8).priority(0, i).build() for i in range(100)]
+    decisions = schedule(snap, waiting)
+    assert [d.placed for d in decisions[:3]] == [True, True, False]
+    assert searches == ["w000", "w001", "w002", "w003"], "one search per placement, then one for the rest"
+    assert len({d.reason for d in decisions[3:]}) == 1 and "room for 0" in decisions[3].reason
+    assert "reserved for it" in decisions[2].reason

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
-from superpod.controller.decide import decide, pending, wait_plans
+from superpod.controller.decide import Offered, decide, pending, wait_plans
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings, judge
 from superpod.controller.metering import Meter
@@ -28,7 +28,7 @@ from superpod.controller.mig import MigFlow
 from superpod.controller.snapshot import SnapshotCache, holdings
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
-from superpod.core.phases import ACTIVE, Reason
+from superpod.core.phases import ACTIVE, Phase, Reason
 from superpod.core.request import JobRequest
 from superpod.k8s.api import ClusterAPI
 
@@ -50,6 +50,10 @@ class Controller:
         self.invalid: dict[str, str] = {}  # job key -> why no node of this cluster can serve it
         self.held_back: dict[str, str] = {}  # job key -> why it was not scheduled this cycle (backoff, terminating)
         self.said: dict[str, tuple[float, str]] = {}  # job uid -> when its waiting message was written, its words
+        # Running gangs judged steady (all replicas running, nothing to write), with what they were judged on:
+        # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
+        self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, nodes version)
+        self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -85,13 +89,13 @@ class Controller:
             if isinstance(view.request, JobRequest) and len(view.placement()) == view.replicas:
                 placed[view.key] = (view.request, view.uid, view.status.attempt, view.placement())
             if self.applier.settled(view.uid, now):
-                plans += self._judge(view, now)
+                plans += self._judge_unless_steady(view, now)
         waiting = pending(self.state, views, now)
         plans += waiting.plans
         snap = self.snapshots.build(self.state, holdings(self.state, placed))
         started = time.perf_counter()
         self.decisions, self.invalid, start_plans = decide(self.state, snap, waiting.ready, now, self.settings,
-                                                           self.policy)
+                                                           self.policy, self.offered())
         self.held_back = waiting.reasons
         self._observe_decisions(now, time.perf_counter() - started)
         plans += start_plans
@@ -101,7 +105,9 @@ class Controller:
             plans += mig_plans
         by_key = {v.key: v for v in views}
         plans += wait_plans(self.decisions, by_key, mig, notes, now, self.said)
-        self.said = {uid: t for uid, t in self.said.items() if uid in {v.uid for v in views}}
+        live = {v.uid for v in views}
+        self.said = {uid: t for uid, t in self.said.items() if uid in live}
+        self.steady = {uid: seen for uid, seen in self.steady.items() if uid in live}
         for decision in self.decisions:
             if decision.error and (view := by_key.get(decision.job.key)):
                 log.error("placing %s failed: %s", decision.job.key, decision.error)
@@ -126,6 +132,21 @@ class Controller:
                 if decision.placement is not None:
                     self.metrics.queue_wait_seconds.observe(max(0.0, now - decision.job.submitted))
             self.metrics.observe_cluster(self.state)
+
+    def offered(self) -> Offered:
+        """What the usable nodes offer at all, recomputed when nodes change."""
+        if self._offered is None or self._offered[0] != self.state.version:
+            self._offered = (self.state.version, Offered.of(self.state.usable_nodes()))
+        return self._offered[1]
+
+    def _judge_unless_steady(self, view: JobView, now: float) -> list[Plan]:
+        seen = (self.state.changes.get(view.key, 0), self.state.version)
+        if self.steady.get(view.uid) == seen:
+            return []
+        plans = self._judge(view, now)
+        if not plans and view.phase == Phase.RUNNING and view.status.reason == Reason.RUNNING:
+            self.steady[view.uid] = seen
+        return plans
 
     def _judge(self, view: JobView, now: float) -> list[Plan]:
         try:

@@ -137,13 +137,13 @@ def unservable(snap: Snapshot, offered: Offered, job: JobRequest) -> str | None:
 
 
 def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float, settings: Settings,
-           policy=None) -> tuple[list[Decision], dict[str, str], list[Plan]]:
+           policy=None, offered: Offered | None = None) -> tuple[list[Decision], dict[str, str], list[Plan]]:
     """Schedule the ready jobs on `snap` (placed gangs are assumed into it): the decisions, the jobs found invalid
     (key -> why), and plans for the invalid and placed ones. Waiting jobs get their plans from `wait_plans` once the
     MIG flow had its say."""
     plans: list[Plan] = []
     valid, invalid = [], {}
-    offered = Offered.of(state.usable_nodes())
+    offered = offered or Offered.of(state.usable_nodes())
     for view in ready:
         try:
             why = unservable(snap, offered, view.request)

@@ -22,6 +22,8 @@ class Meter:
         self._counted.clear()
 
     def observe(self, state: ClusterState, views: list[JobView], now: float) -> None:
+        if self.counter is None:
+            return  # nothing to count into (the simulator, `superpod plan`)
         seen = set()
         for view in views:
             uid = view.uid

@@ -49,6 +49,7 @@ class MigFlow:
     def __init__(self, state: ClusterState, namespace: str, configmap: str, timeout: float, metrics=None) -> None:
         self.state, self.metrics = state, metrics
         self.namespace, self.configmap, self.timeout = namespace, configmap, timeout
+        self._dynamic: tuple[int, bool] | None = None  # (nodes version, some node opted in to dynamic MIG)
 
     # ---- reconfigurations in flight -------------------------------------------------------------------------------
     def check(self, now: float) -> list[Plan]:
@@ -106,6 +107,8 @@ class MigFlow:
         served = {k for e in self.state.nodes.values()
                   for k in ((e.obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",") if k}
         messages = {k: "waiting for the MIG reconfiguration of its nodes" for k in served}
+        if not any(_profile(job) for job in waiting) and not (waiting and self._any_dynamic()):
+            return [], messages, {}  # no job wants slices, and no node has slices to give back
         nodes, refused = self._nodes(busy)
         notes: dict[str, str] = {}
         groups: dict[tuple, list[JobRequest]] = {}
@@ -137,6 +140,13 @@ class MigFlow:
         return [self._write(layouts, configs, assignment, now)], {**messages, **{
             key: f"repartitioning {len(where)} node(s) for its MIG slices: {', '.join(where[:5])}"
                  f"{' ...' if len(where) > 5 else ''}" for key, where in assignment.items()}}, notes
+
+    def _any_dynamic(self) -> bool:
+        """Some node opted in to dynamic MIG (recomputed when nodes change)."""
+        if self._dynamic is None or self._dynamic[0] != self.state.version:
+            self._dynamic = (self.state.version, any((e.obj["metadata"].get("labels") or {}).get(DYNAMIC) == "true"
+                                                     for e in self.state.nodes.values()))
+        return self._dynamic[1]
 
     def _reclaim(self, waiting: list[JobRequest], nodes: list[MigNode], taken: set[str], layouts: dict,
                  configs: dict) -> None:

@@ -108,6 +108,7 @@ class ClusterState:
         self.by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
         self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
+        self.changes: dict[str, int] = {}  # job key -> changes seen to the job, its pods or its Service
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
 
@@ -128,7 +129,13 @@ class ClusterState:
             return True
         self._versions[(kind.plural, key)] = (uid, rv)
         self._store(kind, key, obj, now)
+        self._changed(kind, key)
         return True
+
+    def _changed(self, kind: Kind, key: str) -> None:
+        job = self.pods[key].job if kind is PODS and key in self.pods else key
+        if kind in (PODS, SERVICES, TRAININGJOBS) and job:
+            self.changes[job] = self.changes.get(job, 0) + 1
 
     def resync(self, kind: Kind, items: list[dict], list_version: str, now: float) -> int:
         """A full list: apply every item, and drop what the list proves deleted (cached from before the list, absent
@@ -159,6 +166,7 @@ class ClusterState:
             self.version += 1
 
     def _forget(self, kind: Kind, key: str, uid: str, rv: int, now: float, obj: dict | None = None) -> None:
+        self._changed(kind, key)
         self._versions.pop((kind.plural, key), None)
         if uid:
             self._tombstones[uid] = rv
@@ -178,6 +186,7 @@ class ClusterState:
                                    replace(last, end=max(last.start or 0.0, pod.last_known)))
         elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
+            self.changes.pop(key, None)
         elif kind is NODES:
             self.nodes.pop(key, None)
             self.version += 1

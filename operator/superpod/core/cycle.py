@@ -36,7 +36,13 @@ class Decision:
 
 
 class QueuePolicy(Protocol):
+    reserves: bool  # the first blocked job that could fit later holds a reservation (see reservation_for)
+
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]: ...
+
+    def place(self, solver: Solver) -> Placement | None:
+        """Where the solver's job goes now, or None (superpod: placement.solve, exact)."""
+        ...
 
     def admit(self, job: JobRequest, placed: list[Decision]) -> str | None:
         """None if the job may be placed now, else why not (e.g. its queue is over quota)."""
@@ -44,13 +50,18 @@ class QueuePolicy(Protocol):
 
 
 class PriorityFifo:
-    """Priority descending, then submission time, then namespace/name. Admits everything."""
+    """Priority descending, then submission time, then namespace/name. Admits everything; places exactly."""
+
+    reserves = True
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return sorted(jobs, key=lambda j: (-j.priority, j.submitted, j.namespace, j.name))
 
     def admit(self, job: JobRequest, placed: list[Decision]) -> str | None:
         return None
+
+    def place(self, solver: Solver) -> Placement | None:
+        return solve(solver)
 
 
 @dataclass(frozen=True)
@@ -138,26 +149,38 @@ def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int
 
 
 def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
-            held: Reservation | None) -> tuple[Decision, Reservation | None]:
-    """One job's decision, and the reservation in force after it."""
+            held: Reservation | None, failed: dict[tuple, str]) -> tuple[Decision, Reservation | None]:
+    """One job's decision, and the reservation in force after it. `failed`: why jobs of a shape did not fit on this
+    snapshot (its generation) under this reservation: a job of the same shape is told the same without a search."""
     why = validate(snap, job) or policy.admit(job, placed)
     if why:
         return Decision(job, None, why), held
+    seen = (snap.generation, job.shape(), held)
+    if seen in failed:
+        return Decision(job, None, failed[seen]), held
+    decision, after = _search(snap, job, policy, held)
+    if decision.placement is None and after is held:
+        failed[seen] = decision.reason
+    return decision, after
+
+
+def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy,
+            held: Reservation | None) -> tuple[Decision, Reservation | None]:
     sv = Solver(snap, job, held.domains, exclude_nodes=held.nodes) if held else Solver(snap, job)
-    p = solve(sv)
+    p = policy.place(sv)
     if p is not None:
         snap.assume(job, p.assignments)
         return Decision(job, p, None), held
     if held is None:  # the same solver explains and reserves
         reason = explain_solver(sv)
-        held = _reservation(sv)
+        held = _reservation(sv) if policy.reserves else None
         if held is None:
             return Decision(job, None, reason), None
         verb = "are" if len(held.domains) > 1 or len(held.nodes) > 1 else "is"
         text = f"{reason}; {held.label} {verb} {RESERVED_NOTE}"
         return Decision(job, None, text, reserved=held.label, reserved_nodes=held.node_names(snap)), held
     anywhere = Solver(snap, job)
-    if solve(anywhere) is not None:
+    if policy.place(anywhere) is not None:
         why = (f"fits only inside {held.label}, reserved for {held.holder.key} (priority {held.holder.priority}); "
                "it runs after that job starts")
         return Decision(job, None, why), held
@@ -170,9 +193,10 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     out: list[Decision] = []
     placed: list[Decision] = []
     held: Reservation | None = None
+    failed: dict[tuple, str] = {}
     for job in policy.order(jobs):
         try:
-            decision, held = _decide(snap, job, policy, placed, held)
+            decision, held = _decide(snap, job, policy, placed, held, failed)
         except Exception as e:  # noqa: BLE001 - one job's bug must not stop the cycle; its snapshot is unchanged
             decision = Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e))
         if decision.placement is not None:

@@ -545,7 +545,7 @@ def solve(sv: Solver) -> Placement | None:
                     best = (cost, found[1], d)
     if best is None:
         return None
-    return _placement(sv, best[1], best[2])
+    return placement_of(sv, best[1], best[2])
 
 
 def _domains_above(snap: Snapshot, d: int) -> list[int]:
@@ -558,7 +558,8 @@ def _domains_above(snap: Snapshot, d: int) -> list[int]:
     return out
 
 
-def _placement(sv: Solver, parts: list[tuple[int, int]], domain: int) -> Placement:
+def placement_of(sv: Solver, parts: list[tuple[int, int]], domain: int) -> Placement:
+    """The Placement of `parts` ([(node index, replicas)], ranks in that order); `domain` the required one or 0."""
     snap = sv.snap
     assignments: dict[str, list[int]] = {}
     rank = 0

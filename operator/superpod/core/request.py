@@ -111,6 +111,11 @@ class JobRequest:
     def filter_signature(self) -> tuple:
         return (self.gpu_product, self.node_selector, self.affinity, self.tolerations, self.avoid_nodes)
 
+    def shape(self) -> tuple:
+        """Everything placement reads: two jobs of one shape get the same answer on the same snapshot."""
+        return (self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
+                self.slice_size, self.slice_required)
+
 
 def make_request(
     namespace: str, name: str, replicas: int, requests: dict[str, int] | None = None, **kw: Any

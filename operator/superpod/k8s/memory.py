@@ -50,6 +50,7 @@ class MemoryAPI:
     # fault(verb, kind, obj_or_key, writer) may raise an ApiError before the write, or return "lose-answer": the
     # write is applied but the caller gets a timeout (the worst case: it cannot know the write landed).
     fault: Callable[[str, Kind, object, str], str | None] | None = None
+    _owned: dict[str, set[tuple[Kind, str]]] = field(default_factory=dict)  # owner uid -> (kind, key) it owns
     _version: itertools.count = field(default_factory=lambda: itertools.count(1))
     _uid: itertools.count = field(default_factory=lambda: itertools.count(1))
 
@@ -72,6 +73,8 @@ class MemoryAPI:
     def _store(self, kind: Kind, obj: dict, verb: str) -> dict:
         obj["metadata"]["resourceVersion"] = self.version()
         self.objects.setdefault(kind, {})[_key(obj)] = obj
+        for owner in obj["metadata"].get("ownerReferences") or []:
+            self._owned.setdefault(owner.get("uid"), set()).add((kind, _key(obj)))
         self.events.append(WatchEvent(kind, "ADDED" if verb == "create" else "MODIFIED", copy.deepcopy(obj),
                                       self.clock()))
         return copy.deepcopy(obj)
@@ -85,12 +88,12 @@ class MemoryAPI:
             obj["metadata"]["deletionTimestamp"] = rfc3339(self.clock(), micro=True)
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
         self.events.append(WatchEvent(kind, "DELETED", copy.deepcopy(obj), self.clock()))
-        uid = obj["metadata"].get("uid")
-        for other_kind, store in list(self.objects.items()):  # the garbage collector, at once
-            for other_key, other in list(store.items()):
-                owners = other["metadata"].get("ownerReferences") or []
-                if any(o.get("uid") == uid for o in owners):
-                    self._collect(other_kind, other_key, other)
+        for other_kind, other_key in sorted(self._owned.pop(obj["metadata"].get("uid"), ()),
+                                            key=lambda owned: (owned[0].plural, owned[1])):  # the garbage collector
+            other = self.objects.get(other_kind, {}).get(other_key)
+            owners = other["metadata"].get("ownerReferences") or [] if other is not None else []
+            if any(o.get("uid") == obj["metadata"].get("uid") for o in owners):
+                self._collect(other_kind, other_key, other)
 
     def delete_now(self, kind: Kind, key: str) -> None:
         """Removal without grace: the kubelet finishing a pod's termination, the garbage collector, a node gone."""

@@ -8,6 +8,8 @@ next step, or `terminate-after` seconds after its deletion was asked (at most it
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from superpod.api.times import rfc3339, timestamp
 from superpod.k8s.api import NODES, PODS
 from superpod.k8s.memory import MemoryAPI
@@ -27,14 +29,19 @@ class SimKubelet:
     def __init__(self, store: MemoryAPI) -> None:
         self.store = store
 
-    def step(self) -> None:
+    def step(self, pods: Iterable[str] | None = None) -> None:
+        """Every node and pod; or only the pods named (keys), for a caller that knows which ones changed."""
         now = self.store.clock()
-        for node in list(self.store.objects.get(NODES, {}).values()):
-            conditions = (node.get("status") or {}).get("conditions") or []
-            if not any(c.get("type") == "Ready" for c in conditions):
-                self.set_ready(node["metadata"]["name"], True)
-        ready = {n["metadata"]["name"] for n in self.store.objects.get(NODES, {}).values() if _ready(n)}
-        for key, pod in list(self.store.objects.get(PODS, {}).items()):
+        nodes = self.store.objects.get(NODES, {})
+        if pods is None:
+            for node in list(nodes.values()):
+                conditions = (node.get("status") or {}).get("conditions") or []
+                if not any(c.get("type") == "Ready" for c in conditions):
+                    self.set_ready(node["metadata"]["name"], True)
+        stored = self.store.objects.get(PODS, {})
+        keys = list(stored) if pods is None else [key for key in pods if key in stored]
+        for key in keys:
+            pod = stored[key]
             meta, status = pod["metadata"], pod.get("status") or {}
             notes = meta.get("annotations") or {}
             if meta.get("deletionTimestamp"):
@@ -43,7 +50,8 @@ class SimKubelet:
                     self.store.delete_now(PODS, key)
                 continue
             phase = status.get("phase") or "Pending"
-            if phase == "Pending" and pod["spec"].get("nodeName") in ready and STAY_PENDING not in notes:
+            bound = pod["spec"].get("nodeName")
+            if phase == "Pending" and bound in nodes and _ready(nodes[bound]) and STAY_PENDING not in notes:
                 if IMAGE_ERROR in notes:
                     self._status(pod, {"phase": "Pending", "containerStatuses": [
                         {"name": c["name"], "state": {"waiting": {"reason": "ErrImagePull",

@@ -78,6 +78,14 @@ def node_object(spec: NodeSpec, cluster: str) -> dict:
     }
 
 
+def topology(name: str = "default") -> dict:
+    """The ClusterTopology over the labels the presets set (the levels of the chart's default topology)."""
+    levels = [("spine", "superpod.dev/spine"), ("leaf", "superpod.dev/leaf"), ("nvlink", "nvidia.com/gpu.clique"),
+              ("node", "kubernetes.io/hostname")]
+    return {"apiVersion": "superpod.dev/v1alpha1", "kind": "ClusterTopology", "metadata": {"name": name},
+            "spec": {"levels": [{"name": level, "nodeLabel": label} for level, label in levels]}}
+
+
 def _topology(spine: str, leaf: str, clique: str | None = None) -> dict[str, str]:
     """Domain names are unique across presets, so several presets can share one cluster and one topology."""
     labels = {"superpod.dev/spine": spine, "superpod.dev/leaf": leaf}

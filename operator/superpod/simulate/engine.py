@@ -1,50 +1,80 @@
-"""The replay: the operator's own Controller (cache, cycle, applier) against MemoryAPI and the simulated kubelet, on
-a virtual clock that jumps from one event (a submit, a gang's end) to the next. Single-threaded, deterministic."""
+"""The replay: the operator's own Controller (cache, cycle, applier, queue policy) against MemoryAPI and the
+simulated kubelet, on a virtual clock that jumps from one event (a submit, a gang's end) to the next.
+Single-threaded and deterministic: no wall clock, no threads; the same inputs give the same records.
+
+Per instant: submit what is due, then settle — deliver watch events to the cache, run a cycle, let the kubelet
+start or remove pods — until an instant writes nothing more. A gang starts when all its pods run; it ends when its
+runtime (runtime.py) has passed: its pods exit 0 (or 1 at the trace's failure time) and the operator does the rest;
+a requeued job's backoff end (status.notBefore) is an instant too (the operator cycles at least every second).
+A finished job is deleted once its end is recorded, as a user's cleanup (or a TTL) would, so the cache holds what
+runs and waits, not the whole history; Events are dropped at each instant, as the API server's event TTL would."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-from collections import defaultdict, deque
+import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from superpod.api.manifests import ATTEMPT_LABEL, JOB_LABEL
+from superpod.api.times import timestamp
 from superpod.controller.controller import Controller
 from superpod.controller.judge import Settings
 from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState
-from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, TRAININGJOBS, WATCHED
+from superpod.core.cycle import QueuePolicy
+from superpod.core.phases import FINISHED
+from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, NODES, PODS, TRAININGJOBS, WATCHED, object_key
 from superpod.k8s.memory import MemoryAPI
 from superpod.sim.kubelet import SimKubelet
+from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.trace import TraceJob
 
 EPOCH = 1_800_000_000.0  # virtual time 0, as a wall-clock instant (status times are RFC 3339)
-SETTLE_ROUNDS = 20
-# Runtime multiplier for each level a gang's placement crosses beyond its compact level (work in progress: to be
-# sourced from published measurements, e.g. Pollux's 1.0–2.3x cross-node slowdowns).
-SLOWDOWN = {"node": 1.25, "nvlink": 1.25, "leaf": 1.5, "spine": 1.5}
+SETTLE_ROUNDS = 50  # cycles at one instant before giving up on it settling (a safeguard: a few suffice)
 
 
 @dataclass
 class Attempt:
     start: float
-    nodes: dict[str, int]
+    nodes: dict[str, int]  # node -> replicas
     end: float | None = None
     outcome: str = ""
 
 
 @dataclass
 class JobRecord:
-    submit: float
-    gpus: int
+    job: TraceJob
     attempts: list[Attempt] = field(default_factory=list)
+    end: float | None = None
+    phase: str = ""
+
+
+@dataclass
+class Sample:
+    """The cluster at one instant (after it settled), held until the next sample."""
+
+    time: float
+    busy_gpus: int  # GPUs of gangs that run
+    free_gpus: int  # GPUs no pod holds
+    unusable_gpus: int  # free GPUs while some job waits
+
+
+@dataclass
+class _Gang:
+    key: str
+    attempt: str
+    pods: dict[str, str] = field(default_factory=dict)  # pod key -> node, of the pods seen running
     end: float | None = None
 
 
 class Simulation:
-    def __init__(self, nodes: list[dict], topology: dict, jobs: list[TraceJob], slowdown: dict | None = None):
+    def __init__(self, nodes: list[dict], topology: dict, jobs: list[TraceJob], policy: QueuePolicy,
+                 runtime: RuntimeModel, startup_delay: float = 0.0) -> None:
         self.now = 0.0
-        self.store = MemoryAPI(clock=lambda: EPOCH + self.now)
+        self.loop = asyncio.new_event_loop()  # its own: the controller's writes are coroutines, run one at a time
+        self.store = MemoryAPI(clock=self._clock)
         self.admin = self.store.client("trace")
         self.kubelet = SimKubelet(self.store)
         for node in nodes:
@@ -55,36 +85,61 @@ class Simulation:
         api = self.store.client("simulator")
         self.controller = Controller(self.state, api, lambda: True, Settings(),
                                      MigFlow(self.state, "superpod-system", "superpod-mig-parted-config", 300),
-                                     clock=lambda: EPOCH + self.now)
+                                     policy=policy, clock=self._clock)
         for kind in WATCHED:
             items, version = self._run(api.list(kind))
-            self.state.resync(kind, items, version, EPOCH + self.now)
-        self.delivered = len(self.store.events)
-        self.levels = [level["nodeLabel"] for level in topology["spec"]["levels"]]
-        self.level_names = [level["name"] for level in topology["spec"]["levels"]]
-        self.labels = {node["metadata"]["name"]: node["metadata"].get("labels") or {} for node in nodes}
-        self.slowdown = slowdown or SLOWDOWN
-        self.queue = deque(sorted(jobs, key=lambda job: job.submit))
-        self.trace = {f"{job.namespace}/{job.name}": job for job in jobs}
+            self.state.resync(kind, items, version, self._clock())
+        self.store.events.clear()
+        self.runtime, self.startup_delay = runtime, startup_delay
+        self.capacity = sum(int((node.get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu", 0))
+                            for node in nodes)
+        self.upcoming = sorted(jobs, key=lambda job: (job.submit, job.namespace, job.name))
+        keys = [f"{job.namespace}/{job.name}" for job in self.upcoming]
+        if len(set(keys)) != len(keys):
+            twice = sorted({key for key in keys if keys.count(key) > 1})
+            raise ValueError(f"the trace names a job more than once: {', '.join(twice[:5])}")
+        self.next_submit = 0
         self.records: dict[str, JobRecord] = {}
-        self.ends: dict[tuple[str, str], float] = {}  # (job key, attempt) -> when its pods finish
+        self.samples: list[Sample] = []
+        self.writes: dict[str, int] = {}  # "<verb> <resource>" -> count, the operator's API writes
+        self.cycles = 0
+        self._gangs: dict[tuple[str, str], _Gang] = {}
+        self._ends: list[tuple[float, str, str]] = []  # heap of (end, job key, attempt)
+        self._wakes: list[float] = []  # heap of times a requeued job may be placed again
+        self._busy = 0
+        self._held = 0  # GPUs requested by pods that are bound and not finished
+        self._held_by: dict[str, int] = {}  # pod key -> GPUs it holds
+        self._waiting: set[str] = set()
+        self._finished: list[str] = []
+        self._touched: set[str] = set()  # pods changed since the kubelet last looked
 
-    @staticmethod
-    def _run(coroutine):
-        return asyncio.get_event_loop().run_until_complete(coroutine)
+    def _clock(self) -> float:
+        return EPOCH + self.now
 
-    def run(self) -> dict[str, JobRecord]:
-        while self.queue or self.ends or self._unfinished():
-            while self.queue and self.queue[0].submit <= self.now:
-                self._submit(self.queue.popleft())
+    def _run(self, coroutine):
+        return self.loop.run_until_complete(coroutine)
+
+    def run(self, progress: Callable[[float, int], None] | None = None) -> dict[str, JobRecord]:
+        """Replay every job; `progress(simulated seconds, jobs ended)` is called after each instant."""
+        while True:
+            while self.next_submit < len(self.upcoming) and self.upcoming[self.next_submit].submit <= self.now:
+                self._submit(self.upcoming[self.next_submit])
+                self.next_submit += 1
             self._settle()
-            self._observe()
-            upcoming = [job.submit for job in list(self.queue)[:1]] + list(self.ends.values())
-            if not upcoming:
-                break  # nothing can change any more: the rest wait forever
-            self.now = max(self.now, min(upcoming))
+            self._sample()
+            if progress:
+                progress(self.now, len(self.records) - len(self._waiting) - len(self._gangs))
+            while self._wakes and self._wakes[0] <= self.now:
+                heapq.heappop(self._wakes)
+            following = [self._ends[0][0]] if self._ends else []
+            following += self._wakes[:1]
+            if self.next_submit < len(self.upcoming):
+                following.append(self.upcoming[self.next_submit].submit)
+            if not following:
+                self.loop.close()
+                return self.records  # nothing can change any more: what still waits waits for good
+            self.now = max(self.now, min(following))
             self._finish_due()
-        return self.records
 
     def _submit(self, job: TraceJob) -> None:
         body = {"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob",
@@ -94,73 +149,124 @@ class Simulation:
         if job.required:
             body["spec"]["topology"] = {"required": job.required}
         self._run(self.admin.create(TRAININGJOBS, body))
-        self.records[f"{job.namespace}/{job.name}"] = JobRecord(job.submit, job.total_gpus)
+        key = f"{job.namespace}/{job.name}"
+        self.records[key] = JobRecord(job)
+        self._waiting.add(key)
 
     def _settle(self) -> None:
-        """Cycles and kubelet steps at this instant until nothing more happens."""
         for _ in range(SETTLE_ROUNDS):
-            before = len(self.store.events)
             self._deliver()
-            self._run(self.controller.cycle(EPOCH + self.now))
+            self._run(self.controller.cycle(self._clock()))
+            self.cycles += 1
             self._deliver()
-            self.kubelet.step()
+            self._kubelet()
+            if not self.store.events:
+                break
             self._deliver()
-            if len(self.store.events) == before:
-                return
+        self._collect()
+
+    def _kubelet(self) -> None:
+        """The simulated kubelet, on the pods whose objects changed since it last looked."""
+        touched, self._touched = self._touched, set()
+        self.kubelet.step(sorted(touched))
 
     def _deliver(self) -> None:
-        for event in self.store.events[self.delivered:]:
-            self.state.apply(event.kind, event.type, copy.deepcopy(event.obj), EPOCH + self.now)
-        self.delivered = len(self.store.events)
+        """Watch events to the operator's cache (the store's event copies are its own), and to the bookkeeping."""
+        events, self.store.events[:] = list(self.store.events), []
+        for event in events:
+            self.state.apply(event.kind, event.type, event.obj, self._clock())
+            if event.kind is PODS:
+                self._touched.add(object_key(event.obj))
+                self._pod(event.type, event.obj)
+            elif event.kind is TRAININGJOBS:
+                self._job(event.type, event.obj)
+        for write in self.store.writes:
+            if write.writer == "simulator":
+                name = f"{write.verb} {write.kind}"
+                self.writes[name] = self.writes.get(name, 0) + 1
+        self.store.writes.clear()
 
-    def _observe(self) -> None:
-        """Gangs whose pods all run now get an end time from the runtime model; finished jobs get their end."""
-        gangs = defaultdict(list)
-        for pod in self.store.objects.get(PODS, {}).values():
-            labels = pod["metadata"].get("labels") or {}
-            key = f"{pod['metadata']['namespace']}/{labels.get(JOB_LABEL)}"
-            if key in self.trace and (pod.get("status") or {}).get("phase") == "Running":
-                gangs[(key, labels.get(ATTEMPT_LABEL))].append(pod)
-        for (key, attempt), pods in gangs.items():
-            job = self.trace[key]
-            if (key, attempt) in self.ends or len(pods) < job.replicas:
-                continue
-            nodes = defaultdict(int)
-            for pod in pods:
-                nodes[pod["spec"]["nodeName"]] += 1
-            runtime = job.duration * self._factor(job, list(nodes))
-            if job.fail_after is not None and not self.records[key].attempts:
-                runtime = min(runtime, job.fail_after)
-            self.ends[(key, attempt)] = self.now + runtime
-            self.records[key].attempts.append(Attempt(self.now, dict(nodes)))
-        for key, record in self.records.items():
-            phase = ((self.store.peek(TRAININGJOBS, key) or {}).get("status") or {}).get("phase")
-            if record.end is None and phase in ("Succeeded", "Failed"):
-                record.end = self.now
+    def _pod(self, kind: str, pod: dict) -> None:
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        phase = (pod.get("status") or {}).get("phase")
+        gpus = int(((pod["spec"]["containers"][0].get("resources") or {}).get("limits") or {}).get(
+            "nvidia.com/gpu", 0))
+        holds = kind != "DELETED" and bool(pod["spec"].get("nodeName")) and phase not in ("Succeeded", "Failed")
+        self._held += (gpus if holds else 0) - self._held_by.pop(key, 0)
+        if holds:
+            self._held_by[key] = gpus
+        labels = meta.get("labels") or {}
+        job_key = f"{meta['namespace']}/{labels.get(JOB_LABEL)}"
+        record = self.records.get(job_key)
+        if record is None or kind == "DELETED" or phase != "Running":
+            return
+        gang = self._gangs.setdefault((job_key, labels.get(ATTEMPT_LABEL)), _Gang(job_key, labels.get(ATTEMPT_LABEL)))
+        gang.pods[key] = pod["spec"]["nodeName"]
+        if gang.end is None and len(gang.pods) == record.job.replicas:
+            self._start(record, gang)
 
-    def _factor(self, job: TraceJob, nodes: list[str]) -> float:
-        """The runtime multiplier of a placement: each level it crosses beyond the finest one that shares it."""
-        factor = 1.0
-        for label, name in zip(self.levels[::-1], self.level_names[::-1], strict=True):
-            if len({self.labels[node].get(label) for node in nodes}) > 1:
-                factor *= self.slowdown.get(name, 1.0) if job.replicas > 1 or name != "node" else 1.0
-        return factor
+    def _start(self, record: JobRecord, gang: _Gang) -> None:
+        nodes: dict[str, int] = {}
+        for node in gang.pods.values():
+            nodes[node] = nodes.get(node, 0) + 1
+        job = record.job
+        runtime = self.startup_delay + job.duration * self.runtime.factor(job, list(nodes))
+        if job.fail_after is not None and not record.attempts:
+            runtime = min(runtime, self.startup_delay + job.fail_after)
+        gang.end = self.now + runtime
+        heapq.heappush(self._ends, (gang.end, gang.key, gang.attempt))
+        record.attempts.append(Attempt(self.now, nodes))
+        self._busy += job.total_gpus
+        self._waiting.discard(gang.key)
+
+    def _job(self, kind: str, obj: dict) -> None:
+        key = f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+        record = self.records.get(key)
+        phase = (obj.get("status") or {}).get("phase") or ""
+        if record is None or kind == "DELETED":
+            return
+        record.phase = phase
+        not_before = (obj.get("status") or {}).get("notBefore")
+        if not_before and timestamp(not_before) - EPOCH > self.now:  # a requeued job: a cycle when its backoff ends
+            heapq.heappush(self._wakes, timestamp(not_before) - EPOCH)
+        if phase in FINISHED and record.end is None:
+            record.end = self.now
+            self._waiting.discard(key)
+            self._finished.append(key)
 
     def _finish_due(self) -> None:
-        for (key, attempt), end in list(self.ends.items()):
-            if end > self.now:
-                continue
-            job = self.trace[key]
-            failed = job.fail_after is not None and len(self.records[key].attempts) == 1
-            for pod_key, pod in list(self.store.objects.get(PODS, {}).items()):
-                labels = pod["metadata"].get("labels") or {}
-                if (f"{pod['metadata']['namespace']}/{labels.get(JOB_LABEL)}" == key
-                        and labels.get(ATTEMPT_LABEL) == attempt
-                        and (pod.get("status") or {}).get("phase") == "Running"):
+        """Gangs whose runtime has passed: their pods exit (1 at the trace's failure time, else 0)."""
+        while self._ends and self._ends[0][0] <= self.now:
+            _, key, attempt = heapq.heappop(self._ends)
+            gang, record = self._gangs.pop((key, attempt)), self.records[key]
+            failed = record.job.fail_after is not None and len(record.attempts) == 1
+            for pod_key in sorted(gang.pods):
+                if pod_key in self.store.objects.get(PODS, {}):
                     self.kubelet.finish(pod_key, 1 if failed else 0)
-            record = self.records[key].attempts[-1]
-            record.end, record.outcome = self.now, "Failed" if failed else "Succeeded"
-            del self.ends[(key, attempt)]
+            last = record.attempts[-1]
+            last.end, last.outcome = self.now, "Failed" if failed else "Succeeded"
+            self._busy -= record.job.total_gpus
+            if failed:
+                self._waiting.add(key)
 
-    def _unfinished(self) -> bool:
-        return any(record.end is None for record in self.records.values()) and bool(self.ends)
+    def _collect(self) -> None:
+        """Finished jobs are deleted (their pods go with them); Events are dropped."""
+        for key in self._finished:
+            namespace, name = key.split("/", 1)
+            self._run(self.admin.delete(TRAININGJOBS, name, namespace))
+        self._finished.clear()
+        self.store.objects.pop(EVENTS, None)
+        if self.store.events:
+            self._deliver()
+            self._kubelet()
+            self._deliver()
+
+    def _sample(self) -> None:
+        free = self.capacity - self._held
+        sample = Sample(self.now, self._busy, free, free if self._waiting else 0)
+        if self.samples and self.samples[-1].time == self.now:
+            self.samples[-1] = sample
+        elif not self.samples or (self.samples[-1].busy_gpus, self.samples[-1].free_gpus,
+                                  self.samples[-1].unusable_gpus) != (sample.busy_gpus, free, sample.unusable_gpus):
+            self.samples.append(sample)

@@ -54,6 +54,14 @@ def _job(row: dict, line: int) -> TraceJob:
         raise ValueError(f"line {line}: {error}") from None
 
 
+def gang_shape(total_gpus: int, gpus_per_server: int = GPUS_PER_SERVER) -> tuple[int, int]:
+    """(replicas, GPUs per replica) for a job asking for `total_gpus`: up to a server's worth is one replica of that
+    many GPUs; more is whole servers' worth of replicas, rounded up."""
+    if total_gpus <= gpus_per_server:
+        return 1, total_gpus
+    return math.ceil(total_gpus / gpus_per_server), gpus_per_server
+
+
 def read_philly(path: str | Path, limit: int | None = None) -> list[TraceJob]:
     with open(path, newline="") as handle:
         rows = list(csv.DictReader(handle))
@@ -61,9 +69,7 @@ def read_philly(path: str | Path, limit: int | None = None) -> list[TraceJob]:
     start = min(times)
     jobs = []
     for index, (row, submitted) in enumerate(sorted(zip(rows, times, strict=True), key=lambda pair: pair[1])):
-        gpus = int(row["num_gpus"])
-        replicas, per_replica = (1, gpus) if gpus <= GPUS_PER_SERVER else (math.ceil(gpus / GPUS_PER_SERVER),
-                                                                            GPUS_PER_SERVER)
+        replicas, per_replica = gang_shape(int(row["num_gpus"]))
         jobs.append(TraceJob(submit=submitted - start, name=f"philly-{index}", namespace=f"vc-{row['cluster']}",
                              replicas=replicas, gpus=per_replica, duration=float(row["duration"]),
                              required="leaf" if replicas > 1 else ""))

@@ -1,0 +1,80 @@
+"""Baseline policies for the simulator: what users get from other schedulers, on the same core. Each is a small
+QueuePolicy (core/cycle.py); the queue order is superpod's (priority, then submission), so only placement and the
+reservation differ.
+
+- `superpod-nobackfill`: superpod's exact placement with no reservation: every job that fits now is placed in
+  order, a blocked big gang holds nothing (greedy list scheduling; big gangs can starve behind small ones).
+- `gang-spread`: kube-scheduler with the coscheduling plugin: all-or-nothing, each replica in turn on the node with
+  the most free GPUs (least-allocated scoring over nvidia.com/gpu, ties by node order), no topology.
+- `gang-firstfit`: all-or-nothing, replicas fill nodes in node order, no topology.
+- `random`: all-or-nothing, each replica on a random node with room (seeded), no topology.
+
+"No topology": these schedulers cannot express `required`/`preferred` or slices, so the baselines place as if the
+job had none; its runtime in the simulator still pays for the levels the placement crosses."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import replace
+
+from superpod.core.cycle import PriorityFifo, QueuePolicy
+from superpod.core.placement import Placement, Solver, placement_of
+
+
+class NoBackfill(PriorityFifo):
+    reserves = False
+
+
+class _Greedy(PriorityFifo):
+    """Gang all-or-nothing, one replica at a time on the node `choose` picks among those with room."""
+
+    reserves = False
+
+    def place(self, solver: Solver) -> Placement | None:
+        job = replace(solver.job, required=None, preferred=None, slice_size=None, slice_required=None)
+        loose = Solver(solver.snap, job, exclude_nodes=solver.excluded_nodes)
+        room = {node: loose.slots(node) for node in range(len(loose.snap.nodes))}
+        room = {node: slots for node, slots in room.items() if slots > 0}
+        if sum(room.values()) < job.replicas:
+            return None
+        counts: dict[int, int] = {}
+        for _ in range(job.replicas):
+            node = self.choose(loose, room, counts)
+            counts[node] = counts.get(node, 0) + 1
+            room[node] -= 1
+            if not room[node]:
+                del room[node]
+        return placement_of(loose, sorted(counts.items()), 0)
+
+    def choose(self, solver: Solver, room: dict[int, int], counts: dict[int, int]) -> int:
+        raise NotImplementedError
+
+
+class GangSpread(_Greedy):
+    def choose(self, solver: Solver, room: dict[int, int], counts: dict[int, int]) -> int:
+        per_replica = solver.job.per_replica.get(solver.job.primary, 0)
+        return max(room, key=lambda node: (solver.node_free_primary(node) - counts.get(node, 0) * per_replica,
+                                           -node))
+
+
+class GangFirstFit(_Greedy):
+    def choose(self, solver: Solver, room: dict[int, int], counts: dict[int, int]) -> int:
+        return min(room)
+
+
+class RandomFit(_Greedy):
+    def __init__(self, seed: int = 0) -> None:
+        self.random = random.Random(seed)
+
+    def choose(self, solver: Solver, room: dict[int, int], counts: dict[int, int]) -> int:
+        return self.random.choice(sorted(room))
+
+
+POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
+    "superpod": lambda seed: PriorityFifo(),
+    "superpod-nobackfill": lambda seed: NoBackfill(),
+    "gang-spread": lambda seed: GangSpread(),
+    "gang-firstfit": lambda seed: GangFirstFit(),
+    "random": lambda seed: RandomFit(seed),
+}

@@ -1,0 +1,117 @@
+"""`summary.json`: what one replay measured, with every job's record so anyone can recompute each figure.
+
+Keys (stable; times in simulated seconds from the trace's first submit):
+- `utilisation`: GPU-time of all attempts inside `window` ÷ (cluster GPUs × window length).
+- `window` [t0, t1]: the steady window, the same for every policy of a trace: from the submit of the job at the
+  10th percentile of submits (the cluster has filled) to the last submit (after it the queue only drains).
+- `metrics`: `jct` {mean, p50, p99} over jobs that ended; `queueing` per size class ("1", "2-8", "9-64", ">64")
+  {jobs, mean, p99} over jobs that started; `p99_queueing_32_plus` (gangs of 32 GPUs or more);
+  `largest_gang_wait` {gpus, wait, never_started} (the longest wait among the jobs of the largest GPU count, and
+  how many of them never started); `restarts` (attempts after the
+  first); `fewest_leaves_share` {share, of} (multi-node jobs whose last attempt used the fewest leaves possible);
+  `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by verb.
+- `series` {time, busy_gpus, free_gpus, unusable_gpus}: step series (each value holds until the next time).
+  busy: GPUs of gangs that run; free: GPUs no pod holds; unusable: free GPUs while some job waits.
+- `jobs` {"<namespace>/<name>": {submit, start, end, gpus, duration, nodes, leaves, fewest_leaves, attempts}}:
+  `start` the first attempt's start, `end` the final end (null if never), `nodes` the last attempt's
+  {node: replicas}, `attempts` [{start, end, nodes, outcome}]."""
+
+from __future__ import annotations
+
+from superpod.simulate.engine import Sample, Simulation
+from superpod.simulate.metrics import SIZE_CLASSES, by_size_class, jct, percentile, queueing_delay
+from superpod.simulate.runtime import RuntimeModel
+from superpod.simulate.trace import TraceJob
+
+VERSION = 1
+STEADY_FROM = 0.10  # the window starts at this quantile of submits
+
+
+def steady_window(jobs: list[TraceJob]) -> tuple[float, float]:
+    submits = sorted(job.submit for job in jobs)
+    if not submits:
+        return 0.0, 0.0
+    return submits[int(STEADY_FROM * (len(submits) - 1))], submits[-1]
+
+
+def policy_summary(simulation: Simulation, runtime: RuntimeModel, window: tuple[float, float]) -> dict:
+    jobs = {key: _job(record, runtime) for key, record in sorted(simulation.records.items())}
+    return {"utilisation": round(utilisation(jobs, simulation.capacity, window, simulation.now), 6),
+            "window": list(window),
+            "metrics": _metrics(jobs, simulation),
+            "series": _series(simulation.samples),
+            "jobs": jobs}
+
+
+def utilisation(jobs: dict, capacity: int, window: tuple[float, float], now: float) -> float:
+    start, end = window
+    if end <= start or capacity <= 0:
+        return 0.0
+    used = 0.0
+    for job in jobs.values():
+        for attempt in job["attempts"]:
+            stop = attempt["end"] if attempt["end"] is not None else now
+            used += job["gpus"] * max(0.0, min(stop, end) - max(attempt["start"], start))
+    return used / (capacity * (end - start))
+
+
+def _job(record, runtime: RuntimeModel) -> dict:
+    job: TraceJob = record.job
+    attempts = [{"start": a.start, "end": a.end, "nodes": dict(sorted(a.nodes.items())), "outcome": a.outcome}
+                for a in record.attempts]
+    nodes = attempts[-1]["nodes"] if attempts else {}
+    leaf = runtime.depth("leaf")
+    return {"submit": job.submit, "start": attempts[0]["start"] if attempts else None, "end": record.end,
+            "namespace": job.namespace, "gpus": job.total_gpus, "duration": job.duration, "nodes": nodes,
+            "leaves": runtime.domains_used(list(nodes), leaf) if leaf is not None and nodes else None,
+            "fewest_leaves": runtime.fewest_domains(job, leaf) if leaf is not None else None,
+            "attempts": attempts}
+
+
+def _stats(values: list[float]) -> dict:
+    values = sorted(values)
+    if not values:
+        return {"jobs": 0, "mean": None, "p50": None, "p99": None}
+    return {"jobs": len(values), "mean": round(sum(values) / len(values), 3),
+            "p50": round(percentile(values, 0.5), 3), "p99": round(percentile(values, 0.99), 3)}
+
+
+def _metrics(jobs: dict, simulation: Simulation) -> dict:
+    completion = [value for job in jobs.values() if (value := jct(job)) is not None]
+    waits = by_size_class(jobs, queueing_delay)
+    big = [value for job in jobs.values() if job["gpus"] >= 32 and (value := queueing_delay(job)) is not None]
+    largest = max((job["gpus"] for job in jobs.values()), default=0)
+    largest_waits = [queueing_delay(job) for job in jobs.values() if job["gpus"] == largest]
+    multi_node = [job for job in jobs.values() if len(job["nodes"]) > 1 and job["leaves"] is not None]
+    hours: dict[str, float] = {}
+    for job in jobs.values():
+        for attempt in job["attempts"]:
+            stop = attempt["end"] if attempt["end"] is not None else simulation.now
+            hours[job["namespace"]] = hours.get(job["namespace"], 0.0) + job["gpus"] * (stop - attempt["start"]) / 3600
+    return {
+        "jct": _stats(completion),
+        "queueing": {name: _stats(waits[name]) for name in SIZE_CLASSES},
+        "p99_queueing_32_plus": _stats(big)["p99"],
+        "largest_gang_wait": {"gpus": largest, "wait": max((w for w in largest_waits if w is not None), default=None),
+                              "never_started": sum(w is None for w in largest_waits)},
+        "restarts": sum(max(0, len(job["attempts"]) - 1) for job in jobs.values()),
+        "fewest_leaves_share": {"share": round(sum(job["leaves"] == job["fewest_leaves"] for job in multi_node)
+                                               / len(multi_node), 6) if multi_node else None,
+                                "of": len(multi_node)},
+        "never_started": sum(job["start"] is None for job in jobs.values()),
+        "never_ended": sum(job["end"] is None for job in jobs.values()),
+        "gpu_hours": {namespace: round(value, 3) for namespace, value in sorted(hours.items())},
+        "cycles": simulation.cycles,
+        "api_writes": dict(sorted(simulation.writes.items())),
+    }
+
+
+def _series(samples: list[Sample]) -> dict:
+    return {"time": [sample.time for sample in samples],
+            "busy_gpus": [sample.busy_gpus for sample in samples],
+            "free_gpus": [sample.free_gpus for sample in samples],
+            "unusable_gpus": [sample.unusable_gpus for sample in samples]}
+
+
+def summary(cluster: dict, trace: dict, policies: dict[str, dict]) -> dict:
+    return {"version": VERSION, "cluster": cluster, "trace": trace, "policies": policies}

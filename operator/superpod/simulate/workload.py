@@ -1,0 +1,201 @@
+"""Workloads for the simulator: write the job CSV, generate synthetic traces, and reshape a trace (load, window).
+
+Synthetic traces (`generate`) draw from `random.Random(seed)`: the seed seeds one independent stream each for
+arrivals, sizes, durations and tenants, so changing the arrival process keeps every job's size, duration and tenant.
+
+Sizes, as total GPUs, mapped to gangs by `trace.gang_shape` (≤ a server: one replica; more: whole servers):
+- "philly": the GPU counts of the Philly trace with its frequencies (`PHILLY_GPU_COUNTS`); `required: leaf` when
+  the gang spans servers, as `trace.read_philly` does.
+- "llm": gangs of 8–512 GPUs with a Pareto tail, P(n) ∝ 1/n (`LLM_GPU_WEIGHTS`: each doubling is half as likely,
+  so every size class brings the same GPU demand and 512-GPU jobs, 0.8 % of jobs, are 1/7 of it);
+  `required: leaf` for 16–256 GPUs (a DGX SuperPOD leaf is 256 GPUs), none for 8 or above 256.
+Arrivals: "poisson" (exponential gaps, mean `mean_gap`) or "bursty", a two-state Markov-modulated Poisson process:
+at each arrival the state flips with probability `BURST_SWITCH` (runs of 20 jobs on average); burst gaps average
+`BURST_GAP` × mean_gap and calm gaps `CALM_GAP` × mean_gap (a 9× rate ratio). Both states are equally likely over
+arrivals, so the mean gap stays `mean_gap`.
+Durations: log-normal with mean `mean_duration` and σ = `DURATION_SIGMA` (2.15, the standard deviation of log run
+time over the Philly trace's jobs: median ≈ 0.1 × mean, the top 1 % over 14 × mean).
+Tenants: `tenant-0` … `tenant-{n-1}`, Zipf with exponent `TENANT_ZIPF` (1): tenant k has weight 1/(k+1), e.g.
+four tenants get 48 %, 24 %, 16 % and 12 % of the jobs.
+Times are rounded to the millisecond."""
+
+from __future__ import annotations
+
+import csv
+import math
+import random
+import re
+from dataclasses import replace
+from pathlib import Path
+
+from superpod.simulate.trace import GPUS_PER_SERVER, TraceJob, gang_shape
+
+CSV_COLUMNS = ("submit", "name", "namespace", "replicas", "gpus", "required", "priority", "duration", "fail_after")
+
+# Philly trace (Jeon et al., ATC '19): jobs by GPU count.
+PHILLY_GPU_COUNTS = {1: 76_627, 2: 1_818, 4: 1_870, 8: 1_643, 12: 7, 16: 199, 24: 7, 32: 67, 64: 6, 128: 3}
+# LLM training gangs: P(n) ∝ 1/n from 8 to 512 GPUs (50 %, 25 %, 12.6 %, 6.3 %, 3.1 %, 1.6 %, 0.8 %).
+LLM_GPU_WEIGHTS = {8: 64, 16: 32, 32: 16, 64: 8, 128: 4, 256: 2, 512: 1}
+SIZES = {"philly": PHILLY_GPU_COUNTS, "llm": LLM_GPU_WEIGHTS}
+ARRIVALS = ("poisson", "bursty")
+
+DURATION_SIGMA = 2.15
+TENANT_ZIPF = 1.0
+BURST_SWITCH = 1 / 20
+BURST_GAP = 0.2
+CALM_GAP = 1.8
+
+UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86_400}
+WINDOW_BOUND = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([smhd]?)")
+
+
+# --- job CSV -------------------------------------------------------------------------------------------------------
+
+def write_jobs_csv(jobs: list[TraceJob], path: str | Path) -> None:
+    """Writes `jobs` in the order given, in the format `trace.read_jobs_csv` reads."""
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(CSV_COLUMNS)
+        for job in jobs:
+            writer.writerow([_decimal(job.submit), job.name, job.namespace, job.replicas, job.gpus, job.required,
+                             job.priority, _decimal(job.duration),
+                             "" if job.fail_after is None else _decimal(job.fail_after)])
+
+
+def _decimal(value: float) -> str:
+    """The shortest text that reads back as exactly `value`, without a trailing `.0`."""
+    text = repr(float(value))
+    return text.removesuffix(".0")
+
+
+# --- synthetic traces ----------------------------------------------------------------------------------------------
+
+def generate(seed: int, jobs: int, tenants: int, sizes: str, arrival: str, mean_gap: float, mean_duration: float,
+             gpus_per_node: int = GPUS_PER_SERVER) -> list[TraceJob]:
+    """A synthetic trace of `jobs` jobs, the first submitted at 0 (see the module docstring for the distributions)."""
+    _check_generate(jobs, tenants, sizes, arrival, mean_gap, mean_duration, gpus_per_node)
+    root = random.Random(seed)
+    arrival_stream, size_stream, duration_stream, tenant_stream = (random.Random(root.getrandbits(64))
+                                                                   for _ in range(4))
+    submits = _submits(arrival_stream, jobs, arrival, mean_gap)
+    table = SIZES[sizes]
+    totals = size_stream.choices(list(table), weights=list(table.values()), k=jobs)
+    durations = _durations(duration_stream, jobs, mean_duration)
+    namespaces = _tenants(tenant_stream, jobs, tenants)
+    return [_generated_job(index, submits[index], totals[index], durations[index], namespaces[index], sizes,
+                           gpus_per_node) for index in range(jobs)]
+
+
+def _check_generate(jobs: int, tenants: int, sizes: str, arrival: str, mean_gap: float, mean_duration: float,
+                    gpus_per_node: int) -> None:
+    if sizes not in SIZES:
+        raise ValueError(f"unknown sizes {sizes!r}: choose one of {', '.join(SIZES)}")
+    if arrival not in ARRIVALS:
+        raise ValueError(f"unknown arrival {arrival!r}: choose one of {', '.join(ARRIVALS)}")
+    if jobs < 0:
+        raise ValueError(f"jobs must be 0 or more, not {jobs}")
+    if tenants < 1:
+        raise ValueError(f"tenants must be 1 or more, not {tenants}")
+    if gpus_per_node < 1:
+        raise ValueError(f"gpus_per_node must be 1 or more, not {gpus_per_node}")
+    if not (mean_gap > 0 and math.isfinite(mean_gap)):
+        raise ValueError(f"mean_gap must be a positive number of seconds, not {mean_gap}")
+    if not (mean_duration > 0 and math.isfinite(mean_duration)):
+        raise ValueError(f"mean_duration must be a positive number of seconds, not {mean_duration}")
+
+
+def _submits(stream: random.Random, count: int, arrival: str, mean_gap: float) -> list[float]:
+    """Submit times from 0: exponential gaps, their mean scaled per job by the arrival process's state."""
+    bursting = stream.random() < 0.5
+    clock, submits = 0.0, []
+    for index in range(count):
+        if index:
+            scale = 1.0
+            if arrival == "bursty":
+                if stream.random() < BURST_SWITCH:
+                    bursting = not bursting
+                scale = BURST_GAP if bursting else CALM_GAP
+            clock += stream.expovariate(1 / (scale * mean_gap))
+        submits.append(round(clock, 3))
+    return submits
+
+
+def _durations(stream: random.Random, count: int, mean_duration: float) -> list[float]:
+    # A log-normal's mean is exp(mu + sigma²/2).
+    mu = math.log(mean_duration) - DURATION_SIGMA ** 2 / 2
+    return [max(0.001, round(stream.lognormvariate(mu, DURATION_SIGMA), 3)) for _ in range(count)]
+
+
+def _tenants(stream: random.Random, count: int, tenants: int) -> list[str]:
+    names = [f"tenant-{rank}" for rank in range(tenants)]
+    weights = [1 / (rank + 1) ** TENANT_ZIPF for rank in range(tenants)]
+    return stream.choices(names, weights=weights, k=count)
+
+
+def _generated_job(index: int, submit: float, total_gpus: int, duration: float, namespace: str, sizes: str,
+                   gpus_per_node: int) -> TraceJob:
+    replicas, per_replica = gang_shape(total_gpus, gpus_per_node)
+    return TraceJob(submit=submit, name=f"gen-{index}", namespace=namespace, replicas=replicas, gpus=per_replica,
+                    duration=duration, required=_required(sizes, total_gpus, replicas))
+
+
+def _required(sizes: str, total_gpus: int, replicas: int) -> str:
+    if sizes == "llm":
+        return "leaf" if 16 <= total_gpus <= 256 else ""
+    return "leaf" if replicas > 1 else ""  # as trace.read_philly
+
+
+# --- load and windows ----------------------------------------------------------------------------------------------
+
+def offered_load(jobs: list[TraceJob], capacity_gpus: float) -> float:
+    """GPU-time asked for ÷ capacity ÷ the submit span: 1.0 keeps every GPU busy if nothing waits or fragments."""
+    if capacity_gpus <= 0:
+        raise ValueError(f"capacity_gpus must be positive, not {capacity_gpus}")
+    if not jobs:
+        return 0.0
+    work = sum(job.total_gpus * job.duration for job in jobs)
+    span = max(job.submit for job in jobs) - min(job.submit for job in jobs)
+    if span == 0:
+        return math.inf if work > 0 else 0.0
+    return work / capacity_gpus / span
+
+
+def rescale(jobs: list[TraceJob], load: float, capacity_gpus: float) -> list[TraceJob]:
+    """The jobs, in the same order, with submits relative to the first and their gaps stretched or squeezed so that
+    `offered_load` is `load`. Sizes and durations are kept."""
+    if not (load > 0 and math.isfinite(load)):
+        raise ValueError(f"load must be a positive number, not {load}")
+    if len({job.submit for job in jobs}) < 2:
+        raise ValueError("cannot rescale a trace with fewer than 2 distinct submit times: it has no gaps to scale")
+    current = offered_load(jobs, capacity_gpus)
+    if current == 0:
+        raise ValueError("cannot rescale a trace with no GPU work (every duration is 0)")
+    first = min(job.submit for job in jobs)
+    factor = current / load
+    return [replace(job, submit=(job.submit - first) * factor) for job in jobs]
+
+
+def window(jobs: list[TraceJob], start: float, end: float) -> list[TraceJob]:
+    """The jobs submitted in [start, end), in the same order, with submits relative to `start`."""
+    if not start < end:
+        raise ValueError(f"window start {start} must come before its end {end}")
+    return [replace(job, submit=job.submit - start) for job in jobs if start <= job.submit < end]
+
+
+def parse_window(text: str) -> tuple[float, float]:
+    """`start:end` in seconds, each with an optional unit s, m, h or d: "0:14d", "3d:17d", "3600:7200"."""
+    bounds = text.strip().split(":")
+    if len(bounds) != 2:
+        raise ValueError(f"window {text!r}: expected start:end, e.g. 0:14d or 3600:7200")
+    start, end = (_seconds(bound, text) for bound in bounds)
+    if not start < end:
+        raise ValueError(f"window {text!r}: start must come before end")
+    return start, end
+
+
+def _seconds(bound: str, text: str) -> float:
+    match = WINDOW_BOUND.fullmatch(bound.strip())
+    if not match:
+        raise ValueError(f"window {text!r}: {bound!r} is not a duration (a number with optional unit s, m, h or d)")
+    number, unit = match.groups()
+    return float(number) * UNIT_SECONDS[unit]

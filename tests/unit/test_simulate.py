@@ -1,0 +1,144 @@
+"""The simulator: the operator's own controller on a virtual clock. Invariants at every simulated instant,
+determinism of summary.json, the runtime model, and the baselines as policies of the same core."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+import pytest
+
+from superpod.core.baselines import POLICIES
+from superpod.k8s.api import NODES, PODS, TRAININGJOBS
+from superpod.sim.presets import preset_nodes, topology
+from superpod.simulate import cli, workload
+from superpod.simulate.engine import Simulation
+from superpod.simulate.runtime import RuntimeModel
+from superpod.simulate.summary import policy_summary, steady_window
+from superpod.simulate.trace import TraceJob
+
+TOPOLOGY = topology()
+
+
+def small_cluster() -> list[dict]:
+    return preset_nodes("dgx-h100", 16, nodes_per_unit=4)  # 4 leaves of 4 nodes, 128 GPUs
+
+
+def simulate(jobs: list[TraceJob], policy: str = "superpod", nodes: list[dict] | None = None,
+             check=None) -> tuple[Simulation, dict]:
+    nodes = nodes or small_cluster()
+    runtime = RuntimeModel.of(TOPOLOGY, nodes)
+    simulation = Simulation(nodes, TOPOLOGY, jobs, POLICIES[policy](7), runtime)
+    simulation.run(check)
+    return simulation, policy_summary(simulation, runtime, steady_window(jobs))
+
+
+def mixed_jobs(count: int = 80, seed: int = 3) -> list[TraceJob]:
+    """LLM-sized gangs and Philly-sized jobs, interleaved."""
+    small = workload.generate(seed + 1, count, 2, "philly", "bursty", 300.0, 3600.0, 8)
+    return workload.generate(seed, count, 3, "llm", "poisson", 900.0, 4 * 3600.0, 8) + [
+        replace(job, name=f"small-{index}") for index, job in enumerate(small)]
+
+
+def never_over_booked(simulation: Simulation):
+    """A progress hook that checks every node at every simulated instant: GPUs of bound, unfinished pods never
+    exceed what the node has."""
+    seen = {"instants": 0, "busiest": 0}
+
+    def check(now: float, ended: int) -> None:
+        held: dict[str, int] = {}
+        for pod in simulation.store.objects.get(PODS, {}).values():
+            if pod["spec"].get("nodeName") and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                gpus = int(pod["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu", 0))
+                held[pod["spec"]["nodeName"]] = held.get(pod["spec"]["nodeName"], 0) + gpus
+        for name, gpus in held.items():
+            allocatable = int(simulation.store.objects[NODES][name]["status"]["allocatable"]["nvidia.com/gpu"])
+            assert gpus <= allocatable, f"{name} booked {gpus} of {allocatable} GPUs at {now}"
+        seen["instants"] += 1
+        seen["busiest"] = max(seen["busiest"], sum(held.values()))
+    return check, seen
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_no_gpu_is_over_booked_at_any_instant_and_every_job_takes_at_least_its_duration(policy):
+    jobs = mixed_jobs()
+    nodes = small_cluster()
+    runtime = RuntimeModel.of(TOPOLOGY, nodes)
+    simulation = Simulation(nodes, TOPOLOGY, jobs, POLICIES[policy](7), runtime)
+    check, seen = never_over_booked(simulation)
+    simulation.run(check)
+    result = policy_summary(simulation, runtime, steady_window(jobs))
+    assert seen["instants"] > len(jobs) and seen["busiest"] > 64, "the cluster was checked while it was busy"
+    assert 0 < result["utilisation"] <= 1
+    for key, job in result["jobs"].items():
+        if job["start"] is None:  # larger than the cluster or its required domain: it waits for good, saying so
+            assert "even when idle" in simulation.store.peek(TRAININGJOBS, key)["status"]["message"]
+            continue
+        assert job["end"] is not None, f"{key} never ended"
+        assert job["end"] - job["submit"] >= job["duration"] - 1e-6, key
+        assert sum(job["nodes"].values()) * 8 >= job["gpus"], key
+
+
+def test_one_job_on_an_idle_cluster_takes_exactly_its_duration():
+    for job in (TraceJob(0.0, "one", "team-a", 1, 8, 3600.0), TraceJob(5.0, "gang", "team-a", 4, 8, 7200.5, "leaf")):
+        _, result = simulate([job])
+        record = result["jobs"][f"team-a/{job.name}"]
+        assert (record["start"], record["end"]) == (job.submit, job.submit + job.duration)
+        assert record["leaves"] == record["fewest_leaves"] == 1
+
+
+def test_a_gang_across_leaves_runs_slower_by_the_spine_factor():
+    """The random baseline scatters a 4-node gang over leaves (seeded); superpod keeps it in one leaf."""
+    gang = TraceJob(0.0, "gang", "team-a", 4, 8, 1000.0)
+    _, superpod = simulate([gang], "superpod")
+    _, scattered = simulate([gang], "random")
+    assert superpod["jobs"]["team-a/gang"]["leaves"] == 1
+    assert superpod["jobs"]["team-a/gang"]["end"] == pytest.approx(1000.0)
+    assert scattered["jobs"]["team-a/gang"]["leaves"] > 1
+    assert scattered["jobs"]["team-a/gang"]["end"] == pytest.approx(1000.0 * 1.1)
+
+
+def test_a_failure_in_the_trace_restarts_the_gang_as_the_operator_would():
+    job = TraceJob(0.0, "flaky", "team-a", 2, 8, 1000.0, "leaf", fail_after=100.0)
+    _, result = simulate([job])
+    record = result["jobs"]["team-a/flaky"]
+    assert [a["outcome"] for a in record["attempts"]] == ["Failed", "Succeeded"]
+    assert record["end"] - record["submit"] >= 1100.0 and result["metrics"]["restarts"] == 1
+
+
+def test_the_runtime_model_charges_the_levels_a_placement_reaches_beyond_its_compact_one():
+    nodes = small_cluster()
+    model = RuntimeModel.of(TOPOLOGY, nodes)
+    names = [node["metadata"]["name"] for node in nodes]
+    one_node, two_nodes_one_leaf, two_leaves = names[:1], names[:2], [names[0], names[4]]
+    assert model.factor(TraceJob(0, "a", "n", 1, 8, 1.0), one_node) == 1.0
+    assert model.factor(TraceJob(0, "b", "n", 2, 8, 1.0), two_nodes_one_leaf) == 1.0  # its compact level: a leaf
+    assert model.factor(TraceJob(0, "c", "n", 2, 8, 1.0), two_leaves) == pytest.approx(1.1)
+    assert model.factor(TraceJob(0, "d", "n", 2, 4, 1.0), two_nodes_one_leaf) == pytest.approx(1.5)
+    assert model.factor(TraceJob(0, "e", "n", 2, 4, 1.0), two_leaves) == pytest.approx(1.5 * 1.1)
+    assert model.fewest_domains(TraceJob(0, "f", "n", 6, 8, 1.0), model.depth("leaf")) == 2
+
+
+def test_the_same_command_twice_gives_byte_identical_summaries(tmp_path):
+    trace = tmp_path / "trace.csv"
+    workload.write_jobs_csv(mixed_jobs(30), trace)
+    outputs = []
+    for run in ("first", "second"):
+        args = argparse.Namespace(preset="dgx-h100", nodes=16, cluster=None, trace=str(trace), format="jobs",
+                                  limit=None, window=None, load="0.9", policy=",".join(POLICIES), seed=5,
+                                  slowdown=None, startup_delay=0.0, out=str(tmp_path / run), no_plots=True,
+                                  workers=1, progress=False)
+        assert cli.run(args) == 0
+        outputs.append((tmp_path / run / "summary.json").read_bytes())
+    assert outputs[0] == outputs[1]
+    assert b'"random"' in outputs[0] and b'"gang-spread"' in outputs[0]
+
+
+def test_a_bad_trace_is_refused_with_its_line(tmp_path, capsys):
+    trace = tmp_path / "bad.csv"
+    trace.write_text("submit,name,namespace,replicas,gpus,required,priority,duration\n0,a,ns,1,eight,,0,10\n")
+    args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, trace=str(trace), format="jobs", limit=None,
+                              window=None, load=None, policy="superpod", seed=0, slowdown=None, startup_delay=0.0,
+                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False)
+    assert cli.run(args) == 2
+    assert "line 2" in capsys.readouterr().err
