@@ -4,6 +4,7 @@ version of what it depends on), and the status writes every decision ends in."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 from superpod.api.convert import job_from_k8s
 from superpod.api.models import TrainingJobSpec, TrainingJobStatus
@@ -25,7 +26,8 @@ class JobView:
     problems: list[str]  # the status fields that did not (a write drops them)
     request: JobRequest | ConvertError
 
-    @property
+    # A view is read once per version of its object and kept (JobReader): its derived fields are computed once.
+    @cached_property
     def uid(self) -> str:
         return self.obj["metadata"].get("uid") or ""
 
@@ -33,11 +35,11 @@ class JobView:
     def generation(self) -> int | None:
         return self.obj["metadata"].get("generation")
 
-    @property
+    @cached_property
     def phase(self) -> str | None:
         return self.status.phase
 
-    @property
+    @cached_property
     def replicas(self) -> int:
         return int(self.obj["spec"]["replicas"])
 
@@ -52,6 +54,11 @@ class JobView:
         return TrainingJobSpec.model_fields[field].default if value is None else value
 
     def placement(self) -> dict[int, str]:
+        """Replica index -> node (shared: read, never change it)."""
+        return self._placement
+
+    @cached_property
+    def _placement(self) -> dict[int, str]:
         return {int(i): node for node, ranks in (self.status.placement or {}).items() for i in ranks}
 
     def time(self, value) -> float | None:

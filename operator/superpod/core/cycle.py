@@ -152,10 +152,13 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
             held: Reservation | None, failed: dict[tuple, str]) -> tuple[Decision, Reservation | None]:
     """One job's decision, and the reservation in force after it. `failed`: why jobs of a shape did not fit on this
     snapshot (its generation) under this reservation: a job of the same shape is told the same without a search."""
-    why = validate(snap, job) or policy.admit(job, placed)
+    shape = job.shape()
+    if ("valid", shape) not in failed:  # validation reads only the topology: once per shape and cycle
+        failed["valid", shape] = validate(snap, job) or ""
+    why = failed["valid", shape] or policy.admit(job, placed)
     if why:
         return Decision(job, None, why), held
-    seen = (snap.generation, job.shape(), held)
+    seen = (snap.generation, shape, held)
     if seen in failed:
         return Decision(job, None, failed[seen]), held
     decision, after = _search(snap, job, policy, held)
@@ -193,7 +196,7 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     out: list[Decision] = []
     placed: list[Decision] = []
     held: Reservation | None = None
-    failed: dict[tuple, str] = {}
+    failed: dict[tuple, str] = {}  # (generation, shape, reservation) -> why; ("valid", shape) -> validation
     for job in policy.order(jobs):
         try:
             decision, held = _decide(snap, job, policy, placed, held, failed)

@@ -69,6 +69,17 @@ class _Gang:
     end: float | None = None
 
 
+def training_job(job: TraceJob) -> dict:
+    """The TrainingJob a trace's job is submitted as."""
+    body = {"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob",
+            "metadata": {"name": job.name, "namespace": job.namespace},
+            "spec": {"replicas": job.replicas, "resources": {"gpus": job.gpus}, "priority": job.priority,
+                     "template": {"spec": {"containers": [{"name": "main", "image": "trace"}]}}}}
+    if job.required:
+        body["spec"]["topology"] = {"required": job.required}
+    return body
+
+
 class Simulation:
     def __init__(self, nodes: list[dict], topology: dict, jobs: list[TraceJob], policy: QueuePolicy,
                  runtime: RuntimeModel, startup_delay: float = 0.0) -> None:
@@ -119,8 +130,10 @@ class Simulation:
     def _run(self, coroutine):
         return self.loop.run_until_complete(coroutine)
 
-    def run(self, progress: Callable[[float, int], None] | None = None) -> dict[str, JobRecord]:
-        """Replay every job; `progress(simulated seconds, jobs ended)` is called after each instant."""
+    def run(self, progress: Callable[[float, int], None] | None = None,
+            until: float = float("inf")) -> dict[str, JobRecord]:
+        """Replay every job (or up to simulated time `until`); `progress(simulated seconds, jobs ended)` is called
+        after each instant."""
         while True:
             while self.next_submit < len(self.upcoming) and self.upcoming[self.next_submit].submit <= self.now:
                 self._submit(self.upcoming[self.next_submit])
@@ -135,20 +148,14 @@ class Simulation:
             following += self._wakes[:1]
             if self.next_submit < len(self.upcoming):
                 following.append(self.upcoming[self.next_submit].submit)
-            if not following:
+            if not following or min(following) > until:
                 self.loop.close()
-                return self.records  # nothing can change any more: what still waits waits for good
+                return self.records  # nothing can change any more (what still waits waits for good), or time is up
             self.now = max(self.now, min(following))
             self._finish_due()
 
     def _submit(self, job: TraceJob) -> None:
-        body = {"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob",
-                "metadata": {"name": job.name, "namespace": job.namespace},
-                "spec": {"replicas": job.replicas, "resources": {"gpus": job.gpus}, "priority": job.priority,
-                         "template": {"spec": {"containers": [{"name": "main", "image": "trace"}]}}}}
-        if job.required:
-            body["spec"]["topology"] = {"required": job.required}
-        self._run(self.admin.create(TRAININGJOBS, body))
+        self._run(self.admin.create(TRAININGJOBS, training_job(job)))
         key = f"{job.namespace}/{job.name}"
         self.records[key] = JobRecord(job)
         self._waiting.add(key)
