@@ -184,7 +184,7 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
             reason = Reason.MIG_RECONFIGURING if key in mig else Reason.UNSCHEDULABLE
             when, words = said.get(view.uid, (float("-inf"), ""))
             if view.phase == Phase.QUEUED and view.status.reason == reason and not view.problems \
-                    and words == _words(cause) and now - when < WAIT_REFRESH:
+                    and now - when < WAIT_REFRESH and words == _words(cause):
                 continue
             if plan := view.wait(reason, message, now):
                 said[view.uid] = (now, _words(cause))

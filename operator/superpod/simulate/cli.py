@@ -121,20 +121,19 @@ def run(args: Any) -> int:
     replays = [Replay(nodes, topology, jobs, policy, args.seed, factors, args.startup_delay,
                       f"{policy}{f' load {load}' if load else ''}", progress)
                for load, jobs in traces.items() for policy in policies]
-    with ProcessPoolExecutor(max_workers=args.workers) if args.workers > 1 else _Inline() as pool:
-        results = list(pool.map(replay, replays))
     summaries = {}
-    for index, (load, jobs) in enumerate(traces.items()):
-        chunk = results[index * len(policies):(index + 1) * len(policies)]
-        trace = {"source": f"{args.format} {args.trace}", "jobs": len(jobs), "window": args.window or None,
-                 "load": float(load) if load else None,
-                 "offered_load": round(workload.offered_load(jobs, capacity), 6) if len(jobs) > 1 else None}
-        summaries[load] = summary.summary({"nodes": len(nodes), "gpus": capacity, "source": source}, trace,
-                                          {policy: result for policy, (result, _) in zip(policies, chunk,
-                                                                                         strict=True)})
-        folder = out / f"load-{load}" if len(traces) > 1 else out
-        _write(folder, summaries[load], not args.no_plots)
-        _table(summaries[load], [seconds for _, seconds in chunk])
+    with ProcessPoolExecutor(max_workers=args.workers) if args.workers > 1 else _Inline() as pool:
+        pending = [pool.submit(replay, one) for one in replays]
+        for index, (load, jobs) in enumerate(traces.items()):  # each load written as soon as its replays end
+            chunk = [future.result() for future in pending[index * len(policies):(index + 1) * len(policies)]]
+            trace = {"source": f"{args.format} {args.trace}", "jobs": len(jobs), "window": args.window or None,
+                     "load": float(load) if load else None,
+                     "offered_load": round(workload.offered_load(jobs, capacity), 6) if len(jobs) > 1 else None}
+            summaries[load] = summary.summary({"nodes": len(nodes), "gpus": capacity, "source": source}, trace,
+                                              {policy: result for policy, (result, _) in zip(policies, chunk,
+                                                                                             strict=True)})
+            _write(out / f"load-{load}" if len(traces) > 1 else out, summaries[load], not args.no_plots)
+            _table(summaries[load], [seconds for _, seconds in chunk])
     if len(traces) > 1 and not args.no_plots:
         from superpod.simulate.plots import plot_sweep
         plot_sweep({"loads": summaries}, out)
@@ -142,7 +141,7 @@ def run(args: Any) -> int:
 
 
 class _Inline:
-    """A pool of one: the replays in this process, one after the other."""
+    """A pool of one: each replay runs in this process when its result is asked for."""
 
     def __enter__(self):
         return self
@@ -151,8 +150,17 @@ class _Inline:
         return None
 
     @staticmethod
-    def map(function, items):
-        return map(function, items)
+    def submit(function, item):
+        return _Later(function, item)
+
+
+@dataclass
+class _Later:
+    function: Any
+    item: Any
+
+    def result(self):
+        return self.function(self.item)
 
 
 def _write(folder: Path, result: dict, plots: bool) -> None:
