@@ -28,9 +28,9 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from superpod.simulate.trace import GPUS_PER_SERVER, TraceJob, gang_shape
+from superpod.simulate.trace import GPUS_PER_SERVER, REQUIRED_COLUMNS, TraceJob, gang_shape
 
-CSV_COLUMNS = ("submit", "name", "namespace", "replicas", "gpus", "required", "priority", "duration", "fail_after")
+CSV_COLUMNS = (*REQUIRED_COLUMNS, "fail_after")
 
 # Philly trace (Jeon et al., ATC '19): jobs by GPU count.
 PHILLY_GPU_COUNTS = {1: 76_627, 2: 1_818, 4: 1_870, 8: 1_643, 12: 7, 16: 199, 24: 7, 32: 67, 64: 6, 128: 3}
