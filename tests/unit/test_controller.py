@@ -324,3 +324,27 @@ def test_an_admission_plugin_refusing_the_pod_is_invalid_but_a_full_quota_is_wai
         c.submit(training_job("admitted", 1, 8))
         c.cycle()
         assert c.status("admitted")["phase"] == phase and message in c.status("admitted")["message"]
+
+
+def test_a_steady_gang_is_judged_again_only_when_it_or_its_pods_change(monkeypatch):
+    """Found by the simulator: judging every running gang every cycle was 85 % of a replay. A gang whose job, pods,
+    Service and nodes did not change gets the same verdict; one change and it is judged at once."""
+    from superpod.controller import controller as module
+
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("steady", 2, 8))
+    c.settle(3)
+    assert c.status("steady")["phase"] == "Running"
+    judged = []
+    real = module.judge
+    monkeypatch.setattr(module, "judge", lambda state, view, *args: judged.append(view.key) or real(state, view, *args))
+    for _ in range(5):
+        c.tick(1)
+        c.cycle()
+    assert judged == [], "nothing changed: no judgement"
+    pod = c.pods("steady")[0]
+    run(c.admin.delete(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"]))
+    c.tick(1)
+    c.cycle()
+    assert judged == ["team-a/steady"]
+    assert c.status("steady")["phase"] != "Running" or c.status("steady")["reason"] != "Running", "the loss was seen"

@@ -9,6 +9,7 @@ compared as integers, which holds for etcd-backed API servers and for MemoryAPI.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 from collections import OrderedDict
@@ -108,7 +109,8 @@ class ClusterState:
         self.by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
         self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
-        self.changes: dict[str, int] = {}  # job key -> changes seen to the job, its pods or its Service
+        self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
+        self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
 
@@ -135,7 +137,7 @@ class ClusterState:
     def _changed(self, kind: Kind, key: str) -> None:
         job = self.pods[key].job if kind is PODS and key in self.pods else key
         if kind in (PODS, SERVICES, TRAININGJOBS) and job:
-            self.changes[job] = self.changes.get(job, 0) + 1
+            self.changes[job] = next(self._stamps)
 
     def resync(self, kind: Kind, items: list[dict], list_version: str, now: float) -> int:
         """A full list: apply every item, and drop what the list proves deleted (cached from before the list, absent
@@ -201,6 +203,7 @@ class ClusterState:
         old = self.pods.get(key)
         if old is not None and old.job and old.job != info.job:
             self.by_job.get(old.job, set()).discard(key)
+            self.changes[old.job] = next(self._stamps)  # the job it left has one pod fewer
         self.pods[key] = info
         if info.job:
             self.by_job.setdefault(info.job, set()).add(key)

@@ -106,7 +106,7 @@ def load_jobs(args: Any, capacity: int) -> dict[str, list[TraceJob]]:
 def run(args: Any) -> int:
     try:
         nodes, topology, source = load_cluster(args)
-        capacity = sum(RuntimeModel.of(topology, nodes).gpus.values())
+        capacity = RuntimeModel.of(topology, nodes).capacity
         traces = load_jobs(args, capacity)
         factors = parse_factors(args.slowdown or "")
         policies = args.policy.split(",")
@@ -175,15 +175,16 @@ def _table(result: dict, seconds: list[float]) -> None:
     trace, cluster = result["trace"], result["cluster"]
     load = f", load {trace['load']}" if trace["load"] else ""
     print(f"{cluster['source']}, {cluster['gpus']} GPUs; {trace['source']}: {trace['jobs']} jobs{load}")
-    print(f"{'policy':<20} {'util':>6} {'mean JCT':>10} {'p99 JCT':>10} {'p99 wait>=32':>13} {'fewest leaves':>14} "
-          f"{'restarts':>8} {'wall':>7}")
+    print(f"{'policy':<20} {'util':>6} {'useful':>6} {'mean JCT':>10} {'p99 JCT':>10} {'p99 wait>=32':>13} "
+          f"{'fewest leaves':>14} {'restarts':>8} {'waiting':>7} {'wall':>7}")
     for (name, policy), wall in zip(result["policies"].items(), seconds, strict=True):
         metrics = policy["metrics"]
         share = metrics["fewest_leaves_share"]
         leaves = "-" if share["share"] is None else f"{share['share']:.2f} of {share['of']}"
-        print(f"{name:<20} {policy['utilisation']:>6.3f} {_hours(metrics['jct']['mean']):>10} "
-              f"{_hours(metrics['jct']['p99']):>10} {_hours(metrics['p99_queueing_32_plus']):>13} {leaves:>14} "
-              f"{metrics['restarts']:>8} {wall:>6.0f}s")
+        print(f"{name:<20} {policy['utilisation']:>6.3f} {policy['useful_utilisation']:>6.3f} "
+              f"{_hours(metrics['jct']['mean']):>10} {_hours(metrics['jct']['p99']):>10} "
+              f"{_hours(metrics['p99_queueing_32_plus']):>13} {leaves:>14} {metrics['restarts']:>8} "
+              f"{metrics['never_started']:>7} {wall:>6.0f}s", flush=True)
 
 
 def _hours(seconds: float | None) -> str:

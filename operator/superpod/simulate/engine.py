@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import heapq
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -31,6 +32,7 @@ from superpod.sim.kubelet import SimKubelet
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.trace import TraceJob
 
+log = logging.getLogger(__name__)
 EPOCH = 1_800_000_000.0  # virtual time 0, as a wall-clock instant (status times are RFC 3339)
 SETTLE_ROUNDS = 50  # cycles at one instant before giving up on it settling (a safeguard: a few suffice)
 
@@ -66,7 +68,9 @@ class _Gang:
     key: str
     attempt: str
     pods: dict[str, str] = field(default_factory=dict)  # pod key -> node, of the pods seen running
-    end: float | None = None
+    end: float | None = None  # when its runtime has passed
+    fails: bool = False  # the trace fails this attempt at its end
+    attempt_record: Attempt | None = None  # set when it starts
 
 
 def training_job(job: TraceJob) -> dict:
@@ -102,8 +106,7 @@ class Simulation:
             self.state.resync(kind, items, version, self._clock())
         self.store.events.clear()
         self.runtime, self.startup_delay = runtime, startup_delay
-        self.capacity = sum(int((node.get("status") or {}).get("allocatable", {}).get("nvidia.com/gpu", 0))
-                            for node in nodes)
+        self.capacity = runtime.capacity
         self.upcoming = sorted(jobs, key=lambda job: (job.submit, job.namespace, job.name))
         keys = [f"{job.namespace}/{job.name}" for job in self.upcoming]
         if len(set(keys)) != len(keys):
@@ -122,6 +125,8 @@ class Simulation:
         self._held_by: dict[str, int] = {}  # pod key -> GPUs it holds
         self._waiting: set[str] = set()
         self._finished: list[str] = []
+        self._ended: set[tuple[str, str]] = set()  # (job key, attempt) of gangs that ended
+        self._backoff: dict[str, float] = {}  # job key -> end of its backoff (status.notBefore)
         self._touched: set[str] = set()  # pods changed since the kubelet last looked
 
     def _clock(self) -> float:
@@ -158,7 +163,7 @@ class Simulation:
         self._run(self.admin.create(TRAININGJOBS, training_job(job)))
         key = f"{job.namespace}/{job.name}"
         self.records[key] = JobRecord(job)
-        self._waiting.add(key)
+        self._wait(key)
 
     def _settle(self) -> None:
         for _ in range(SETTLE_ROUNDS):
@@ -170,6 +175,8 @@ class Simulation:
             if not self.store.events:
                 break
             self._deliver()
+        else:
+            log.warning("the cluster did not settle at %.0fs after %d cycles; moving on", self.now, SETTLE_ROUNDS)
         self._collect()
 
     def _kubelet(self) -> None:
@@ -204,13 +211,21 @@ class Simulation:
         if holds:
             self._held_by[key] = gpus
         labels = meta.get("labels") or {}
-        job_key = f"{meta['namespace']}/{labels.get(JOB_LABEL)}"
+        job_key, attempt = f"{meta['namespace']}/{labels.get(JOB_LABEL)}", labels.get(ATTEMPT_LABEL)
         record = self.records.get(job_key)
-        if record is None or kind == "DELETED" or phase != "Running":
+        if record is None or (job_key, attempt) in self._ended:
             return
-        gang = self._gangs.setdefault((job_key, labels.get(ATTEMPT_LABEL)), _Gang(job_key, labels.get(ATTEMPT_LABEL)))
+        gang = self._gangs.get((job_key, attempt))
+        if kind == "DELETED" or meta.get("deletionTimestamp") or phase == "Failed":
+            if gang is not None and gang.attempt_record is not None:  # torn down before its runtime passed
+                self._end(gang, "Interrupted")
+            return
+        if phase != "Running":
+            return
+        if gang is None:
+            gang = self._gangs[(job_key, attempt)] = _Gang(job_key, attempt)
         gang.pods[key] = pod["spec"]["nodeName"]
-        if gang.end is None and len(gang.pods) == record.job.replicas:
+        if gang.attempt_record is None and len(gang.pods) == record.job.replicas:
             self._start(record, gang)
 
     def _start(self, record: JobRecord, gang: _Gang) -> None:
@@ -219,11 +234,12 @@ class Simulation:
             nodes[node] = nodes.get(node, 0) + 1
         job = record.job
         runtime = self.startup_delay + job.duration * self.runtime.factor(job, list(nodes))
-        if job.fail_after is not None and not record.attempts:
-            runtime = min(runtime, self.startup_delay + job.fail_after)
+        if job.fail_after is not None and not record.attempts and self.startup_delay + job.fail_after < runtime:
+            runtime, gang.fails = self.startup_delay + job.fail_after, True
         gang.end = self.now + runtime
         heapq.heappush(self._ends, (gang.end, gang.key, gang.attempt))
-        record.attempts.append(Attempt(self.now, nodes))
+        gang.attempt_record = Attempt(self.now, nodes)
+        record.attempts.append(gang.attempt_record)
         self._busy += job.total_gpus
         self._waiting.discard(gang.key)
 
@@ -237,6 +253,7 @@ class Simulation:
         not_before = (obj.get("status") or {}).get("notBefore")
         if not_before and timestamp(not_before) - EPOCH > self.now:  # a requeued job: a cycle when its backoff ends
             heapq.heappush(self._wakes, timestamp(not_before) - EPOCH)
+            self._backoff[key] = timestamp(not_before) - EPOCH
         if phase in FINISHED and record.end is None:
             record.end = self.now
             self._waiting.discard(key)
@@ -246,16 +263,27 @@ class Simulation:
         """Gangs whose runtime has passed: their pods exit (1 at the trace's failure time, else 0)."""
         while self._ends and self._ends[0][0] <= self.now:
             _, key, attempt = heapq.heappop(self._ends)
-            gang, record = self._gangs.pop((key, attempt)), self.records[key]
-            failed = record.job.fail_after is not None and len(record.attempts) == 1
+            gang = self._gangs.get((key, attempt))
+            if gang is None or gang.end != self.now:
+                continue  # ended earlier (interrupted)
             for pod_key in sorted(gang.pods):
                 if pod_key in self.store.objects.get(PODS, {}):
-                    self.kubelet.finish(pod_key, 1 if failed else 0)
-            last = record.attempts[-1]
-            last.end, last.outcome = self.now, "Failed" if failed else "Succeeded"
-            self._busy -= record.job.total_gpus
-            if failed:
-                self._waiting.add(key)
+                    self.kubelet.finish(pod_key, 1 if gang.fails else 0)
+            self._end(gang, "Failed" if gang.fails else "Succeeded")
+
+    def _end(self, gang: _Gang, outcome: str) -> None:
+        gang.attempt_record.end, gang.attempt_record.outcome = self.now, outcome
+        del self._gangs[(gang.key, gang.attempt)]
+        self._ended.add((gang.key, gang.attempt))
+        self._busy -= self.records[gang.key].job.total_gpus
+        if outcome != "Succeeded":
+            self._wait(gang.key)
+
+    def _wait(self, key: str) -> None:
+        """A job that waits for GPUs, if it could ever run here (a job larger than any domain it may use does not
+        make free GPUs unusable)."""
+        if self.runtime.could_ever_run(self.records[key].job):
+            self._waiting.add(key)
 
     def _collect(self) -> None:
         """Finished jobs are deleted (their pods go with them); Events are dropped."""
@@ -271,7 +299,8 @@ class Simulation:
 
     def _sample(self) -> None:
         free = self.capacity - self._held
-        sample = Sample(self.now, self._busy, free, free if self._waiting else 0)
+        waiting = any(self._backoff.get(key, 0.0) <= self.now for key in self._waiting)
+        sample = Sample(self.now, self._busy, free, free if waiting else 0)
         if self.samples and self.samples[-1].time == self.now:
             self.samples[-1] = sample
         elif not self.samples or (self.samples[-1].busy_gpus, self.samples[-1].free_gpus,

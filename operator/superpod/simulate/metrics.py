@@ -41,8 +41,9 @@ def by_size_class(jobs: dict, measure: Callable[[dict], float | None]) -> dict[s
 
 
 def fewest_leaves_share(jobs: dict) -> tuple[float | None, int]:
-    """Share of multi-node jobs placed on the fewest leaves possible, and how many multi-node jobs there were."""
-    multi_node = [job for job in jobs.values() if len(job.get("nodes") or {}) > 1]
+    """Share of multi-node jobs placed on the fewest leaves possible, and how many multi-node jobs there were (none
+    when the topology has no leaf level)."""
+    multi_node = [job for job in jobs.values() if len(job.get("nodes") or {}) > 1 and job.get("leaves") is not None]
     if not multi_node:
         return None, 0
     best = sum(1 for job in multi_node if job.get("leaves") == job.get("fewest_leaves"))

@@ -93,6 +93,18 @@ class RuntimeModel:
             room[path[depth]] = room.get(path[depth], 0) + (self.gpus[node] // gpus if gpus else 1)
         return room
 
+    @property
+    def capacity(self) -> int:
+        """GPUs of the whole cluster."""
+        return sum(self.gpus.values())
+
+    def could_ever_run(self, job: TraceJob) -> bool:
+        """Whether the gang fits on an idle cluster (inside one domain of its required level, if it has one)."""
+        depth = self.depth(job.required) if job.required else None
+        if depth is None:
+            return sum(self._room(0, job.gpus).values()) >= job.replicas
+        return max(self._room(depth, job.gpus).values()) >= job.replicas
+
     def depth(self, level: str) -> int | None:
         return self.names.index(level) if level in self.names else None
 

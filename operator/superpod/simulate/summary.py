@@ -1,25 +1,31 @@
 """`summary.json`: what one replay measured, with every job's record so anyone can recompute each figure.
 
 Keys (stable; times in simulated seconds from the trace's first submit):
-- `utilisation`: GPU-time of all attempts inside `window` ÷ (cluster GPUs × window length).
+- `utilisation`: GPU-time of all attempts inside `window` ÷ (cluster GPUs × window length): GPUs held by gangs
+  that run, slowed down or failing included.
+- `useful_utilisation`: the same for the work itself: a succeeded attempt counts its trace duration's share of
+  its length (a gang slowed down by a spread placement holds GPUs longer for the same work), failed ones nothing.
 - `window` [t0, t1]: the steady window, the same for every policy of a trace: from the submit of the job at the
   10th percentile of submits (the cluster has filled) to the last submit (after it the queue only drains).
-- `metrics`: `jct` {mean, p50, p99} over jobs that ended; `queueing` per size class ("1", "2-8", "9-64", ">64")
-  {jobs, mean, p99} over jobs that started; `p99_queueing_32_plus` (gangs of 32 GPUs or more);
-  `largest_gang_wait` {gpus, wait, never_started} (the longest wait among the jobs of the largest GPU count, and
-  how many of them never started); `restarts` (attempts after the
-  first); `fewest_leaves_share` {share, of} (multi-node jobs whose last attempt used the fewest leaves possible);
-  `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by verb.
+- `metrics`: `jct` {jobs, mean, p50, p99} over jobs that ended (`never_ended` says how many did not);
+  `queueing` per size class ("1", "2-8", "9-64", ">64") {jobs, mean, p50, p99} over jobs that started;
+  `p99_queueing_32_plus` (gangs of 32 GPUs or more); `largest_gang_wait` {gpus, wait, never_started} (the longest
+  wait among the jobs of the largest GPU count, and how many of them never started); `restarts` (attempts after
+  the first); `fewest_leaves_share` {share, of} (multi-node jobs whose last attempt used the fewest leaves
+  possible); `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by
+  verb.
 - `series` {time, busy_gpus, free_gpus, unusable_gpus}: step series (each value holds until the next time).
-  busy: GPUs of gangs that run; free: GPUs no pod holds; unusable: free GPUs while some job waits.
-- `jobs` {"<namespace>/<name>": {submit, start, end, gpus, duration, nodes, leaves, fewest_leaves, attempts}}:
+  busy: GPUs of gangs that run; free: GPUs no pod holds; unusable: free GPUs while some job waits (one that could
+  run on this cluster when idle and is not in a restart backoff).
+- `jobs` {"<namespace>/<name>": {submit, start, end, namespace, gpus, duration, nodes, leaves, fewest_leaves,
+  attempts}}:
   `start` the first attempt's start, `end` the final end (null if never), `nodes` the last attempt's
   {node: replicas}, `attempts` [{start, end, nodes, outcome}]."""
 
 from __future__ import annotations
 
 from superpod.simulate.engine import Sample, Simulation
-from superpod.simulate.metrics import SIZE_CLASSES, by_size_class, jct, percentile, queueing_delay
+from superpod.simulate.metrics import SIZE_CLASSES, by_size_class, fewest_leaves_share, jct, percentile, queueing_delay
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.trace import TraceJob
 
@@ -37,13 +43,17 @@ def steady_window(jobs: list[TraceJob]) -> tuple[float, float]:
 def policy_summary(simulation: Simulation, runtime: RuntimeModel, window: tuple[float, float]) -> dict:
     jobs = {key: _job(record, runtime) for key, record in sorted(simulation.records.items())}
     return {"utilisation": round(utilisation(jobs, simulation.capacity, window, simulation.now), 6),
+            "useful_utilisation": round(utilisation(jobs, simulation.capacity, window, simulation.now, useful=True),
+                                        6),
             "window": list(window),
             "metrics": _metrics(jobs, simulation),
             "series": _series(simulation.samples),
             "jobs": jobs}
 
 
-def utilisation(jobs: dict, capacity: int, window: tuple[float, float], now: float) -> float:
+def utilisation(jobs: dict, capacity: int, window: tuple[float, float], now: float, useful: bool = False) -> float:
+    """GPU-time inside `window` ÷ (capacity × its length). `useful`: only the work itself — an attempt that
+    succeeded counts its trace duration's share of its length (not its slowdown or start-up delay), others nothing."""
     start, end = window
     if end <= start or capacity <= 0:
         return 0.0
@@ -51,7 +61,11 @@ def utilisation(jobs: dict, capacity: int, window: tuple[float, float], now: flo
     for job in jobs.values():
         for attempt in job["attempts"]:
             stop = attempt["end"] if attempt["end"] is not None else now
-            used += job["gpus"] * max(0.0, min(stop, end) - max(attempt["start"], start))
+            share = 1.0
+            if useful:
+                length = stop - attempt["start"]
+                share = min(1.0, job["duration"] / length) if attempt["outcome"] == "Succeeded" and length > 0 else 0.0
+            used += job["gpus"] * share * max(0.0, min(stop, end) - max(attempt["start"], start))
     return used / (capacity * (end - start))
 
 
@@ -80,9 +94,9 @@ def _metrics(jobs: dict, simulation: Simulation) -> dict:
     completion = [value for job in jobs.values() if (value := jct(job)) is not None]
     waits = by_size_class(jobs, queueing_delay)
     big = [value for job in jobs.values() if job["gpus"] >= 32 and (value := queueing_delay(job)) is not None]
+    share, multi_node = fewest_leaves_share(jobs)
     largest = max((job["gpus"] for job in jobs.values()), default=0)
     largest_waits = [queueing_delay(job) for job in jobs.values() if job["gpus"] == largest]
-    multi_node = [job for job in jobs.values() if len(job["nodes"]) > 1 and job["leaves"] is not None]
     hours: dict[str, float] = {}
     for job in jobs.values():
         for attempt in job["attempts"]:
@@ -95,9 +109,7 @@ def _metrics(jobs: dict, simulation: Simulation) -> dict:
         "largest_gang_wait": {"gpus": largest, "wait": max((w for w in largest_waits if w is not None), default=None),
                               "never_started": sum(w is None for w in largest_waits)},
         "restarts": sum(max(0, len(job["attempts"]) - 1) for job in jobs.values()),
-        "fewest_leaves_share": {"share": round(sum(job["leaves"] == job["fewest_leaves"] for job in multi_node)
-                                               / len(multi_node), 6) if multi_node else None,
-                                "of": len(multi_node)},
+        "fewest_leaves_share": {"share": None if share is None else round(share, 6), "of": multi_node},
         "never_started": sum(job["start"] is None for job in jobs.values()),
         "never_ended": sum(job["end"] is None for job in jobs.values()),
         "gpu_hours": {namespace: round(value, 3) for namespace, value in sorted(hours.items())},
