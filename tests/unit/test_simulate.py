@@ -142,3 +142,27 @@ def test_a_bad_trace_is_refused_with_its_line(tmp_path, capsys):
                               out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False)
     assert cli.run(args) == 2
     assert "line 2" in capsys.readouterr().err
+
+
+def test_a_cluster_dump_and_a_generated_trace_replay_from_the_command_line(tmp_path, capsys):
+    """`superpod simulate generate`, then `superpod simulate --cluster dump.yaml` (Nodes and a ClusterTopology as
+    kubectl prints them) with plots."""
+    import yaml
+
+    from superpod.cli import main
+
+    pytest.importorskip("matplotlib")
+    trace, dump = tmp_path / "llm.csv", tmp_path / "cluster.yaml"
+    assert main(["simulate", "generate", "--sizes", "llm", "--jobs", "20", "--mean-duration", "3600",
+                 "--out", str(trace)]) == 0
+    dump.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": [*small_cluster(), TOPOLOGY]}))
+    out = tmp_path / "out"
+    assert main(["simulate", "--cluster", str(dump), "--trace", str(trace), "--policy", "superpod,gang-firstfit",
+                 "--load", "0.7,0.9", "--out", str(out)]) == 0
+    for load in ("0.7", "0.9"):
+        written = sorted(path.name for path in (out / f"load-{load}").iterdir())
+        assert written == ["fewest-leaves.png", "jct-cdf.png", "queueing-cdf.png", "summary.json",
+                           "unusable-gpus.png", "utilisation.png"]
+    assert (out / "jct-vs-load.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    printed = capsys.readouterr().out
+    assert "dump" in printed and "128 GPUs" in printed and "gang-firstfit" in printed

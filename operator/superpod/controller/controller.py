@@ -54,6 +54,7 @@ class Controller:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
         self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, nodes version)
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
+        self._forgotten = -1  # ClusterState.removals when what is remembered of gone objects was last dropped
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -72,8 +73,12 @@ class Controller:
         if outcome.stopped:
             log.warning("the Lease was lost while writing: %d of %d plans stopped; the next leader finishes or "
                         "rolls back from what it observes", len(plans) - len(outcome.done), len(plans))
-        self.applier.forget({j["metadata"].get("uid") for j in self.state.jobs.values()}
-                            | {e.uid for e in self.state.nodes.values()})
+        if self._forgotten != self.state.removals:  # a job or node is gone: drop what is remembered of it
+            self._forgotten = self.state.removals
+            live = {v.uid for v in self.reader.views(self.state.jobs)}
+            self.applier.forget(live | {e.uid for e in self.state.nodes.values()})
+            self.said = {uid: seen for uid, seen in self.said.items() if uid in live}
+            self.steady = {uid: seen for uid, seen in self.steady.items() if uid in live}
         return outcome
 
     def plan(self, now: float) -> list[Plan]:
@@ -105,9 +110,6 @@ class Controller:
             plans += mig_plans
         by_key = {v.key: v for v in views}
         plans += wait_plans(self.decisions, by_key, mig, notes, now, self.said)
-        live = {v.uid for v in views}
-        self.said = {uid: t for uid, t in self.said.items() if uid in live}
-        self.steady = {uid: seen for uid, seen in self.steady.items() if uid in live}
         for decision in self.decisions:
             if decision.error and (view := by_key.get(decision.job.key)):
                 log.error("placing %s failed: %s", decision.job.key, decision.error)

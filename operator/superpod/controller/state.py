@@ -110,6 +110,7 @@ class ClusterState:
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
         self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
+        self.removals = 0  # bumped when a job or a node is gone: what is remembered of them can be dropped
         self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
@@ -189,9 +190,11 @@ class ClusterState:
         elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
             self.changes.pop(key, None)
+            self.removals += 1
         elif kind is NODES:
             self.nodes.pop(key, None)
             self.version += 1
+            self.removals += 1
         elif kind is SERVICES:
             self.services.pop(key, None)
         elif kind is CLUSTERTOPOLOGIES:
