@@ -71,8 +71,10 @@ class Applier:
 
     def forget(self, live_uids: set[str]) -> None:
         """Drop what is remembered of objects that are gone: Events said, pods expected."""
-        self._said = {k: v for k, v in self._said.items() if k[0] in live_uids}
-        self.expected = {k: v for k, v in self.expected.items() if k in live_uids}
+        for said in [said for said in self._said if said[0] not in live_uids]:
+            del self._said[said]
+        for uid in self.expected.keys() - live_uids:
+            del self.expected[uid]
 
     # ---- apply ----------------------------------------------------------------------------------------------------
     async def apply(self, plans: list[Plan]) -> Outcome:

@@ -54,6 +54,8 @@ class Controller:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
         self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, nodes version)
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
+        self._unreadable_nodes: tuple[int, list[str]] = (-1, [])  # (nodes version, names of unreadable nodes)
+        self._assumed: dict[str, tuple[int, list]] = {}  # snapshot.holdings' memo of each placed gang's replicas
         self._forgotten = -1  # ClusterState.removals when what is remembered of gone objects was last dropped
 
     def writer(self, fence: str) -> None:
@@ -75,29 +77,33 @@ class Controller:
                         "rolls back from what it observes", len(plans) - len(outcome.done), len(plans))
         if self._forgotten != self.state.removals:  # a job or node is gone: drop what is remembered of it
             self._forgotten = self.state.removals
-            live = {v.uid for v in self.reader.views(self.state.jobs)}
+            self.reader.views(self.state)
+            live = self.reader.by_uid.keys()
             self.applier.forget(live | {e.uid for e in self.state.nodes.values()})
-            self.said = {uid: seen for uid, seen in self.said.items() if uid in live}
-            self.steady = {uid: seen for uid, seen in self.steady.items() if uid in live}
+            for remembered in (self.said, self.steady):
+                for uid in remembered.keys() - live:
+                    del remembered[uid]
         return outcome
 
     def plan(self, now: float) -> list[Plan]:
         """Observe, judge and decide: every write this cycle wants, as plans."""
-        views = self.reader.views(self.state.jobs)
-        plans = self._unreadable(views)
+        views = self.reader.views(self.state)
+        plans = self._unreadable()
         if self.mig:
             plans += self._guarded("mig", lambda: self.mig.check(now), [])
         placed: dict[str, tuple[JobRequest, str, int, dict[int, str]]] = {}
+        changes, version, steady = self.state.changes, self.state.version, self.steady
         for view in views:
             if view.phase not in ACTIVE:
                 continue
-            if isinstance(view.request, JobRequest) and len(view.placement()) == view.replicas:
-                placed[view.key] = (view.request, view.uid, view.status.attempt, view.placement())
-            if self.applier.settled(view.uid, now):
-                plans += self._judge_unless_steady(view, now)
+            if view.gang:
+                placed[view.key] = view.gang
+            seen = (changes.get(view.key, 0), version)
+            if steady.get(view.uid) != seen and self.applier.settled(view.uid, now):
+                plans += self._judge_unless_steady(view, seen, now)
         waiting = pending(self.state, views, now)
         plans += waiting.plans
-        snap = self.snapshots.build(self.state, holdings(self.state, placed))
+        snap = self.snapshots.build(self.state, holdings(self.state, placed, self._assumed))
         started = time.perf_counter()
         self.decisions, self.invalid, start_plans = decide(self.state, snap, waiting.ready, now, self.settings,
                                                            self.policy, self.offered())
@@ -108,7 +114,7 @@ class Controller:
         if self.mig:
             mig_plans, mig, notes = self._guarded("mig", lambda: self._mig(placed, now), ([], {}, {}))
             plans += mig_plans
-        by_key = {v.key: v for v in views}
+        by_key = self.reader.by_key
         plans += wait_plans(self.decisions, by_key, mig, notes, now, self.said)
         for decision in self.decisions:
             if decision.error and (view := by_key.get(decision.job.key)):
@@ -116,14 +122,20 @@ class Controller:
                 plans.append(view.fault(decision.reason, now))
                 self._count_error("decide")
         self._guarded("metering", lambda: self.meter.observe(self.state, views, now), None)
-        self.state.forget_ended({v.uid: v.status.accountedAttempts for v in views})
+        if self.state.ended:
+            by_uid = self.reader.by_uid
+            self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts
+                                     for uid, _, _ in self.state.ended.values() if uid in by_uid})
         return plans
 
     def _mig(self, placed: dict, now: float) -> tuple[list[Plan], dict[str, str], dict[str, str]]:
         """The MIG flow, for jobs that wait without a reservation, never on nodes that are placed or reserved."""
-        busy = {node for _, _, _, nodes in placed.values() for node in nodes.values()}
-        for decision in self.decisions:
-            busy.update(decision.placement.assignments if decision.placement else decision.reserved_nodes)
+        def busy() -> set[str]:
+            nodes = {node for _, _, _, gang in placed.values() for node in gang.values()}
+            for decision in self.decisions:
+                nodes.update(decision.placement.assignments if decision.placement else decision.reserved_nodes)
+            return nodes
+
         waiting = [d.job for d in self.decisions if d.placement is None and not d.reserved_nodes]
         return self.mig.plan(waiting, busy, now)
 
@@ -141,10 +153,9 @@ class Controller:
             self._offered = (self.state.version, Offered.of(self.state.usable_nodes()))
         return self._offered[1]
 
-    def _judge_unless_steady(self, view: JobView, now: float) -> list[Plan]:
-        seen = (self.state.changes.get(view.key, 0), self.state.version)
-        if self.steady.get(view.uid) == seen:
-            return []
+    def _judge_unless_steady(self, view: JobView, seen: tuple[int, int], now: float) -> list[Plan]:
+        """Judge a placed job, and remember it as steady when there is nothing to write (`seen`: its change stamp
+        and the nodes version it was judged on)."""
         plans = self._judge(view, now)
         if not plans and view.phase == Phase.RUNNING and view.status.reason == Reason.RUNNING:
             self.steady[view.uid] = seen
@@ -168,14 +179,17 @@ class Controller:
             self._count_error(stage)
             return fallback
 
-    def _unreadable(self, views: list[JobView]) -> list[Plan]:
+    def _unreadable(self) -> list[Plan]:
         """Warnings on the objects the operator cannot read in full: left out (nodes) or repaired (job status)."""
         out = []
-        for name, entry in self.state.nodes.items():
-            if entry.problem:
-                out.append(Plan(f"node:{name}", [Emit(node_ref(entry.obj), "Warning", Reason.NODE_UNREADABLE,
-                                                      f"left out of placement: {entry.problem}")]))
-        for view in views:
+        if self._unreadable_nodes[0] != self.state.version:
+            self._unreadable_nodes = (self.state.version, [name for name, entry in self.state.nodes.items()
+                                                           if entry.problem])
+        for name in self._unreadable_nodes[1]:
+            entry = self.state.nodes[name]
+            out.append(Plan(f"node:{name}", [Emit(node_ref(entry.obj), "Warning", Reason.NODE_UNREADABLE,
+                                                  f"left out of placement: {entry.problem}")]))
+        for view in map(self.reader.by_key.get, sorted(self.reader.damaged)):
             if view.problems:
                 out.append(Plan(f"repair:{view.key}", [view.emit(
                     "Warning", Reason.STATUS_REPAIRED, f"status fields dropped and rewritten: "

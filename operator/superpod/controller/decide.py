@@ -5,6 +5,7 @@ written status first (attempt, placement), then its Service and pods, all or not
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import re
 from dataclasses import dataclass, field, replace
@@ -58,8 +59,8 @@ def pending(state: ClusterState, views: list[JobView], now: float) -> Pending:
 
 
 def _pending(state: ClusterState, view: JobView, now: float, out: Pending) -> None:
-    earlier = [p for p in state.pods_of(view.key) if p.phase not in POD_FINISHED]
-    live = tuple(sorted((p.key, p.uid) for p in earlier if not p.deleting))
+    earlier = [p for p in state.pods_of(view.key) if p.phase not in POD_FINISHED] if view.key in state.by_job else []
+    live = tuple(sorted((p.key, p.uid) for p in earlier if not p.deleting)) if earlier else ()
     if view.phase in FINISHED:  # nothing of it may run on (a teardown whose deletes were lost, say)
         _add(out.plans, _repair(view, now, live))
         return
@@ -144,9 +145,13 @@ def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float
     plans: list[Plan] = []
     valid, invalid = [], {}
     offered = offered or Offered.of(state.usable_nodes())
+    judged: dict[tuple, str | None] = {}  # job shape -> why it is unservable: jobs of one shape get one answer
     for view in ready:
         try:
-            why = unservable(snap, offered, view.request)
+            shape = view.request.shape()
+            if shape not in judged:
+                judged[shape] = unservable(snap, offered, view.request)
+            why = judged[shape]
         except Exception as e:  # noqa: BLE001 - isolate it to this job
             log.exception("checking %s failed", view.key)
             plans.append(view.fault(f"the operator failed to check this job: {e!r}", now))
@@ -180,18 +185,19 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
         key = decision.job.key
         if decision.placement is None and not decision.error and (view := views.get(key)):
             cause = mig.get(key) or decision.reason or "waiting"
-            message = "; ".join(filter(None, (cause, None if key in mig else notes.get(key))))
             reason = Reason.MIG_RECONFIGURING if key in mig else Reason.UNSCHEDULABLE
             when, words = said.get(view.uid, (float("-inf"), ""))
-            if view.phase == Phase.QUEUED and view.status.reason == reason and not view.problems \
-                    and now - when < WAIT_REFRESH and words == _words(cause):
+            if now - when < WAIT_REFRESH and words == _words(cause) and view.phase == Phase.QUEUED \
+                    and view.status.reason == reason and not view.problems:
                 continue
+            message = "; ".join(filter(None, (cause, None if key in mig else notes.get(key))))
             if plan := view.wait(reason, message, now):
                 said[view.uid] = (now, _words(cause))
                 plans.append(plan)
     return plans
 
 
+@functools.lru_cache(maxsize=4096)
 def _words(sentence: str) -> str:
     """What a waiting message says without its counts, bracketed names and reservation notes: it changes when the
     cause changes, not with every pod that comes and goes."""

@@ -12,6 +12,7 @@ from superpod.api.resources import ConvertError
 from superpod.api.status import condition, read_status, updated
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
+from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
 from superpod.core.phases import Condition, Phase, Reason
 from superpod.core.request import JobRequest
@@ -56,6 +57,13 @@ class JobView:
     def placement(self) -> dict[int, str]:
         """Replica index -> node (shared: read, never change it)."""
         return self._placement
+
+    @cached_property
+    def gang(self) -> tuple[JobRequest, str, int, dict[int, str]] | None:
+        """(request, uid, attempt, replica -> node) when every replica has a node in the status, else None."""
+        if isinstance(self.request, JobRequest) and len(self.placement()) == self.replicas:
+            return self.request, self.uid, self.status.attempt, self.placement()
+        return None
 
     @cached_property
     def _placement(self) -> dict[int, str]:
@@ -115,22 +123,30 @@ class JobView:
 
 
 class JobReader:
-    """Reads each job once per version of the object: its status (tolerantly) and its core request."""
+    """Reads each job once per version of the object: its status (tolerantly) and its core request. Only the jobs
+    the cache says were stored or deleted since the last read are read again."""
 
     def __init__(self) -> None:
-        self._read: dict[str, tuple[str, JobView]] = {}
+        self.by_key: dict[str, JobView] = {}  # every job, by key (read-only for callers)
+        self.by_uid: dict[str, JobView] = {}  # the same, by uid
+        self.damaged: set[str] = set()  # keys of the jobs whose status has fields that did not read
 
-    def views(self, jobs: dict[str, dict]) -> list[JobView]:
-        out = []
-        for key, obj in jobs.items():
-            version = obj["metadata"].get("resourceVersion") or ""
-            cached = self._read.get(key)
-            if cached is None or cached[0] != version or not version:
-                cached = self._read[key] = (version, _view(key, obj))
-            out.append(cached[1])
-        for key in set(self._read) - set(jobs):
-            del self._read[key]
-        return out
+    def views(self, state: ClusterState) -> list[JobView]:
+        edited, state.edited_jobs = state.edited_jobs, set()
+        for key in edited:
+            obj = state.jobs.get(key)
+            cached = self.by_key.get(key)
+            if cached is not None and (obj is None or cached.obj is not obj):
+                del self.by_key[key]
+                self.by_uid.pop(cached.uid, None)
+            if obj is not None and key not in self.by_key:
+                view = self.by_key[key] = _view(key, obj)
+                self.by_uid[view.uid] = view
+            if key in self.by_key and self.by_key[key].problems:
+                self.damaged.add(key)
+            else:
+                self.damaged.discard(key)
+        return list(self.by_key.values())
 
 
 def _view(key: str, obj: dict) -> JobView:

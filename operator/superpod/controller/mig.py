@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 
 from superpod.api.resources import ConvertError
 from superpod.controller.actions import Emit, MergeMigConfigs, PatchNode, Plan, job_ref, node_ref
@@ -49,16 +50,21 @@ class MigFlow:
     def __init__(self, state: ClusterState, namespace: str, configmap: str, timeout: float, metrics=None) -> None:
         self.state, self.metrics = state, metrics
         self.namespace, self.configmap, self.timeout = namespace, configmap, timeout
+        self._expecting: tuple[int, list[str]] | None = None  # (node edits, nodes a reconfiguration is awaited on)
+        self._serving: tuple[int, set[str]] | None = None  # (node edits, jobs whose nodes are repartitioned)
         self._dynamic: tuple[int, bool] | None = None  # (nodes version, some node opted in to dynamic MIG)
 
     # ---- reconfigurations in flight -------------------------------------------------------------------------------
     def check(self, now: float) -> list[Plan]:
         """Release nodes whose reconfiguration finished; fail, revert and mark those that failed or timed out."""
         out = []
-        for name, entry in self.state.nodes.items():
-            notes = entry.obj["metadata"].get("annotations") or {}
-            if MIG_EXPECT not in notes:
-                continue
+        if self._expecting is None or self._expecting[0] != self.state.node_edits:
+            self._expecting = (self.state.node_edits, [name for name, entry in self.state.nodes.items()
+                                                       if MIG_EXPECT in (entry.obj["metadata"].get("annotations")
+                                                                         or {})])
+        for name in self._expecting[1]:
+            entry = self.state.nodes[name]
+            notes = entry.obj["metadata"]["annotations"]
             labels = entry.obj["metadata"].get("labels") or {}
             try:
                 held = mig_held(entry.obj)
@@ -99,17 +105,17 @@ class MigFlow:
         return plan
 
     # ---- new reconfigurations -------------------------------------------------------------------------------------
-    def plan(self, waiting: list[JobRequest], busy: set[str], now: float) -> tuple[list[Plan], dict[str, str],
-                                                                                 dict[str, str]]:
+    def plan(self, waiting: list[JobRequest], busy: Callable[[], set[str]], now: float) -> tuple[
+            list[Plan], dict[str, str], dict[str, str]]:
         """Plans for MIG jobs that wait for slices (and whole-GPU jobs that wait while slices idle); job key -> a
         status message for the jobs whose nodes are being repartitioned; job key -> a note on why no node could be
-        repartitioned for it, when there is one to add to its explanation."""
-        served = {k for e in self.state.nodes.values()
-                  for k in ((e.obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",") if k}
+        repartitioned for it, when there is one to add to its explanation. `busy`: the nodes that must not be
+        repartitioned (asked for only when some job wants slices or some node may give them back)."""
+        served = self._served()
         messages = {k: "waiting for the MIG reconfiguration of its nodes" for k in served}
-        if not any(_profile(job) for job in waiting) and not (waiting and self._any_dynamic()):
+        if not (waiting and self._any_dynamic()) and not any(_profile(job) for job in waiting):
             return [], messages, {}  # no job wants slices, and no node has slices to give back
-        nodes, refused = self._nodes(busy)
+        nodes, refused = self._nodes(busy())
         notes: dict[str, str] = {}
         groups: dict[tuple, list[JobRequest]] = {}
         for job in waiting:
@@ -140,6 +146,14 @@ class MigFlow:
         return [self._write(layouts, configs, assignment, now)], {**messages, **{
             key: f"repartitioning {len(where)} node(s) for its MIG slices: {', '.join(where[:5])}"
                  f"{' ...' if len(where) > 5 else ''}" for key, where in assignment.items()}}, notes
+
+    def _served(self) -> set[str]:
+        """The jobs whose nodes are being repartitioned (recomputed when a node object changes)."""
+        if self._serving is None or self._serving[0] != self.state.node_edits:
+            self._serving = (self.state.node_edits, {
+                k for e in self.state.nodes.values()
+                for k in ((e.obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",") if k})
+        return self._serving[1]
 
     def _any_dynamic(self) -> bool:
         """Some node opted in to dynamic MIG (recomputed when nodes change)."""

@@ -27,23 +27,28 @@ class SnapshotCache:
             self._snap = Snapshot(state.usable_nodes(), state.topology()[0], holdings.values())
             self._version = state.version
             return self._snap
-        snap = self._snap
-        for key in [k for k in snap.pods if k not in holdings]:
-            snap.remove_pod(key)
-        for key, pod in holdings.items():
-            if snap.pods.get(key) != pod:
-                snap.add_pod(pod)
+        snap, held = self._snap, self._snap.pods
+        snap.update(held.keys() - holdings.keys(),
+                    [pod for key, pod in holdings.items() if (now := held.get(key)) is not pod and now != pod])
         return snap
 
 
-def holdings(state: ClusterState, placed: dict[str, tuple[JobRequest, str, int, dict[int, str]]]) -> dict[str, Pod]:
+def holdings(state: ClusterState, placed: dict[str, tuple[JobRequest, str, int, dict[int, str]]],
+             memo: dict[str, tuple[int, list[Pod]]] | None = None) -> dict[str, Pod]:
     """Observed pods, plus the replicas of placed gangs not observed yet. `placed`: job key -> (request, job uid,
-    attempt, replica -> node)."""
+    attempt, replica -> node). `memo` (job key -> (its change stamp, its assumed replicas)) keeps each job's answer
+    until the job or its pods change."""
     out = state.holding_pods()
+    memo = {} if memo is None else memo
     for job_key, (request, uid, attempt, nodes) in placed.items():
-        seen = {p.index for p in state.pods_of(job_key) if p.owner == uid and p.attempt == attempt}
-        for index, node in nodes.items():
-            if index not in seen:
-                key = assumed_key(job_key, index)
-                out[key] = Pod(key, node, request.requests)
+        stamp = state.changes.get(job_key, 0)
+        known = memo.get(job_key)
+        if known is None or known[0] != stamp:
+            seen = {p.index for p in state.pods_of(job_key) if p.owner == uid and p.attempt == attempt}
+            known = memo[job_key] = (stamp, [Pod(assumed_key(job_key, index), node, request.requests)
+                                             for index, node in nodes.items() if index not in seen])
+        for pod in known[1]:
+            out[pod.key] = pod
+    for job_key in memo.keys() - placed.keys():
+        del memo[job_key]
     return out

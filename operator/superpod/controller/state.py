@@ -107,8 +107,11 @@ class ClusterState:
         self.services: dict[str, str] = {}  # key -> uid
         self.topologies: dict[str, dict] = {}
         self.by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
+        self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
+        self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
         self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
+        self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
         self.removals = 0  # bumped when a job or a node is gone: what is remembered of them can be dropped
         self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
@@ -160,6 +163,7 @@ class ClusterState:
             self._store_pod(key, obj, now)
         elif kind is TRAININGJOBS:
             self.jobs[key] = obj
+            self.edited_jobs.add(key)
         elif kind is NODES:
             self._store_node(key, obj, now)
         elif kind is SERVICES:
@@ -177,6 +181,7 @@ class ClusterState:
                 self._tombstones.popitem(last=False)
         if kind is PODS:
             pod = self.pods.pop(key, None)
+            self.holding.pop(key, None)
             if pod is not None and pod.job:
                 self.by_job.get(pod.job, set()).discard(key)
                 if not self.by_job.get(pod.job):
@@ -189,10 +194,12 @@ class ClusterState:
                                    replace(last, end=max(last.start or 0.0, pod.last_known)))
         elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
+            self.edited_jobs.add(key)
             self.changes.pop(key, None)
             self.removals += 1
         elif kind is NODES:
             self.nodes.pop(key, None)
+            self.node_edits += 1
             self.version += 1
             self.removals += 1
         elif kind is SERVICES:
@@ -208,10 +215,15 @@ class ClusterState:
             self.by_job.get(old.job, set()).discard(key)
             self.changes[old.job] = next(self._stamps)  # the job it left has one pod fewer
         self.pods[key] = info
+        if info.holds is not None:
+            self.holding[key] = info.holds
+        else:
+            self.holding.pop(key, None)
         if info.job:
             self.by_job.setdefault(info.job, set()).add(key)
 
     def _store_node(self, name: str, obj: dict, now: float) -> None:
+        self.node_edits += 1
         old = self.nodes.get(name)
         problem = None
         try:
@@ -254,7 +266,7 @@ class ClusterState:
         return [self.pods[k] for k in self.by_job.get(job_key, ()) if k in self.pods]
 
     def holding_pods(self) -> dict[str, Pod]:
-        return {p.key: p.holds for p in self.pods.values() if p.holds is not None}
+        return dict(self.holding)
 
 
 def pod_info(obj: dict) -> PodInfo:

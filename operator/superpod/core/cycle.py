@@ -150,20 +150,21 @@ def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int
 
 def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
             held: Reservation | None, failed: dict[tuple, str]) -> tuple[Decision, Reservation | None]:
-    """One job's decision, and the reservation in force after it. `failed`: why jobs of a shape did not fit on this
-    snapshot (its generation) under this reservation: a job of the same shape is told the same without a search."""
+    """One job's decision, and the reservation in force after it. `failed`: validation per shape this cycle. A shape
+    that did not fit under this reservation (snap.unfit) does not fit until capacity is freed: a job of that shape is
+    told the same without a search (its message keeps the counts of that search)."""
     shape = job.shape()
     if ("valid", shape) not in failed:  # validation reads only the topology: once per shape and cycle
         failed["valid", shape] = validate(snap, job) or ""
     why = failed["valid", shape] or policy.admit(job, placed)
     if why:
         return Decision(job, None, why), held
-    seen = (snap.generation, shape, held)
-    if seen in failed:
-        return Decision(job, None, failed[seen]), held
+    seen = (shape, held)
+    if seen in snap.unfit:
+        return Decision(job, None, snap.unfit[seen]), held
     decision, after = _search(snap, job, policy, held)
     if decision.placement is None and after is held:
-        failed[seen] = decision.reason
+        snap.unfit[seen] = decision.reason
     return decision, after
 
 
@@ -196,7 +197,7 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     out: list[Decision] = []
     placed: list[Decision] = []
     held: Reservation | None = None
-    failed: dict[tuple, str] = {}  # (generation, shape, reservation) -> why; ("valid", shape) -> validation
+    failed: dict[tuple, str] = {}  # ("valid", shape) -> why it is invalid, or ""
     for job in policy.order(jobs):
         try:
             decision, held = _decide(snap, job, policy, placed, held, failed)

@@ -161,7 +161,10 @@ class Snapshot:
         self.free: list[dict[str, int]] = [dict(n.allocatable) for n in self.nodes]
         self.max_gpus_per_node = max([n.allocatable.get(GPU, 0) for n in self.nodes] + [0])
         self.pods: dict[str, Pod] = {}
-        self.generation = 0
+        self.generation = 0  # bumped on every change of capacity
+        # Capacity only ever taken since a job shape did not fit: it still does not. Kept here, so it lasts as long
+        # as this snapshot (the cycle drops it when capacity is freed): (shape, reservation) -> why it did not fit.
+        self.unfit: dict[tuple, str] = {}
         self._build_tree()
         self.views: dict[tuple, View] = {}
         for p in pods:
@@ -204,6 +207,8 @@ class Snapshot:
         for v in live:
             v.add_node(self, node, 1)
         self.generation += 1
+        if sign < 0:
+            self.unfit = {}
 
     def add_pod(self, pod: Pod) -> None:
         """Count a bound pod (replacing an earlier version with the same key)."""
@@ -217,6 +222,22 @@ class Snapshot:
         pod = self.pods.pop(key, None)
         if pod is not None and (i := self.index.get(pod.node)) is not None:
             self._apply(i, pod.requests, -1)
+
+    def update(self, gone: Iterable[str], pods: Iterable[Pod]) -> None:
+        """Remove pods and add or replace others as one change: what did not fit is forgotten only if some node
+        ends with more of something free than before (an assumed replica replaced by its pod frees nothing)."""
+        pods = list(pods)
+        nodes = {self.index.get(p.node) for p in pods} | {self.index.get(p.node) for p in map(self.pods.get, gone)
+                                                            if p is not None}
+        nodes |= {self.index.get(old.node) for p in pods if (old := self.pods.get(p.key)) is not None}
+        before = {i: dict(self.free[i]) for i in nodes if i is not None}
+        unfit = self.unfit
+        for key in gone:
+            self.remove_pod(key)
+        for pod in pods:
+            self.add_pod(pod)
+        if all(self.free[i].get(r, 0) <= amount for i, free in before.items() for r, amount in free.items()):
+            self.unfit = unfit
 
     def assume(self, job: JobRequest, assignments: dict[str, list[int]]) -> None:
         """Reserve capacity for a placed gang (pod keys `<ns>/<name>#<replica>`) before the pods exist."""

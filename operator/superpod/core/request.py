@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 GPU = "nvidia.com/gpu"
@@ -113,6 +114,10 @@ class JobRequest:
 
     def shape(self) -> tuple:
         """Everything placement reads: two jobs of one shape get the same answer on the same snapshot."""
+        return self._shape
+
+    @cached_property
+    def _shape(self) -> tuple:  # the request is frozen: computed once
         return (self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
                 self.slice_size, self.slice_required)
 

@@ -7,9 +7,9 @@ to the few checks named in `_validate_pod`. Faults can be injected around any wr
 from __future__ import annotations
 
 import asyncio
-import copy
 import itertools
 import json
+import pickle
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -61,7 +61,7 @@ class MemoryAPI:
 
     # ---- store --------------------------------------------------------------------------------------------------
     def items(self, kind: Kind) -> list[dict]:
-        return [copy.deepcopy(o) for o in self.objects.get(kind, {}).values()]
+        return [_clone(o) for o in self.objects.get(kind, {}).values()]
 
     def peek(self, kind: Kind, key: str) -> dict | None:
         """The stored object itself (read-only by convention), for test assertions."""
@@ -75,9 +75,9 @@ class MemoryAPI:
         self.objects.setdefault(kind, {})[_key(obj)] = obj
         for owner in obj["metadata"].get("ownerReferences") or []:
             self._owned.setdefault(owner.get("uid"), set()).add((kind, _key(obj)))
-        self.events.append(WatchEvent(kind, "ADDED" if verb == "create" else "MODIFIED", copy.deepcopy(obj),
+        self.events.append(WatchEvent(kind, "ADDED" if verb == "create" else "MODIFIED", _clone(obj),
                                       self.clock()))
-        return copy.deepcopy(obj)
+        return _clone(obj)
 
     def _remove(self, kind: Kind, key: str) -> None:
         obj = self.objects.get(kind, {}).pop(key, None)
@@ -87,7 +87,7 @@ class MemoryAPI:
         if not obj["metadata"].get("deletionTimestamp"):  # a deletion without grace: its time is on the object
             obj["metadata"]["deletionTimestamp"] = rfc3339(self.clock(), micro=True)
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
-        self.events.append(WatchEvent(kind, "DELETED", copy.deepcopy(obj), self.clock()))
+        self.events.append(WatchEvent(kind, "DELETED", _clone(obj), self.clock()))
         for other_kind, other_key in sorted(self._owned.pop(obj["metadata"].get("uid"), ()),
                                             key=lambda owned: (owned[0].plural, owned[1])):  # the garbage collector
             other = self.objects.get(other_kind, {}).get(other_key)
@@ -137,7 +137,7 @@ class MemoryClient:
         obj = self.store.peek(kind, f"{namespace}/{name}" if kind.namespaced else name)
         if obj is None:
             raise ApiError(404, "NotFound", f'{kind.plural} "{name}" not found')
-        return copy.deepcopy(obj)
+        return _clone(obj)
 
     async def create(self, kind: Kind, obj: dict) -> dict:
         await self._send()
@@ -180,16 +180,16 @@ class MemoryClient:
         if given and given != cur["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind.plural} "{key}": the object has '
                            "been modified; please apply your changes to the latest version and try again")
-        new = copy.deepcopy(cur)
+        new = _clone(cur)
         if status:
-            new["status"] = copy.deepcopy(obj.get("status"))
+            new["status"] = obj.get("status")  # obj is this call's own copy
         else:
             for part, value in obj.items():
                 if part != "metadata" and not (part == "status" and kind in WITH_STATUS):
-                    new[part] = copy.deepcopy(value)
+                    new[part] = value
             for k in ("labels", "annotations"):
                 if k in obj["metadata"]:
-                    new["metadata"][k] = copy.deepcopy(obj["metadata"][k])
+                    new["metadata"][k] = obj["metadata"][k]
             if new.get("spec") != cur.get("spec"):
                 new["metadata"]["generation"] = cur["metadata"].get("generation", 1) + 1
         out = self.store._store(kind, new, "update")
@@ -200,7 +200,7 @@ class MemoryClient:
         await self._send()
         key = f"{namespace}/{name}" if kind.namespaced else name
         lose = self.store._check_fault("patch", kind, key, self.writer)
-        new = copy.deepcopy(self._current(kind, key))
+        new = _clone(self._current(kind, key))
         _merge(new, _json(patch))
         out = self.store._store(kind, new, "update")
         self.store._log(self.writer, "patch", kind, key)
@@ -216,7 +216,7 @@ class MemoryClient:
         self.store._log(self.writer, "delete", kind, key)
         if _graceful(kind, cur):
             if cur["metadata"].get("deletionTimestamp"):
-                return _answer(copy.deepcopy(cur), lose)
+                return _answer(_clone(cur), lose)
             grace = cur["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE)
             return _answer(self.store._mark_deleting(kind, cur, int(grace)), lose)
         self.store._remove(kind, key)
@@ -232,6 +232,12 @@ class MemoryClient:
 def _json(obj):
     """A deep copy through JSON, as an object crosses the wire: what JSON cannot carry fails here as it would there."""
     return json.loads(json.dumps(obj))
+
+
+def _clone(obj):
+    """A deep copy of JSON-like data (stored objects passed the JSON check on the way in); pickle's C code copies
+    them several times faster than copy.deepcopy."""
+    return pickle.loads(pickle.dumps(obj, pickle.HIGHEST_PROTOCOL))
 
 
 def _answer(out, lose: str | None):
