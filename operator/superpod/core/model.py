@@ -165,6 +165,7 @@ class Snapshot:
         # Capacity only ever taken since a job shape did not fit: it still does not. Kept here, so it lasts as long
         # as this snapshot (the cycle drops it when capacity is freed): (shape, reservation) -> why it did not fit.
         self.unfit: dict[tuple, str] = {}
+        self.idle_answers: dict[tuple, object] = {}  # answers that read only nodes and topology, never pods
         self._build_tree()
         self.views: dict[tuple, View] = {}
         for p in pods:
