@@ -110,6 +110,10 @@ class JobBuilder:
         self.kw["tolerations"] = self.kw.get("tolerations", ()) + (Toleration(key=key, operator=operator),)
         return self
 
+    def queue(self, name: str | None = None, service_class: str = "spot") -> JobBuilder:
+        self.kw["queue"], self.kw["service_class"] = name, service_class
+        return self
+
     def build(self) -> JobRequest:
         return make_request(requests=self.req, **self.kw)
 

@@ -188,3 +188,31 @@ def test_a_queue_of_one_shape_is_searched_once_per_snapshot(monkeypatch):
     assert searches == ["w000", "w001", "w002", "w003"], "one search per placement, then one for the rest"
     assert len({d.reason for d in decisions[3:]}) == 1 and "room for 0" in decisions[3].reason
     assert "reserved for it" in decisions[2].reason
+
+
+def test_a_shape_that_did_not_fit_is_searched_again_only_once_capacity_is_freed(monkeypatch):
+    """The snapshot outlives a cycle (controller/snapshot.py): while capacity is only taken, a shape that did not
+    fit still does not, so it is told the same without a search; once capacity is freed it is searched and placed.
+    An assumed replica replaced by its pod frees nothing."""
+    from superpod.core import cycle
+    from superpod.core.model import Pod
+
+    searches = []
+    real = cycle._search
+    monkeypatch.setattr(cycle, "_search", lambda *args: searches.append(args[1].name) or real(*args))
+
+    class NoReservation(PriorityFifo):
+        reserves = False
+
+    snap = superpod(leaves=1, per_leaf=2, used={"su1-n0": 8})
+    first, second = job("a").gpus(8).priority(0, 1).build(), job("b").gpus(8).priority(0, 2).build()
+    decisions = schedule(snap, [first, second], NoReservation())
+    assert [d.placed for d in decisions] == [True, False] and searches == ["a", "b"]
+    assert schedule(snap, [second], NoReservation())[0].reason == decisions[1].reason
+    snap.update([], [Pod("other/x", "su1-n1", (("cpu", 1000),))])  # more taken
+    snap.update(["default/a#0"], [Pod("default/a-0", "su1-n1", ((GPU, 8),))])  # the assumed replica's pod
+    assert not schedule(snap, [second], NoReservation())[0].placed
+    assert searches == ["a", "b"], "capacity was only taken: no new search"
+    snap.remove_pod("other/su1-n0")
+    assert schedule(snap, [second], NoReservation())[0].placed
+    assert searches == ["a", "b", "b"]

@@ -112,3 +112,25 @@ def test_not_ready_since_is_local_observed_time_and_kept_across_updates():
     assert s.nodes["n1"].not_ready_since == 100.0
     s.apply(NODES, "MODIFIED", node("n1", 4), 160.0)
     assert s.nodes["n1"].not_ready_since is None
+
+
+def test_jobs_are_read_again_only_when_their_object_changed_and_held_capacity_follows_pods():
+    """The cycle's cost follows what changed: JobReader reads the jobs the cache stored or deleted since its last
+    read (a stale event changes nothing); the capacity pods hold is kept by the cache as they come and go."""
+    from superpod.controller.jobs import JobReader
+
+    state, reader = ClusterState(), JobReader()
+    state.apply(TRAININGJOBS, "ADDED", job(1), 0.0)
+    first = reader.views(state)
+    assert [v.key for v in first] == ["ns/j"] and reader.by_uid["j1"] is first[0]
+    assert reader.views(state)[0] is first[0], "unchanged: not read again"
+    state.apply(TRAININGJOBS, "MODIFIED", job(1, "Queued"), 0.0)  # the same version again: stale
+    assert reader.views(state)[0] is first[0]
+    state.apply(TRAININGJOBS, "MODIFIED", job(2, "Queued"), 0.0)
+    assert reader.views(state)[0].phase == "Queued"
+    state.apply(PODS, "ADDED", pod("j-0", 3), 0.0)
+    assert set(state.holding_pods()) == {"ns/j-0"}
+    state.apply(PODS, "MODIFIED", pod("j-0", 4, phase="Succeeded"), 0.0)
+    assert state.holding_pods() == {}, "a finished pod holds nothing"
+    state.apply(TRAININGJOBS, "DELETED", job(5, "Queued"), 0.0)
+    assert reader.views(state) == [] and reader.by_uid == {}

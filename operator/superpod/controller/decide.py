@@ -162,7 +162,8 @@ def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float
         else:
             valid.append(view)
     decisions = schedule(snap, [v.request for v in valid], policy)
-    by_key = {v.key: v for v in valid}
+    placed = {d.job.key for d in decisions if d.placement is not None}
+    by_key = {v.key: v for v in valid if v.key in placed}
     for decision in decisions:
         if decision.placement is not None:
             view = by_key[decision.job.key]
@@ -184,6 +185,9 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
     for decision in decisions:
         key = decision.job.key
         if decision.placement is None and not decision.error and (view := views.get(key)):
+            if decision.reason and view.status.message == decision.reason and key not in mig and key not in notes \
+                    and view.status.reason == Reason.UNSCHEDULABLE and view.phase == Phase.QUEUED and not view.problems:
+                continue  # it already says exactly this
             cause = mig.get(key) or decision.reason or "waiting"
             reason = Reason.MIG_RECONFIGURING if key in mig else Reason.UNSCHEDULABLE
             when, words = said.get(view.uid, (float("-inf"), ""))

@@ -3,14 +3,16 @@
 Order comes from a QueuePolicy (default: priority desc, then submission time). The first job that does not fit but
 could fit once running pods finish holds a reservation (see reservation_for: the domain closest to fitting at its
 required level, narrowed to just enough child domains or nodes). Jobs behind it are placed only outside the
-reservation, so big gangs are not starved by streams of small ones. One reservation per cycle; the cycle runs again
-on the next event, so the reservation follows the cluster as it changes. Tenant queues with quotas and fair share
-(GPUQueue) plug in as another QueuePolicy: `order` decides who goes first, `admit` may hold a job back.
+reservation, so big gangs are not starved by streams of small ones. One reservation per cycle and group (one group
+unless the policy says otherwise); the cycle runs again on the next event, so the reservation follows the cluster as
+it changes. Tenant queues (core/queues.py) are another QueuePolicy: `order` decides who goes first, `admit` may hold
+a job back, `group` and `respects` make reservations per queue.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Protocol
 
 from superpod.core.explain import explain_solver
@@ -48,6 +50,14 @@ class QueuePolicy(Protocol):
         """None if the job may be placed now, else why not (e.g. its queue is over quota)."""
         ...
 
+    def group(self, job: JobRequest) -> str:
+        """Reservations are per group: the first blocked job of each group may hold one (one group: one)."""
+        ...
+
+    def respects(self, job: JobRequest, holder: JobRequest) -> bool:
+        """Whether `job` keeps off the reservation `holder` holds."""
+        ...
+
 
 class PriorityFifo:
     """Priority descending, then submission time, then namespace/name. Admits everything; places exactly."""
@@ -55,13 +65,19 @@ class PriorityFifo:
     reserves = True
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
-        return sorted(jobs, key=lambda j: (-j.priority, j.submitted, j.namespace, j.name))
+        return sorted(jobs, key=attrgetter("fifo_key"))
 
     def admit(self, job: JobRequest, placed: list[Decision]) -> str | None:
         return None
 
     def place(self, solver: Solver) -> Placement | None:
         return solve(solver)
+
+    def group(self, job: JobRequest) -> str:
+        return ""
+
+    def respects(self, job: JobRequest, holder: JobRequest) -> bool:
+        return True
 
 
 @dataclass(frozen=True)
@@ -160,46 +176,53 @@ def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int
 
 
 def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
-            held: Reservation | None, failed: dict[tuple, str]) -> tuple[Decision, Reservation | None]:
-    """One job's decision, and the reservation in force after it. `failed`: validation per shape this cycle. A shape
-    that did not fit under this reservation (snap.unfit) does not fit until capacity is freed: a job of that shape is
-    told the same without a search (its message keeps the counts of that search)."""
+            held: dict[str, Reservation], failed: dict[tuple, str]) -> tuple[Decision, Reservation | None]:
+    """One job's decision, and the reservation it took (None if none). `held`: the reservations so far, by group.
+    `failed`: validation per shape this cycle. A shape that did not fit under these reservations (snap.unfit) does
+    not fit until capacity is freed: a job of that shape is told the same without a search (its message keeps the
+    counts of that search)."""
     shape = job.shape()
     if ("valid", shape) not in failed:  # validation reads only the topology: once per shape and cycle
         failed["valid", shape] = validate(snap, job) or ""
     why = failed["valid", shape] or policy.admit(job, placed)
     if why:
-        return Decision(job, None, why), held
-    seen = (shape, held)
+        return Decision(job, None, why), None
+    blocking = tuple(r for r in held.values() if policy.respects(job, r.holder))
+    may_reserve = policy.reserves and policy.group(job) not in held
+    seen = (shape, blocking, may_reserve)
     if seen in snap.unfit:
-        return Decision(job, None, snap.unfit[seen]), held
-    decision, after = _search(snap, job, policy, held)
-    if decision.placement is None and after is held:
+        return Decision(job, None, snap.unfit[seen]), None
+    decision, taken = _search(snap, job, policy, blocking, may_reserve)
+    if decision.placement is None and taken is None:
         snap.unfit[seen] = decision.reason
-    return decision, after
+    return decision, taken
 
 
-def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy,
-            held: Reservation | None) -> tuple[Decision, Reservation | None]:
-    sv = Solver(snap, job, held.domains, exclude_nodes=held.nodes) if held else Solver(snap, job)
+def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: tuple[Reservation, ...],
+            may_reserve: bool) -> tuple[Decision, Reservation | None]:
+    if blocking:
+        sv = Solver(snap, job, frozenset().union(*(r.domains for r in blocking)),
+                    exclude_nodes=frozenset().union(*(r.nodes for r in blocking)))
+    else:
+        sv = Solver(snap, job)
     p = policy.place(sv)
     if p is not None:
         snap.assume(job, p.assignments)
-        return Decision(job, p, None), held
-    if held is None:  # the same solver explains and reserves
-        reason = explain_solver(sv)
-        held = _reservation(sv) if policy.reserves else None
-        if held is None:
-            return Decision(job, None, reason), None
-        verb = "are" if len(held.domains) > 1 or len(held.nodes) > 1 else "is"
-        text = f"{reason}; {held.label} {verb} {RESERVED_NOTE}"
-        return Decision(job, None, text, reserved=held.label, reserved_nodes=held.node_names(snap)), held
-    anywhere = Solver(snap, job)
-    if policy.place(anywhere) is not None:
-        why = (f"fits only inside {held.label}, reserved for {held.holder.key} (priority {held.holder.priority}); "
-               "it runs after that job starts")
-        return Decision(job, None, why), held
-    return Decision(job, None, explain_solver(anywhere)), held
+        return Decision(job, p, None), None
+    anywhere = Solver(snap, job) if blocking else sv
+    if blocking and policy.place(anywhere) is not None:
+        holders = "; ".join(f"{r.label}, reserved for {r.holder.key} (priority {r.holder.priority})"
+                            for r in blocking)
+        after = "that job starts" if len(blocking) == 1 else "they start"
+        reason = f"fits only inside {holders}; it runs after {after}"
+    else:
+        reason = explain_solver(anywhere)
+    taken = _reservation(sv) if may_reserve else None
+    if taken is None:
+        return Decision(job, None, reason), None
+    verb = "are" if len(taken.domains) > 1 or len(taken.nodes) > 1 else "is"
+    text = f"{reason}; {taken.label} {verb} {RESERVED_NOTE}"
+    return Decision(job, None, text, reserved=taken.label, reserved_nodes=taken.node_names(snap)), taken
 
 
 def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None = None) -> list[Decision]:
@@ -207,11 +230,13 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     policy = policy or PriorityFifo()
     out: list[Decision] = []
     placed: list[Decision] = []
-    held: Reservation | None = None
+    held: dict[str, Reservation] = {}  # group -> the reservation its first blocked job holds
     failed: dict[tuple, str] = {}  # ("valid", shape) -> why it is invalid, or ""
     for job in policy.order(jobs):
         try:
-            decision, held = _decide(snap, job, policy, placed, held, failed)
+            decision, taken = _decide(snap, job, policy, placed, held, failed)
+            if taken is not None:
+                held[policy.group(job)] = taken
         except Exception as e:  # noqa: BLE001 - one job's bug must not stop the cycle; its snapshot is unchanged
             decision = Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e))
         if decision.placement is not None:

@@ -84,6 +84,8 @@ class JobRequest:
     priority: int = 0
     submitted: float = 0.0  # seconds since any fixed epoch; only the order matters
     avoid_nodes: tuple[str, ...] = ()  # nodes where this job's earlier pods still terminate
+    queue: str | None = None  # spec.queue: the GPUQueue it names (None: its namespace's)
+    service_class: str = "spot"  # reserved | spot (see core/queues.py)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # seam for queues (GPUQueue)
 
     @property
@@ -115,6 +117,11 @@ class JobRequest:
     def shape(self) -> tuple:
         """Everything placement reads: two jobs of one shape get the same answer on the same snapshot."""
         return self._shape
+
+    @cached_property
+    def fifo_key(self) -> tuple:
+        """Priority descending, then submission time, then namespace/name (computed once: the request is frozen)."""
+        return (-self.priority, self.submitted, self.namespace, self.name)
 
     @cached_property
     def _shape(self) -> tuple:  # the request is frozen: computed once

@@ -1,0 +1,357 @@
+"""Tenant queues (GPUQueue) as a QueuePolicy on the core cycle: guarantees, limits, lending, borrowing, weighted
+fair share of the surplus, GPU-hour budgets. Pure: usage, capacity and time are passed in.
+
+A *flavor* is what a quota counts: a GPU product (an `nvidia.com/gpu.product` value), a MIG profile (`1g.10gb`), or
+"*" (any GPU). A job counts against the first of its queue's flavors that names its MIG profile or its GPU product,
+else against "*"; in GPU units (a MIG slice is g/7 of a GPU, as billed). Queues form a tree; only leaves take jobs;
+usage and limits count at every level, guarantees at the leaf (a child's guarantees never exceed its parent's).
+
+Admission (`admit`, on the usage at the start of the cycle plus what the cycle placed so far):
+- a queue never goes over its `limit`, nor does any ancestor;
+- inside its guarantee a job is admitted (capacity permitting); a `reserved` job only there;
+- beyond it (`spot`, borrowing) only from the surplus: the flavor's capacity minus what runs minus what other queues
+  keep — the part of their unused guarantee their waiting jobs need, and the part they do not lend (`lendingLimit`);
+- a queue whose budget for the period is spent admits nothing.
+Order (`order`): demand inside guarantees first, then the surplus by priority, then lowest weighted dominant share,
+then decayed past usage, then submission time. Reservations are per queue (`group`), and work inside a guarantee
+does not keep off other queues' reservations (`respects`): one tenant's giant gang never blocks another's guarantee.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from superpod.core.accounting import gpu_units
+from superpod.core.model import Node
+from superpod.core.placement import Placement, Solver, solve
+from superpod.core.request import GPU, MIG_PREFIX, PRODUCT_LABEL, JobRequest
+
+ANY = "*"
+RESERVED, SPOT = "reserved", "spot"
+HOLD, HOLD_AND_DRAIN = "Hold", "HoldAndDrain"
+
+
+@dataclass(frozen=True)
+class Quota:
+    flavor: str
+    guaranteed: float = 0.0
+    limit: float | None = None  # None: no cap
+    lending_limit: float | None = None  # None: all of the unused guarantee may be lent
+
+
+@dataclass(frozen=True)
+class Budget:
+    gpu_hours: float
+    period: float  # seconds
+    on_exhausted: str = HOLD
+
+
+@dataclass(frozen=True)
+class Queue:
+    name: str
+    parent: str | None = None
+    namespaces: tuple[str, ...] = ()
+    quotas: tuple[Quota, ...] = ()
+    weight: float = 1.0
+    budget: Budget | None = None
+
+    def quota(self, flavor: str) -> Quota | None:
+        return next((q for q in self.quotas if q.flavor == flavor), None)
+
+
+@dataclass
+class QueueTree:
+    """The queues in force, and why the others are not (queue name -> problem)."""
+
+    queues: dict[str, Queue] = field(default_factory=dict)
+    problems: dict[str, str] = field(default_factory=dict)
+    children: dict[str, list[str]] = field(default_factory=dict)
+    leaves: dict[str, list[str]] = field(default_factory=dict)  # queue -> the leaf queues under it (itself if leaf)
+    by_namespace: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, queues: Iterable[Queue]) -> QueueTree:
+        """Every queue is checked on its own, then as part of the tree; a refused queue takes its subtree with it.
+        Queues are taken in name order, so which of two queues claiming a namespace is refused is stable."""
+        tree = cls()
+        given = {q.name: q for q in sorted(queues, key=lambda q: q.name)}
+        tree.problems = {name: why for name, q in given.items() if (why := _problem(q, given))}
+        while True:
+            live = {name: q for name, q in given.items() if name not in tree.problems}
+            children: dict[str, list[str]] = {name: [] for name in live}
+            for queue in live.values():
+                if queue.parent in children:
+                    children[queue.parent].append(queue.name)
+            owners: dict[str, str] = {}
+            found = {}
+            for queue in live.values():
+                if queue.parent and queue.parent not in live:
+                    found[queue.name] = f"its parent {queue.parent} is not in force: {tree.problems[queue.parent]}"
+                elif children[queue.name] and queue.namespaces:
+                    found[queue.name] = "a queue with child queues takes no jobs: it must name no namespaces"
+                for namespace in queue.namespaces:
+                    if owners.setdefault(namespace, queue.name) != queue.name:
+                        found.setdefault(queue.name, f"namespace {namespace} belongs to queue {owners[namespace]}")
+            if not found:
+                break
+            tree.problems.update(found)
+        tree.queues, tree.children = live, children
+        tree.by_namespace = owners
+        for name in sorted(live, key=lambda n: -len(tree.ancestors(n))):  # deepest first
+            tree.leaves[name] = [leaf for child in children[name] for leaf in tree.leaves[child]] or [name]
+        return tree
+
+    def leaf(self, job: JobRequest) -> tuple[str | None, str | None]:
+        """The leaf queue a job lands in, or why none takes it."""
+        if job.queue:
+            if job.queue not in self.queues:
+                why = self.problems.get(job.queue)
+                return None, f"queue {job.queue} {'is not in force: ' + why if why else 'does not exist'}"
+            if self.children.get(job.queue):
+                return None, f"queue {job.queue} has child queues; only leaf queues take jobs"
+            return job.queue, None
+        if job.namespace in self.by_namespace:
+            return self.by_namespace[job.namespace], None
+        return None, f"namespace {job.namespace} belongs to no GPUQueue and its job names none in spec.queue"
+
+    def ancestors(self, name: str) -> list[str]:
+        """The queue and its ancestors, leaf first."""
+        out = []
+        while name and name not in out:
+            out.append(name)
+            name = self.queues[name].parent or "" if name in self.queues else ""
+        return out
+
+    def flavor(self, name: str, job: JobRequest) -> str | None:
+        """The flavor of the queue's quotas the job counts against, or None if it has none for this job."""
+        flavors = [q.flavor for q in self.queues[name].quotas]
+        for wanted in (profile(job), job.gpu_product, ANY):
+            if wanted in flavors:
+                return wanted
+        return None
+
+
+def _problem(queue: Queue, given: dict[str, Queue]) -> str | None:
+    if queue.weight <= 0:
+        return f"weight must be above 0, not {queue.weight:g}"
+    seen, parent = {queue.name}, queue.parent
+    while parent:
+        if parent not in given:
+            return f"parent {parent} does not exist"
+        if parent in seen:
+            return f"the parent chain loops through {parent}"
+        seen.add(parent)
+        parent = given[parent].parent
+    flavors = [q.flavor for q in queue.quotas]
+    if len(set(flavors)) != len(flavors):
+        return "a flavor is listed twice in resources"
+    for quota in queue.quotas:
+        if quota.guaranteed < 0:
+            return f"{quota.flavor}: guaranteed must not be negative"
+        if quota.limit is not None and quota.limit < quota.guaranteed:
+            return f"{quota.flavor}: limit {quota.limit:g} is below the guarantee {quota.guaranteed:g}"
+        if quota.lending_limit is not None and not 0 <= quota.lending_limit <= quota.guaranteed:
+            return f"{quota.flavor}: lendingLimit must be between 0 and the guarantee {quota.guaranteed:g}"
+    if queue.parent:
+        parent = given[queue.parent]
+        for quota in queue.quotas:
+            siblings = sum((s.quota(quota.flavor) or Quota(quota.flavor)).guaranteed
+                           for s in given.values() if s.parent == queue.parent)
+            over = parent.quota(quota.flavor)
+            if siblings > (over.guaranteed if over else 0.0):
+                return (f"{quota.flavor}: the guarantees of {queue.parent}'s children ({siblings:g}) exceed "
+                        f"{queue.parent}'s ({over.guaranteed if over else 0:g})")
+    return None
+
+
+def profile(job: JobRequest) -> str | None:
+    return next((r[len(MIG_PREFIX):] for r, q in job.requests if r.startswith(MIG_PREFIX) and q), None)
+
+
+def units(job: JobRequest) -> float:
+    """GPU units the whole gang holds (a MIG slice g/7)."""
+    return job.replicas * gpu_units(job.requests)
+
+
+def capacity(nodes: Iterable[Node], flavors: Iterable[str]) -> dict[str, float]:
+    """GPU units per flavor on these nodes: "*" every GPU, a product its nodes' GPUs, a MIG profile its slices."""
+    nodes = list(nodes)
+    out = {}
+    for flavor in set(flavors):
+        if flavor == ANY:
+            out[flavor] = float(sum(n.allocatable.get(GPU, 0) for n in nodes))
+        elif "g." in flavor and flavor[0].isdigit():
+            out[flavor] = sum(n.allocatable.get(MIG_PREFIX + flavor, 0) for n in nodes) * int(flavor[0]) / 7
+        else:
+            out[flavor] = float(sum(n.allocatable.get(GPU, 0) for n in nodes if n.labels.get(PRODUCT_LABEL) == flavor))
+    return out
+
+
+def decayed(previous: float, added: float, elapsed: float, half_life: float) -> float:
+    """Past usage with exponential decay: what was there `elapsed` seconds ago halves every `half_life`."""
+    return previous * math.pow(0.5, elapsed / half_life) + added if half_life > 0 else previous + added
+
+
+@dataclass
+class Usage:
+    """What the queues hold and have held, at the start of a cycle."""
+
+    running: dict[tuple[str, str], float] = field(default_factory=dict)  # (leaf queue, flavor) -> GPU units
+    past: dict[str, float] = field(default_factory=dict)  # queue -> decayed GPU-seconds
+    spent: dict[str, float] = field(default_factory=dict)  # queue -> GPU-seconds in its budget's current period
+    renews: dict[str, float] = field(default_factory=dict)  # queue -> when its budget period ends
+
+
+class FairQueues:
+    """The QueuePolicy of a cluster with GPUQueues, built for one cycle (usage and capacity at its start). What the
+    cycle places is counted as `admit` sees it (`placed` only grows within a cycle)."""
+
+    reserves = True
+
+    def __init__(self, tree: QueueTree, usage: Usage, capacity_by_flavor: dict[str, float]) -> None:
+        self.tree, self.usage, self.capacity = tree, usage, capacity_by_flavor
+        self.used = dict(usage.running)  # (leaf queue, flavor) -> units, with what this cycle placed
+        self.total: dict[str, float] = {}  # flavor -> units of all queues
+        for (_, flavor), amount in self.used.items():
+            self.total[flavor] = self.total.get(flavor, 0.0) + amount
+        self.inside: dict[str, bool] = {}  # job key -> inside its queue's guarantee when the cycle began
+        self.where: dict[str, tuple[str | None, str | None, str | None]] = {}  # job key -> (queue, flavor, problem)
+        self.wanted: dict[tuple[str, str], float] = {}  # (leaf, flavor) -> units its waiting jobs want inside it
+        self.kept: dict[str, float] = {}  # flavor -> units the leaf queues keep from borrowers (see `_keeps`)
+        self.shares: dict[str, float] = {}
+        self._counted = 0  # how many of the cycle's placed decisions are in `used`
+
+    # ---- order ----------------------------------------------------------------------------------------------------
+    def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
+        claimed = dict(self.used)
+        for job in sorted(jobs, key=lambda j: j.fifo_key):
+            queue, flavor, problem = self._where(job)
+            inside = False
+            if not problem:
+                after = claimed.get((queue, flavor), 0.0) + units(job)
+                if after <= self.tree.queues[queue].quota(flavor).guaranteed:
+                    claimed[(queue, flavor)], inside = after, True
+                    self.wanted[(queue, flavor)] = self.wanted.get((queue, flavor), 0.0) + units(job)
+            self.inside[job.key] = inside
+        for name, queue in self.tree.queues.items():
+            if self.tree.children[name]:
+                continue
+            for quota in queue.quotas:
+                self.kept[quota.flavor] = self.kept.get(quota.flavor, 0.0) + self._keeps(name, quota)
+        self.shares = {name: self._share(name) for name in self.tree.queues}
+
+        def key(job: JobRequest) -> tuple:
+            queue = self.where[job.key][0]
+            if self.inside[job.key]:
+                return (0, -job.priority, 0.0, 0.0, *job.fifo_key[1:])
+            if queue is None:
+                return (2, -job.priority, 0.0, 0.0, *job.fifo_key[1:])
+            return (1, -job.priority, self.shares[queue], self.usage.past.get(queue, 0.0), *job.fifo_key[1:])
+
+        return sorted(jobs, key=key)
+
+    def _share(self, queue: str) -> float:
+        """Weighted dominant share of the surplus: the most it borrows of any flavor's capacity, over its weight."""
+        spec = self.tree.queues[queue]
+        borrowed = [max(0.0, self.used.get((queue, q.flavor), 0.0) - q.guaranteed) / self.capacity[q.flavor]
+                    for q in spec.quotas if self.capacity.get(q.flavor)]
+        return max(borrowed, default=0.0) / spec.weight
+
+    def _keeps(self, leaf: str, quota: Quota) -> float:
+        """What a leaf keeps from borrowers: the unused guarantee its waiting jobs want, and what it does not lend."""
+        unused = max(0.0, quota.guaranteed - self.used.get((leaf, quota.flavor), 0.0))
+        lendable = max(0.0, unused - self.wanted.get((leaf, quota.flavor), 0.0))
+        if quota.lending_limit is not None:
+            lendable = min(lendable, quota.lending_limit)
+        return unused - lendable
+
+    # ---- admission ------------------------------------------------------------------------------------------------
+    def admit(self, job: JobRequest, placed: list) -> str | None:
+        self._count(placed)
+        queue, flavor, problem = self._where(job)
+        if problem:
+            return problem
+        spec = self.tree.queues[queue]
+        if spec.budget and self.usage.spent.get(queue, 0.0) >= spec.budget.gpu_hours * 3600:
+            return (f"queue {queue} has spent its budget of {spec.budget.gpu_hours:g} GPU-hours for this period"
+                    f"{_renewal(self.usage.renews.get(queue))}")
+        need = units(job)
+        for name in self.tree.ancestors(queue):
+            quota = self.tree.queues[name].quota(flavor)
+            if quota is None or quota.limit is None:
+                continue
+            total = sum(self.used.get((leaf, flavor), 0.0) for leaf in self.tree.leaves[name])
+            if total + need > quota.limit:
+                return f"queue {name} is at its limit of {quota.limit:g} {_gpus(flavor)} ({total:g} in use)"
+        quota = spec.quota(flavor)
+        mine = self.used.get((queue, flavor), 0.0)
+        if mine + need <= quota.guaranteed:
+            return None
+        if job.service_class == RESERVED:
+            return (f"reserved jobs run only inside queue {queue}'s guarantee of {quota.guaranteed:g} "
+                    f"{_gpus(flavor)} ({mine:g} in use)")
+        surplus = self.surplus(flavor, queue)
+        if need > surplus:
+            return (f"queue {queue} is beyond its guarantee of {quota.guaranteed:g} {_gpus(flavor)} and may borrow "
+                    f"{max(surplus, 0.0):g} now (the rest runs or is kept for other queues' guarantees)")
+        return None
+
+    def surplus(self, flavor: str, borrower: str) -> float:
+        """Units of `flavor` a queue beyond its guarantee may take: capacity, minus what runs, minus what the other
+        leaf queues keep."""
+        quota = self.tree.queues[borrower].quota(flavor)
+        own = self._keeps(borrower, quota) if quota else 0.0
+        return self.capacity.get(flavor, 0.0) - self.total.get(flavor, 0.0) - (self.kept.get(flavor, 0.0) - own)
+
+    def _count(self, placed: list) -> None:
+        """Add the decisions placed since the last call to the queues' usage (and to what they keep)."""
+        for decision in placed[self._counted:]:
+            queue, flavor, _ = self._where(decision.job)
+            if not queue:
+                continue
+            quota = self.tree.queues[queue].quota(flavor)
+            before = self._keeps(queue, quota)
+            amount = units(decision.job)
+            self.used[(queue, flavor)] = self.used.get((queue, flavor), 0.0) + amount
+            self.total[flavor] = self.total.get(flavor, 0.0) + amount
+            if self.inside.get(decision.job.key):
+                self.wanted[(queue, flavor)] = self.wanted.get((queue, flavor), 0.0) - amount
+            self.kept[flavor] = self.kept.get(flavor, 0.0) + self._keeps(queue, quota) - before
+        self._counted = len(placed)
+
+    # ---- placement and reservations -------------------------------------------------------------------------------
+    def place(self, solver: Solver) -> Placement | None:
+        return solve(solver)
+
+    def group(self, job: JobRequest) -> str:
+        """Reservations are per queue."""
+        return self._where(job)[0] or ""
+
+    def respects(self, job: JobRequest, holder: JobRequest) -> bool:
+        """Work inside its guarantee does not keep off another queue's reservation."""
+        return self.group(job) == self.group(holder) or not self.inside.get(job.key, False)
+
+    def _where(self, job: JobRequest) -> tuple[str | None, str | None, str | None]:
+        known = self.where.get(job.key)
+        if known is None:
+            queue, problem = self.tree.leaf(job)
+            flavor = self.tree.flavor(queue, job) if queue else None
+            if queue and flavor is None:
+                flavors = ", ".join(q.flavor for q in self.tree.queues[queue].quotas) or "none"
+                problem = (f"queue {queue} has no quota for {profile(job) or job.gpu_product or 'GPUs'} "
+                           f"(its flavors: {flavors})")
+            known = self.where[job.key] = (queue, flavor, problem)
+        return known
+
+
+def _gpus(flavor: str) -> str:
+    return "GPUs" if flavor == ANY else f"{flavor} GPUs"
+
+
+def _renewal(when: float | None) -> str:
+    if when is None:
+        return ""
+    return f"; it renews at {datetime.fromtimestamp(when, UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
