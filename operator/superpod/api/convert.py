@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from pydantic import ValidationError
 
 from superpod.api.manifests import replica_requests
-from superpod.api.models import ClusterTopology, TrainingJob
+from superpod.api.models import ClusterTopology, GPUQueue, TrainingJob
 from superpod.api.resources import ConvertError, pod_requests, quantity
 from superpod.api.times import timestamp
 from superpod.core.model import Level, Node, Pod, Topology
 from superpod.core.phases import POD_FINISHED
+from superpod.core.queues import Budget, Queue, Quota
 from superpod.core.request import JobRequest, Requirement, Taint, Toleration
 
 
@@ -115,7 +117,32 @@ def job_from_k8s(obj: dict) -> JobRequest:
         slice_required=topo.sliceRequired,
         priority=spec.priority,
         submitted=submitted_at(obj),
+        queue=spec.queue,
+        service_class=spec.serviceClass,
     )
+
+
+def queue_from_k8s(obj: dict) -> Queue:
+    """The core Queue of a GPUQueue."""
+    gq: GPUQueue = _validate(GPUQueue, {**obj, "status": None})
+    spec = gq.spec
+    budget = None
+    if spec.budget:
+        budget = Budget(spec.budget.gpuHours, duration(spec.budget.period), spec.budget.onExhausted)
+    return Queue(gq.metadata.name, spec.parent, tuple(spec.namespaces),
+                 tuple(Quota(r.flavor, r.guaranteed, r.limit, r.lendingLimit) for r in spec.resources),
+                 spec.weight, budget)
+
+
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|m|s)")
+
+
+def duration(text: str) -> float:
+    """Seconds of a Kubernetes duration such as 720h or 1h30m (the CRD's pattern admits only h, m and s parts)."""
+    parts = _DURATION_PART.findall(text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a duration: {text!r} (e.g. 720h, 1h30m)")
+    return sum(float(number) * {"h": 3600, "m": 60, "s": 1}[unit] for number, unit in parts)
 
 
 def submitted_at(obj: dict) -> float:

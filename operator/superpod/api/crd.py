@@ -83,6 +83,14 @@ RULES: dict[str, list[dict]] = {
                     "topology.required must not be a finer level than topology.sliceRequired"),
         _order_rule("required", "preferred", "topology.preferred must be a level at or inside topology.required"),
     ],
+    "GPUQueue.spec": [
+        {"rule": "self.resources.all(r, self.resources.exists_one(o, o.flavor == r.flavor))",
+         "message": "each flavor at most once in resources"},
+        {"rule": "self.resources.all(r, !has(r.limit) || r.limit >= r.guaranteed)",
+         "message": "a resource's limit must not be below its guarantee"},
+        {"rule": "self.resources.all(r, !has(r.lendingLimit) || r.lendingLimit <= r.guaranteed)",
+         "message": "a resource's lendingLimit must not exceed its guarantee"},
+    ],
     "ClusterTopology.spec": [
         {"rule": "self.levels.all(l, self.levels.exists_one(m, m.name == l.name))",
          "message": "level names must be unique"},
@@ -128,6 +136,14 @@ PRINTER_COLUMNS = {
         {"name": "GPUs", "type": "string", "jsonPath": ".status.gpus", "description": "GPUs or MIG slices in all"},
         {"name": "Ready", "type": "string", "jsonPath": ".status.ready", "description": "replicas running / total"},
         {"name": "Placement", "type": "string", "jsonPath": ".status.domain", "description": "tightest domain"},
+        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
+    "GPUQueue": [
+        {"name": "Guaranteed", "type": "number", "jsonPath": ".status.guaranteed"},
+        {"name": "Allocated", "type": "number", "jsonPath": ".status.allocated"},
+        {"name": "Borrowed", "type": "number", "jsonPath": ".status.borrowed"},
+        {"name": "Pending", "type": "integer", "jsonPath": ".status.pending", "description": "jobs waiting"},
+        {"name": "Share", "type": "number", "jsonPath": ".status.fairShare", "description": "weighted share"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ],
     "ClusterTopology": [
@@ -242,6 +258,9 @@ def crds() -> dict[str, dict]:
         "superpod.dev_trainingjobs.yaml": _crd(
             "TrainingJob", "trainingjobs", "Namespaced", models.TrainingJobSpec, models.TrainingJobStatus, ["tj"],
             "A gang of replicas placed all at once, in the tightest topology domain that fits."),
+        "superpod.dev_gpuqueues.yaml": _crd(
+            "GPUQueue", "gpuqueues", "Cluster", models.GPUQueueSpec, models.GPUQueueStatus, ["gq"],
+            "A tenant: guaranteed GPUs, a limit, lending and a weight for the surplus, a GPU-hour budget."),
         "superpod.dev_clustertopologies.yaml": _crd(
             "ClusterTopology", "clustertopologies", "Cluster", models.ClusterTopologySpec, None, [],
             "The levels of the cluster's fabric, coarsest first, each named by a node label."),

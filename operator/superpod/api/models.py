@@ -1,4 +1,5 @@
-"""Pydantic models of the superpod.dev/v1alpha1 kinds: TrainingJob (namespaced) and ClusterTopology (cluster-scoped).
+"""Pydantic models of the superpod.dev/v1alpha1 kinds: TrainingJob (namespaced), ClusterTopology and GPUQueue
+(cluster-scoped).
 
 Field names are the YAML names. Every field has a description: the CRDs are generated from these models.
 """
@@ -93,6 +94,12 @@ class TrainingJobSpec(_Spec):
     template: dict[str, Any] = Field(
         description="A PodTemplateSpec for every replica: image, command, env, volumes, nodeSelector, affinity, "
         "tolerations.",
+    )
+    queue: str | None = Field(
+        None, max_length=253, description="The GPUQueue this job runs in (default: the queue that owns its namespace)."
+    )
+    serviceClass: Literal["reserved", "spot"] = Field(
+        "spot", description="reserved: admitted only inside its queue's guarantee; spot: may borrow idle GPUs."
     )
 
     @model_validator(mode="after")
@@ -197,3 +204,84 @@ class ClusterTopology(BaseModel):
     kind: Literal["ClusterTopology"] = Field("ClusterTopology", description="ClusterTopology")
     metadata: ObjectMeta = Field(description="Standard object metadata.")
     spec: ClusterTopologySpec = Field(description="The levels of the fabric.")
+
+
+DURATION = r"^([0-9]+(\.[0-9]+)?(h|m|s))+$"
+
+
+class QueueResource(_Spec):
+    flavor: str = Field(
+        min_length=1, max_length=128,
+        description="What this counts: a GPU product (nvidia.com/gpu.product value), a MIG profile (e.g. 1g.10gb), "
+        "or * for any GPU.",
+    )
+    guaranteed: float = Field(0, ge=0, description="GPUs this queue gets whenever it has demand.")
+    limit: float | None = Field(None, ge=0, description="Hard cap including borrowed GPUs (absent: no cap).")
+    lendingLimit: float | None = Field(
+        None, ge=0, description="At most this much of the unused guarantee is lent to other queues (absent: all)."
+    )
+
+    @model_validator(mode="after")
+    def _ordered(self) -> QueueResource:
+        if self.limit is not None and self.limit < self.guaranteed:
+            raise ValueError(f"limit ({self.limit:g}) must not be below guaranteed ({self.guaranteed:g})")
+        if self.lendingLimit is not None and self.lendingLimit > self.guaranteed:
+            raise ValueError(f"lendingLimit ({self.lendingLimit:g}) must not exceed guaranteed ({self.guaranteed:g})")
+        return self
+
+
+class QueueBudget(_Spec):
+    gpuHours: float = Field(gt=0, description="GPU-hours the queue may use per period (MIG slices count g/7).")
+    period: str = Field(
+        "720h", pattern=DURATION, max_length=32, description="Length of a budget period, e.g. 720h; it renews then."
+    )
+    onExhausted: Literal["Hold", "HoldAndDrain"] = Field(
+        "Hold", description="Hold: new jobs wait, running ones go on; HoldAndDrain: running ones are stopped too."
+    )
+
+
+class GPUQueueSpec(_Spec):
+    parent: str | None = Field(None, max_length=253, description="The parent queue; only leaf queues take jobs.")
+    namespaces: list[str] = Field(
+        default_factory=list, max_length=1000,
+        description="Namespaces whose jobs land here (a namespace belongs to at most one queue).",
+    )
+    resources: list[QueueResource] = Field(
+        default_factory=list, max_length=64, description="Guarantee, limit and lending per flavor."
+    )
+    weight: float = Field(1, gt=0, description="Share of the surplus among queues beyond their guarantee.")
+    budget: QueueBudget | None = Field(None, description="GPU-hours per period; absent: no budget.")
+
+    @model_validator(mode="after")
+    def _unique(self) -> GPUQueueSpec:
+        flavors = [r.flavor for r in self.resources]
+        if len(set(flavors)) != len(flavors):
+            raise ValueError(f"each flavor at most once in resources: {flavors}")
+        return self
+
+
+class QueueFlavorStatus(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    flavor: str = Field(description="The flavor.")
+    guaranteed: float = Field(0, description="GPUs guaranteed.")
+    allocated: float = Field(0, description="GPUs the queue's running and starting jobs hold.")
+    borrowed: float = Field(0, description="Allocated beyond the guarantee.")
+
+
+class GPUQueueStatus(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    guaranteed: float = Field(0, description="GPUs guaranteed, all flavors.")
+    allocated: float = Field(0, description="GPUs held by the queue's jobs (its children's, for a parent).")
+    borrowed: float = Field(0, description="GPUs held beyond the guarantee.")
+    pending: int = Field(0, description="Jobs of the queue waiting to be placed.")
+    fairShare: float = Field(0, description="Weighted dominant share of the surplus it holds (lower goes first).")
+    flavors: list[QueueFlavorStatus] = Field(default_factory=list, description="The same, per flavor.")
+    conditions: list[Condition] = Field(default_factory=list, description="Active: whether the queue is in force.")
+
+
+class GPUQueue(BaseModel):
+    apiVersion: Literal["superpod.dev/v1alpha1"] = Field(API_VERSION, description="superpod.dev/v1alpha1")
+    kind: Literal["GPUQueue"] = Field("GPUQueue", description="GPUQueue")
+    metadata: ObjectMeta = Field(description="Standard object metadata.")
+    spec: GPUQueueSpec = Field(description="Guarantees, limits, lending, weight and budget of a tenant.")
+    status: GPUQueueStatus | None = Field(None, description="Set by the operator.")

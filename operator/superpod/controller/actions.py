@@ -22,6 +22,14 @@ class WriteStatus:
 
 
 @dataclass(frozen=True)
+class WriteQueueStatus:
+    """Replace a GPUQueue's status (PUT /status): what the operator computed of it this cycle."""
+
+    queue: str
+    status: dict
+
+
+@dataclass(frozen=True)
 class CreateService:
     service: dict
 

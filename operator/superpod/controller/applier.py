@@ -30,11 +30,23 @@ from superpod.controller.actions import (
     MergeMigConfigs,
     PatchNode,
     Plan,
+    WriteQueueStatus,
     WriteStatus,
 )
 from superpod.controller.state import ClusterState
 from superpod.core.mig_render import CONFIG_PREFIX as MIG_CONFIG_PREFIX
-from superpod.k8s.api import CONFIGMAPS, EVENTS, NODES, PODS, SERVICES, TRAININGJOBS, ApiError, ClusterAPI, NotLeader
+from superpod.k8s.api import (
+    CONFIGMAPS,
+    EVENTS,
+    GPUQUEUES,
+    NODES,
+    PODS,
+    SERVICES,
+    TRAININGJOBS,
+    ApiError,
+    ClusterAPI,
+    NotLeader,
+)
 
 log = logging.getLogger(__name__)
 EXPECTATION_TTL = 300.0
@@ -138,7 +150,8 @@ class Applier:
 
     async def _do(self, step) -> None:
         self._check()
-        write = {Emit: self._emit, WriteStatus: self._write_status, CreatePods: self._create_pods,
+        write = {Emit: self._emit, WriteStatus: self._write_status, WriteQueueStatus: self._write_queue_status,
+                 CreatePods: self._create_pods,
                  DeletePods: self._delete_pods, CreateService: self._create_service, PatchNode: self._patch_node,
                  MergeMigConfigs: self._merge_configs}[type(step)]
         await write(step)
@@ -162,6 +175,13 @@ class Applier:
             if e.conflict:  # someone else wrote first (the user's spec edit, another writer): read it again
                 await self._refresh(step.job)
             raise
+
+    async def _write_queue_status(self, step: WriteQueueStatus) -> None:
+        queue = self.state.queues.get(step.queue)
+        if queue is None:
+            raise ApiError(404, "NotFound", f"GPUQueue {step.queue} is gone")
+        body = {**queue, "metadata": {**queue["metadata"], "resourceVersion": ""}, "status": step.status}
+        self._see(GPUQUEUES, await self.api.replace_status(GPUQUEUES, body))
 
     async def _refresh(self, job_key: str) -> None:
         namespace, name = job_key.split("/", 1)

@@ -25,6 +25,7 @@ from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings, judge
 from superpod.controller.metering import Meter
 from superpod.controller.mig import MigFlow
+from superpod.controller.queues import QueueBook
 from superpod.controller.snapshot import SnapshotCache, holdings
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
@@ -44,6 +45,7 @@ class Controller:
         self.applier = Applier(api, state, leading, metrics, writer=self.settings.writer, clock=clock)
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
+        self.queues = QueueBook(state)
         self.meter = Meter(metrics.gpu_seconds if metrics else None)
         # The last cycle's findings on the waiting jobs (for `superpod plan`, explanations and tests):
         self.decisions: list[Decision] = []  # scheduled, placed or not
@@ -104,9 +106,10 @@ class Controller:
         waiting = pending(self.state, views, now)
         plans += waiting.plans
         snap = self.snapshots.build(self.state, holdings(self.state, placed, self._assumed))
+        fair = self._guarded("queues", lambda: self.queues.policy(snap, [gang[0] for gang in placed.values()]), None)
         started = time.perf_counter()
         self.decisions, self.invalid, start_plans = decide(self.state, snap, waiting.ready, now, self.settings,
-                                                           self.policy, self.offered())
+                                                           fair or self.policy, self.offered())
         self.held_back = waiting.reasons
         self._observe_decisions(now, time.perf_counter() - started)
         plans += start_plans
@@ -114,6 +117,7 @@ class Controller:
         if self.mig:
             mig_plans, mig, notes = self._guarded("mig", lambda: self._mig(placed, now), ([], {}, {}))
             plans += mig_plans
+        plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.decisions, now), [])
         by_key = self.reader.by_key
         plans += wait_plans(self.decisions, by_key, mig, notes, now, self.said)
         for decision in self.decisions:

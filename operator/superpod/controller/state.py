@@ -24,7 +24,7 @@ from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
 from superpod.core.mig_render import STATE_LABEL
 from superpod.core.model import Node, Pod, Topology
 from superpod.core.phases import KUBELET_DISRUPTIONS, POD_FINISHED
-from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, SERVICES, TRAININGJOBS, Kind, object_key
+from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES, PODS, SERVICES, TRAININGJOBS, Kind, object_key
 
 log = logging.getLogger(__name__)
 TOMBSTONES = 50_000  # deleted uids remembered, so their late events are ignored
@@ -106,6 +106,8 @@ class ClusterState:
         self.jobs: dict[str, dict] = {}
         self.services: dict[str, str] = {}  # key -> uid
         self.topologies: dict[str, dict] = {}
+        self.queues: dict[str, dict] = {}  # GPUQueue name -> object
+        self.queue_edits = 0  # bumped on every stored or deleted GPUQueue
         self.by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
@@ -171,6 +173,9 @@ class ClusterState:
         elif kind is CLUSTERTOPOLOGIES:
             self.topologies[key] = obj
             self.version += 1
+        elif kind is GPUQUEUES:
+            self.queues[key] = obj
+            self.queue_edits += 1
 
     def _forget(self, kind: Kind, key: str, uid: str, rv: int, now: float, obj: dict | None = None) -> None:
         self._changed(kind, key)
@@ -207,6 +212,9 @@ class ClusterState:
         elif kind is CLUSTERTOPOLOGIES:
             self.topologies.pop(key, None)
             self.version += 1
+        elif kind is GPUQUEUES:
+            self.queues.pop(key, None)
+            self.queue_edits += 1
 
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
         info = pod_info(obj)

@@ -45,6 +45,9 @@ class Reason(StrEnum):
     INTERNAL_ERROR = "InternalError"  # a bug met this object; the rest of the cluster schedules on
     STATUS_REPAIRED = "StatusRepaired"  # fields of the status could not be read: dropped and written anew
     NODE_UNREADABLE = "NodeUnreadable"  # a node object the operator cannot read: left out of placement
+    # GPUQueues
+    QUEUE_ACTIVE = "InForce"  # the queue takes jobs
+    QUEUE_REFUSED = "Refused"  # the queue cannot be read or does not fit the tree; its jobs wait
 
 
 class Condition(StrEnum):
@@ -56,6 +59,7 @@ class Condition(StrEnum):
     FAILED = "Failed"
     INVALID = "Invalid"
     OPERATOR_ERROR = "OperatorError"  # True while a bug of the operator's keeps it from deciding for this job
+    ACTIVE = "Active"  # a GPUQueue in force
 
 
 # What a pod's status.phase says once it has finished (a Kubernetes fact, not ours).

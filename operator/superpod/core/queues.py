@@ -117,6 +117,27 @@ class QueueTree:
             return self.by_namespace[job.namespace], None
         return None, f"namespace {job.namespace} belongs to no GPUQueue and its job names none in spec.queue"
 
+    def classify(self, job: JobRequest) -> tuple[str | None, str | None, str | None]:
+        """(leaf queue, flavor, None), or why no queue takes the job."""
+        queue, problem = self.leaf(job)
+        if queue is None:
+            return None, None, problem
+        flavor = self.flavor(queue, job)
+        if flavor is None:
+            flavors = ", ".join(q.flavor for q in self.queues[queue].quotas) or "none"
+            return queue, None, (f"queue {queue} has no quota for {profile(job) or job.gpu_product or 'GPUs'} "
+                                 f"(its flavors: {flavors})")
+        return queue, flavor, None
+
+    def running(self, jobs: Iterable[JobRequest]) -> dict[tuple[str, str], float]:
+        """GPU units per (leaf queue, flavor) of these jobs (the placed gangs)."""
+        out: dict[tuple[str, str], float] = {}
+        for job in jobs:
+            queue, flavor, problem = self.classify(job)
+            if not problem:
+                out[(queue, flavor)] = out.get((queue, flavor), 0.0) + units(job)
+        return out
+
     def ancestors(self, name: str) -> list[str]:
         """The queue and its ancestors, leaf first."""
         out = []
@@ -228,7 +249,7 @@ class FairQueues:
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         claimed = dict(self.used)
         for job in sorted(jobs, key=lambda j: j.fifo_key):
-            queue, flavor, problem = self._where(job)
+            queue, flavor, problem = self.where_of(job)
             inside = False
             if not problem:
                 after = claimed.get((queue, flavor), 0.0) + units(job)
@@ -270,8 +291,8 @@ class FairQueues:
 
     # ---- admission ------------------------------------------------------------------------------------------------
     def admit(self, job: JobRequest, placed: list) -> str | None:
-        self._count(placed)
-        queue, flavor, problem = self._where(job)
+        self.count(placed)
+        queue, flavor, problem = self.where_of(job)
         if problem:
             return problem
         spec = self.tree.queues[queue]
@@ -306,10 +327,10 @@ class FairQueues:
         own = self._keeps(borrower, quota) if quota else 0.0
         return self.capacity.get(flavor, 0.0) - self.total.get(flavor, 0.0) - (self.kept.get(flavor, 0.0) - own)
 
-    def _count(self, placed: list) -> None:
+    def count(self, placed: list) -> None:
         """Add the decisions placed since the last call to the queues' usage (and to what they keep)."""
         for decision in placed[self._counted:]:
-            queue, flavor, _ = self._where(decision.job)
+            queue, flavor, _ = self.where_of(decision.job)
             if not queue:
                 continue
             quota = self.tree.queues[queue].quota(flavor)
@@ -328,22 +349,16 @@ class FairQueues:
 
     def group(self, job: JobRequest) -> str:
         """Reservations are per queue."""
-        return self._where(job)[0] or ""
+        return self.where_of(job)[0] or ""
 
     def respects(self, job: JobRequest, holder: JobRequest) -> bool:
         """Work inside its guarantee does not keep off another queue's reservation."""
         return self.group(job) == self.group(holder) or not self.inside.get(job.key, False)
 
-    def _where(self, job: JobRequest) -> tuple[str | None, str | None, str | None]:
+    def where_of(self, job: JobRequest) -> tuple[str | None, str | None, str | None]:
         known = self.where.get(job.key)
         if known is None:
-            queue, problem = self.tree.leaf(job)
-            flavor = self.tree.flavor(queue, job) if queue else None
-            if queue and flavor is None:
-                flavors = ", ".join(q.flavor for q in self.tree.queues[queue].quotas) or "none"
-                problem = (f"queue {queue} has no quota for {profile(job) or job.gpu_product or 'GPUs'} "
-                           f"(its flavors: {flavors})")
-            known = self.where[job.key] = (queue, flavor, problem)
+            known = self.where[job.key] = self.tree.classify(job)
         return known
 
 

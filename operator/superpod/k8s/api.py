@@ -28,7 +28,8 @@ CONFIGMAPS = Kind("", "v1", "configmaps", True, "ConfigMap")
 LEASES = Kind("coordination.k8s.io", "v1", "leases", True, "Lease")
 TRAININGJOBS = Kind("superpod.dev", "v1alpha1", "trainingjobs", True, "TrainingJob")
 CLUSTERTOPOLOGIES = Kind("superpod.dev", "v1alpha1", "clustertopologies", False, "ClusterTopology")
-WATCHED = (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES)  # what the operator keeps in its cache
+GPUQUEUES = Kind("superpod.dev", "v1alpha1", "gpuqueues", False, "GPUQueue")
+WATCHED = (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES, GPUQUEUES)  # what the operator keeps in its cache
 
 
 class ApiError(Exception):
