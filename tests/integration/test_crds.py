@@ -92,3 +92,40 @@ def test_explain_describes_every_topology_field(crds):
     for field in ("required", "preferred", "sliceSize", "sliceRequired"):
         assert field in out
     assert "ClusterTopology level name" in out
+
+
+def gpu_queue(name: str, **spec) -> str:
+    return yaml.safe_dump({"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": name},
+                           "spec": spec})
+
+
+BAD_QUEUES = [
+    (gpu_queue("twice", resources=[{"flavor": "*", "guaranteed": 8}, {"flavor": "*", "guaranteed": 4}]),
+     "each flavor at most once in resources"),
+    (gpu_queue("low", resources=[{"flavor": "*", "guaranteed": 8, "limit": 4}]),
+     "a resource's limit must not be below its guarantee"),
+    (gpu_queue("lender", resources=[{"flavor": "*", "guaranteed": 8, "lendingLimit": 9}]),
+     "a resource's lendingLimit must not exceed its guarantee"),
+    (gpu_queue("weightless", weight=0), "spec.weight in body should be greater than 0"),
+    (gpu_queue("forever", budget={"gpuHours": 10, "period": "a month"}), "spec.budget.period in body should match"),
+]
+
+
+@pytest.mark.parametrize(("manifest", "message"), BAD_QUEUES, ids=[m for _, m in BAD_QUEUES])
+def test_bad_gpu_queue_is_refused_at_apply(crds, manifest, message):
+    out = crds.kubectl("apply", "-f", "-", input=manifest, check=False)
+    assert out.returncode != 0
+    assert message in out.stderr, out.stderr
+
+
+def test_gpu_queue_is_accepted_with_defaults_and_listed_with_its_columns(crds):
+    crds.kubectl("apply", "-f", "-", input=gpu_queue("team-a", namespaces=["team-a"], budget={"gpuHours": 100},
+                                                     resources=[{"flavor": "*", "guaranteed": 32, "limit": 64}]))
+    try:
+        got = yaml.safe_load(crds.kubectl("get", "gq", "team-a", "-o", "yaml").stdout)
+        assert got["spec"]["weight"] == 1 and got["spec"]["budget"] == {"gpuHours": 100, "period": "720h",
+                                                                          "onExhausted": "Hold"}
+        header = crds.kubectl("get", "gq").stdout.splitlines()[0].split()
+        assert header == ["NAME", "GUARANTEED", "ALLOCATED", "BORROWED", "PENDING", "SHARE", "AGE"]
+    finally:
+        crds.kubectl("delete", "gq", "team-a", "--wait=false")

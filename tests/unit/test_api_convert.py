@@ -142,3 +142,24 @@ def test_every_field_is_described():
 
     walk(TrainingJob, set())
     walk(ClusterTopology, set())
+
+
+def test_a_gpu_queue_reads_into_the_core_queue_and_durations_read_as_kubernetes_writes_them():
+    from superpod.api.convert import duration, queue_from_k8s
+    from superpod.core.queues import Budget, Queue, Quota
+
+    obj = {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "team-a"},
+           "spec": {"parent": "research", "namespaces": ["team-a"], "weight": 2,
+                    "resources": [{"flavor": "NVIDIA-H100-80GB-HBM3", "guaranteed": 64, "limit": 128,
+                                   "lendingLimit": 32}],
+                    "budget": {"gpuHours": 5000, "period": "720h", "onExhausted": "HoldAndDrain"}}}
+    assert queue_from_k8s(obj) == Queue("team-a", "research", ("team-a",),
+                                        (Quota("NVIDIA-H100-80GB-HBM3", 64, 128, 32),), 2,
+                                        Budget(5000, 720 * 3600, "HoldAndDrain"))
+    assert duration("1h30m") == 5400 and duration("90s") == 90 and duration("0.5h") == 1800
+    for bad in ("", "30", "1d", "h"):
+        with pytest.raises(ValueError, match="not a duration"):
+            duration(bad)
+    obj["spec"]["resources"][0]["limit"] = 8
+    with pytest.raises(ConvertError, match="limit .8. must not be below guaranteed .64."):
+        queue_from_k8s(obj)

@@ -45,7 +45,8 @@ def test_borrowing_up_to_a_limit_then_guaranteed_work_first_as_capacity_frees():
         submit(c, "a", f"a{i:02d}")
     c.settle(3)
     assert sum(phase(c, "a", f"a{i:02d}") == "Running" for i in range(12)) == 10, "borrowed up to its limit"
-    assert message(c, "a", "a11") == "queue a is at its limit of 80 GPUs (80 in use)"
+    assert message(c, "a", "a10") == "queue a is at its limit of 80 GPUs (80 in use)"
+    assert message(c, "a", "a11") == "queue a is at its limit of 80 GPUs (80 in use); 1 of its jobs ahead"
     assert {k: queue_status(c, "a")[k] for k in ("allocated", "borrowed", "pending")} == {
         "allocated": 80, "borrowed": 48, "pending": 2}
     submit(c, "c", "c0", priority=10)

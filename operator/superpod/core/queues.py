@@ -244,6 +244,8 @@ class FairQueues:
         self.kept: dict[str, float] = {}  # flavor -> units the leaf queues keep from borrowers (see `_keeps`)
         self.shares: dict[str, float] = {}
         self._counted = 0  # how many of the cycle's placed decisions are in `used`
+        self.asked: dict[str, int] = {}  # queue -> its jobs admission was asked about this cycle
+        self.placed: dict[str, int] = {}  # queue -> its jobs the cycle placed
 
     # ---- order ----------------------------------------------------------------------------------------------------
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
@@ -295,6 +297,12 @@ class FairQueues:
         queue, flavor, problem = self.where_of(job)
         if problem:
             return problem
+        ahead = self.asked.get(queue, 0) - self.placed.get(queue, 0)  # its queue's jobs before it, not placed
+        self.asked[queue] = self.asked.get(queue, 0) + 1
+        why = self._refusal(job, queue, flavor)
+        return f"{why}; {ahead} of its jobs ahead" if why and ahead else why
+
+    def _refusal(self, job: JobRequest, queue: str, flavor: str) -> str | None:
         spec = self.tree.queues[queue]
         if spec.budget and self.usage.spent.get(queue, 0.0) >= spec.budget.gpu_hours * 3600:
             return (f"queue {queue} has spent its budget of {spec.budget.gpu_hours:g} GPU-hours for this period"
@@ -336,6 +344,7 @@ class FairQueues:
             quota = self.tree.queues[queue].quota(flavor)
             before = self._keeps(queue, quota)
             amount = units(decision.job)
+            self.placed[queue] = self.placed.get(queue, 0) + 1
             self.used[(queue, flavor)] = self.used.get((queue, flavor), 0.0) + amount
             self.total[flavor] = self.total.get(flavor, 0.0) + amount
             if self.inside.get(decision.job.key):
