@@ -12,6 +12,7 @@ a job back, `group` and `respects` make reservations per queue.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from operator import attrgetter
 from typing import Protocol
 
@@ -39,6 +40,7 @@ class Decision:
 
 class QueuePolicy(Protocol):
     reserves: bool  # the first blocked job that could fit later holds a reservation (see reservation_for)
+    binds_all: bool  # every job keeps off every reservation (`respects` is not asked)
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]: ...
 
@@ -63,6 +65,7 @@ class PriorityFifo:
     """Priority descending, then submission time, then namespace/name. Admits everything; places exactly."""
 
     reserves = True
+    binds_all = True
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return sorted(jobs, key=attrgetter("fifo_key"))
@@ -80,14 +83,25 @@ class PriorityFifo:
         return True
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Reservation:
-    """Capacity held for a blocked job: whole domains and/or single nodes (indexes into the snapshot)."""
+    """Capacity held for a blocked job: whole domains and/or single nodes (indexes into the snapshot). Equal when
+    the same job holds the same capacity (compared often: it keys what did not fit, Snapshot.unfit)."""
 
     holder: JobRequest
     domains: frozenset[int] = frozenset()
     nodes: frozenset[int] = frozenset()
     label: str = ""
+
+    @cached_property
+    def identity(self) -> tuple:
+        return (self.holder.key, self.holder.priority, self.domains, self.nodes, self.label)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Reservation) and self.identity == other.identity
+
+    def __hash__(self) -> int:
+        return hash(self.identity)
 
     def node_names(self, snap: Snapshot) -> tuple[str, ...]:
         idx = set(self.nodes) | {i for d in self.domains for i in snap.nodes_under(d)}
@@ -187,7 +201,8 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
     why = failed["valid", shape] or policy.admit(job, placed)
     if why:
         return Decision(job, None, why), None
-    blocking = tuple(r for r in held.values() if policy.respects(job, r.holder))
+    blocking = tuple(held.values()) if policy.binds_all else tuple(
+        r for r in held.values() if policy.respects(job, r.holder))
     may_reserve = policy.reserves and policy.group(job) not in held
     seen = (shape, blocking, may_reserve)
     if seen in snap.unfit:

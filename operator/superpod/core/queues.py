@@ -231,6 +231,7 @@ class FairQueues:
     cycle places is counted as `admit` sees it (`placed` only grows within a cycle)."""
 
     reserves = True
+    binds_all = False
 
     def __init__(self, tree: QueueTree, usage: Usage, capacity_by_flavor: dict[str, float]) -> None:
         self.tree, self.usage, self.capacity = tree, usage, capacity_by_flavor
