@@ -313,6 +313,32 @@ def test_a_waiting_jobs_message_is_rewritten_at_once_when_its_cause_changes():
     assert "cordoned" in c.status("waiter")["message"]
 
 
+def test_a_long_queue_whose_cause_flips_is_rewritten_within_a_budget_oldest_first():
+    """Found by bench/bench_cycle.py: with 1,000 jobs waiting, every gang that ended flipped their cause (no room /
+    room only inside the head's reservation) and all of them were rewritten at once: 200 ms and hundreds of status
+    writes per cycle. New jobs are always written; rewrites take from a budget, the longest unwritten first."""
+    from superpod.controller.decide import wait_plans
+    from superpod.controller.jobs import JobView, _view
+    from superpod.core.cycle import Decision
+    from superpod.core.request import make_request
+
+    def view(name: str, phase: str | None) -> JobView:
+        obj = training_job(name, 1, 8)
+        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
+        obj["status"] = {"phase": phase, "reason": "Unschedulable", "message": "no room"} if phase else {}
+        return _view(f"team-a/{name}", obj)
+
+    views = {f"team-a/{v}": view(v, "Queued") for v in ("a", "b", "c", "d")} | {"team-a/new": view("new", None)}
+    said = {"uid-a": (30.0, "no room"), "uid-b": (10.0, "no room"), "uid-c": (20.0, "no room"),
+            "uid-d": (5.0, "no room")}
+    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None,
+                          "fits only inside node n1, reserved for team-a/head (priority 0); it runs after that job "
+                          "starts") for name in ("a", "b", "c", "d", "new")]
+    plans, written = wait_plans(decisions, views, {}, {}, 40.0, said, budget=2)
+    assert [p.key for p in plans] == ["job:team-a/new", "job:team-a/d", "job:team-a/b"] and written == 2
+    assert said["uid-a"][0] == 30.0 and said["uid-d"][0] == 40.0, "the longest unwritten first; a waits its turn"
+
+
 def test_an_admission_plugin_refusing_the_pod_is_invalid_but_a_full_quota_is_waited_out():
     """Found by bench/fuzz_specs.py: a template naming a PriorityClass that does not exist (or an overhead without a
     RuntimeClass) is refused by admission with 403 and was retried with backoff forever."""

@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
-from superpod.controller.decide import Offered, decide, pending, wait_plans
+from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, decide, pending, wait_plans
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings, judge
 from superpod.controller.metering import Meter
@@ -58,6 +58,7 @@ class Controller:
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
         self._unreadable_nodes: tuple[int, list[str]] = (-1, [])  # (nodes version, names of unreadable nodes)
         self._assumed: dict[str, tuple[int, list]] = {}  # snapshot.holdings' memo of each placed gang's replicas
+        self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
         self._forgotten = -1  # ClusterState.removals when what is remembered of gone objects was last dropped
 
     def writer(self, fence: str) -> None:
@@ -119,7 +120,10 @@ class Controller:
             plans += mig_plans
         plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.decisions, now), [])
         by_key = self.reader.by_key
-        plans += wait_plans(self.decisions, by_key, mig, notes, now, self.said)
+        budget = self._rewrite_budget(now)
+        waits, rewrites = wait_plans(self.decisions, by_key, mig, notes, now, self.said, int(budget))
+        plans += waits
+        self._rewrites = (budget - rewrites, now)
         for decision in self.decisions:
             if decision.error and (view := by_key.get(decision.job.key)):
                 log.error("placing %s failed: %s", decision.job.key, decision.error)
@@ -131,6 +135,11 @@ class Controller:
             self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts
                                      for uid, _, _ in self.state.ended.values() if uid in by_uid})
         return plans
+
+    def _rewrite_budget(self, now: float) -> float:
+        """Waiting-message rewrites allowed now: a token bucket of REWRITES_PER_SECOND, at most REWRITE_BURST."""
+        tokens, since = self._rewrites
+        return min(REWRITE_BURST, tokens + max(0.0, now - since) * REWRITES_PER_SECOND)
 
     def _mig(self, placed: dict, now: float) -> tuple[list[Plan], dict[str, str], dict[str, str]]:
         """The MIG flow, for jobs that wait without a reservation, never on nodes that are placed or reserved."""

@@ -30,8 +30,9 @@ from superpod.k8s.api import ApiError
 
 log = logging.getLogger(__name__)
 ALWAYS_THERE = ("cpu", "memory", "pods", "ephemeral-storage")  # every node has these: never "not advertised"
-_NUMBERS, _BRACKETS = re.compile(r"\d+"), re.compile(r"\([^)]*\)")
+_NUMBERS, _BRACKETS, _KEYS = re.compile(r"\d+"), re.compile(r"\([^)]*\)"), re.compile(r"\S+/\S+")
 WAIT_REFRESH = 30.0  # seconds between rewrites of a waiting job's message while only its counts move
+REWRITES_PER_SECOND, REWRITE_BURST = 20.0, 200  # waiting-message rewrites: the API load a long queue may cause
 
 
 @dataclass
@@ -176,12 +177,17 @@ def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float
 
 
 def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[str, str], notes: dict[str, str],
-               now: float, said: dict[str, tuple[float, str]]) -> list[Plan]:
+               now: float, said: dict[str, tuple[float, str]], budget: int | None = None) -> tuple[list[Plan], int]:
     """Queued, with the decision's reason (and a note on MIG when there is one), or the MIG flow's message while
-    the job's nodes are being repartitioned. A waiting job's message is rewritten at once when the words of its
-    cause change; when only counts and names move (with every pod that comes and goes), at most every
-    WAIT_REFRESH seconds. `said`: job uid -> when it was last written, and the words of its cause then."""
+    the job's nodes are being repartitioned; and how many of the plans were rewrites taken from `budget`.
+
+    A job not yet Queued for this reason is written at once. For a job that is, its message is rewritten when the
+    words of its cause change, and when only counts and names move at most every WAIT_REFRESH seconds; these
+    rewrites take from `budget` (None: no bound), the longest unwritten first, so a long queue whose cause flips
+    with every gang that ends (no room / room only inside the head's reservation) does not rewrite every waiting
+    job each time. `said`: job uid -> when its message was last written, and the words of its cause then."""
     plans: list[Plan] = []
+    rewrites: list[tuple[float, str, JobView, str, str, str]] = []
     for decision in decisions:
         key = decision.job.key
         if decision.placement is None and not decision.error and (view := views.get(key)):
@@ -190,23 +196,36 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
                 continue  # it already says exactly this
             cause = mig.get(key) or decision.reason or "waiting"
             reason = Reason.MIG_RECONFIGURING if key in mig else Reason.UNSCHEDULABLE
-            when, words = said.get(view.uid, (float("-inf"), ""))
-            if now - when < WAIT_REFRESH and words == _words(cause) and view.phase == Phase.QUEUED \
-                    and view.status.reason == reason and not view.problems:
-                continue
             message = "; ".join(filter(None, (cause, None if key in mig else notes.get(key))))
-            if plan := view.wait(reason, message, now):
-                said[view.uid] = (now, _words(cause))
-                plans.append(plan)
-    return plans
+            if view.phase != Phase.QUEUED or view.status.reason != reason or view.problems:
+                _say(plans, said, view, reason, message, cause, now)
+                continue
+            when, words = said.get(view.uid, (float("-inf"), ""))
+            if words != _words(cause) or now - when >= WAIT_REFRESH:
+                rewrites.append((when, key, view, reason, message, cause))
+    rewrites.sort(key=lambda item: (item[0], item[1]))
+    written = 0
+    for _, _, view, reason, message, cause in rewrites[:budget]:
+        written += _say(plans, said, view, reason, message, cause, now)
+    return plans, written
+
+
+def _say(plans: list[Plan], said: dict[str, tuple[float, str]], view: JobView, reason: str, message: str,
+         cause: str, now: float) -> int:
+    if plan := view.wait(reason, message, now):
+        said[view.uid] = (now, _words(cause))
+        plans.append(plan)
+        return 1
+    return 0
 
 
 @functools.lru_cache(maxsize=4096)
 def _words(sentence: str) -> str:
-    """What a waiting message says without its counts, bracketed names and reservation notes: it changes when the
-    cause changes, not with every pod that comes and goes."""
+    """What a waiting message says without its counts, bracketed names, the jobs it names (namespace/name) and
+    reservation notes: it changes when the cause changes, not with every pod that comes and goes nor with every
+    head of the queue that takes the reservation in turn (under a long queue that rewrote every waiting job)."""
     clauses = [c for c in sentence.split("; ") if not c.endswith(RESERVED_NOTE)]
-    return _NUMBERS.sub("#", _BRACKETS.sub("", "; ".join(clauses)))
+    return _NUMBERS.sub("#", _KEYS.sub("<job>", _BRACKETS.sub("", "; ".join(clauses))))
 
 
 def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]], now: float,

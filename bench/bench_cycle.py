@@ -1,0 +1,78 @@
+"""What one operator cycle costs with a long queue: prints figures, asserts nothing.
+
+On a preset cluster filled by long-running whole-server jobs, W jobs wait (1, 2, 4 and 8 GPUs in turn). Measured
+through the simulator's engine (the operator's own Controller on MemoryAPI): the median wall time of a cycle when
+nothing changed ("idle") and of a cycle after one server's job ended ("freed"), per queue length and policy.
+`gang-firstfit` (no topology search, no reservation) is the baseline in the same run.
+Run: .venv/bin/python bench/bench_cycle.py [--waiting 1000,5000] [--policies superpod,gang-firstfit]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+
+from superpod.core.baselines import POLICIES
+from superpod.k8s.api import PODS
+from superpod.sim import presets
+from superpod.simulate.engine import Simulation
+from superpod.simulate.runtime import RuntimeModel
+from superpod.simulate.trace import TraceJob
+
+ROUNDS = 9
+
+
+def measure(preset: str, waiting: int, policy: str) -> tuple[float, float]:
+    nodes, topology = presets.preset_nodes(preset, None), presets.topology()
+    runtime = RuntimeModel.of(topology, nodes)
+    servers = runtime.capacity // 8
+    jobs = [TraceJob(0.0, f"long-{i:05d}", "bench", 1, 8, duration=1e9 + i) for i in range(servers)]
+    jobs += [TraceJob(1.0, f"wait-{i:05d}", "bench", 1, (1, 2, 4, 8)[i % 4], duration=3600.0)
+             for i in range(waiting)]
+    simulation = Simulation(nodes, topology, jobs, POLICIES[policy](0), runtime)
+    simulation.loop.close = lambda: None  # the replay below goes on after run() returns
+    simulation.run(until=2.0)
+    controller = simulation.controller
+
+    def cycle() -> float:
+        simulation.now += 1.0
+        started = time.perf_counter()
+        simulation._run(controller.cycle(simulation._clock()))
+        seconds = time.perf_counter() - started
+        simulation._deliver()
+        simulation._kubelet()
+        simulation._deliver()
+        return seconds
+
+    idle = statistics.median(cycle() for _ in range(ROUNDS))
+    freed = []
+    for i in range(ROUNDS):
+        pod = next(key for key, obj in sorted(simulation.store.objects[PODS].items())
+                   if key.startswith(f"bench/long-{i:05d}-") and obj["status"].get("phase") == "Running")
+        simulation.kubelet.finish(pod, 0)
+        simulation._deliver()
+        freed.append(cycle())
+    return idle * 1000, statistics.median(freed) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", default="dgx-h100")
+    parser.add_argument("--waiting", default="1000,5000")
+    parser.add_argument("--policies", default="superpod,gang-firstfit")
+    args = parser.parse_args()
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
+          f"{platform.python_version()}; preset {args.preset} full of long jobs; medians of {ROUNDS} cycles")
+    print(f"{'policy':<16} {'waiting':>8} {'idle cycle ms':>14} {'freed cycle ms':>15} {'us per waiting job':>19}")
+    for waiting in map(int, args.waiting.split(",")):
+        for policy in args.policies.split(","):
+            idle, freed = measure(args.preset, waiting, policy)
+            print(f"{policy:<16} {waiting:>8} {idle:>14.1f} {freed:>15.1f} {idle * 1000 / max(waiting, 1):>19.1f}",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
