@@ -84,11 +84,12 @@ RULES: dict[str, list[dict]] = {
         _order_rule("required", "preferred", "topology.preferred must be a level at or inside topology.required"),
     ],
     "GPUQueue.spec": [
-        {"rule": "self.resources.all(r, self.resources.exists_one(o, o.flavor == r.flavor))",
+        {"rule": "!has(self.resources) || self.resources.all(r, self.resources.exists_one(o, o.flavor == r.flavor))",
          "message": "each flavor at most once in resources"},
-        {"rule": "self.resources.all(r, !has(r.limit) || r.limit >= r.guaranteed)",
+        {"rule": "!has(self.resources) || self.resources.all(r, !has(r.limit) || r.limit >= r.guaranteed)",
          "message": "a resource's limit must not be below its guarantee"},
-        {"rule": "self.resources.all(r, !has(r.lendingLimit) || r.lendingLimit <= r.guaranteed)",
+        {"rule": "!has(self.resources) || self.resources.all(r, !has(r.lendingLimit) || r.lendingLimit <= "
+                 "r.guaranteed)",
          "message": "a resource's lendingLimit must not exceed its guarantee"},
     ],
     "ClusterTopology.spec": [
@@ -172,8 +173,11 @@ def _structural(schema: dict, defs: dict) -> dict:
                 "enum"):
         if key in schema:
             out[key] = schema[key]
-    if "exclusiveMinimum" in schema:
-        out["minimum"] = schema["exclusiveMinimum"] + 1
+    if "exclusiveMinimum" in schema:  # JSON Schema's number; OpenAPI v3.0 (the CRD's dialect) a flag on minimum
+        if schema.get("type") == "integer":
+            out["minimum"] = schema["exclusiveMinimum"] + 1
+        else:
+            out["minimum"], out["exclusiveMinimum"] = schema["exclusiveMinimum"], True
     if "const" in schema:
         out["enum"] = [schema["const"]]
     if schema.get("default") is not None and schema["default"] != []:

@@ -107,7 +107,8 @@ class Controller:
         waiting = pending(self.state, views, now)
         plans += waiting.plans
         snap = self.snapshots.build(self.state, holdings(self.state, placed, self._assumed))
-        fair = self._guarded("queues", lambda: self.queues.policy(snap, [gang[0] for gang in placed.values()]), None)
+        fair = self._guarded("queues", lambda: self.queues.policy(snap, [gang[0] for gang in placed.values()],
+                                                                  self.policy), None)
         started = time.perf_counter()
         self.decisions, self.invalid, start_plans = decide(self.state, snap, waiting.ready, now, self.settings,
                                                            fair or self.policy, self.offered())

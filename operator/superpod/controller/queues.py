@@ -33,13 +33,14 @@ class QueueBook:
             self._tree = (self.state.queue_edits, QueueTree.of(queues), unreadable)
         return self._tree[1], self._tree[2]
 
-    def policy(self, snap: Snapshot, placed: list[JobRequest]) -> FairQueues | None:
-        """The admission policy for this cycle, or None when the cluster has no GPUQueue."""
+    def policy(self, snap: Snapshot, placed: list[JobRequest], inner=None) -> FairQueues | None:
+        """The admission policy for this cycle, or None when the cluster has no GPUQueue. `inner`: the configured
+        policy, whose placement runs under the queues."""
         if not self.state.queues:
             return None
         tree, _ = self.tree()
         flavors = {quota.flavor for queue in tree.queues.values() for quota in queue.quotas}
-        return FairQueues(tree, Usage(tree.running(placed)), capacity(snap.nodes, flavors))
+        return FairQueues(tree, Usage(tree.running(placed)), capacity(snap.nodes, flavors), inner)
 
     def status_plans(self, fair: FairQueues | None, decisions: list[Decision], now: float) -> list[Plan]:
         """Each GPUQueue's status, written when it changed; a Warning on a queue that is not in force."""

@@ -230,11 +230,12 @@ class FairQueues:
     """The QueuePolicy of a cluster with GPUQueues, built for one cycle (usage and capacity at its start). What the
     cycle places is counted as `admit` sees it (`placed` only grows within a cycle)."""
 
-    reserves = True
     binds_all = False
 
-    def __init__(self, tree: QueueTree, usage: Usage, capacity_by_flavor: dict[str, float]) -> None:
-        self.tree, self.usage, self.capacity = tree, usage, capacity_by_flavor
+    def __init__(self, tree: QueueTree, usage: Usage, capacity_by_flavor: dict[str, float], inner=None) -> None:
+        """`inner`: the policy whose placement and reservations run under the queues (default: exact placement)."""
+        self.tree, self.usage, self.capacity, self.inner = tree, usage, capacity_by_flavor, inner
+        self.reserves = inner.reserves if inner is not None else True
         self.used = dict(usage.running)  # (leaf queue, flavor) -> units, with what this cycle placed
         self.total: dict[str, float] = {}  # flavor -> units of all queues
         for (_, flavor), amount in self.used.items():
@@ -355,7 +356,7 @@ class FairQueues:
 
     # ---- placement and reservations -------------------------------------------------------------------------------
     def place(self, solver: Solver) -> Placement | None:
-        return solve(solver)
+        return self.inner.place(solver) if self.inner is not None else solve(solver)
 
     def group(self, job: JobRequest) -> str:
         """Reservations are per queue."""

@@ -13,9 +13,9 @@ from typing import Any
 
 import yaml
 
-from superpod.api.convert import ConvertError
+from superpod.api.convert import ConvertError, queue_from_k8s
 from superpod.core.baselines import POLICIES
-from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES
+from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES
 from superpod.plan import items_of
 from superpod.sim import presets
 from superpod.simulate import summary, workload
@@ -39,6 +39,7 @@ class Replay:
     startup_delay: float
     label: str
     progress: bool
+    queues: list[dict]
 
 
 def replay(run: Replay) -> tuple[dict, float]:
@@ -46,11 +47,11 @@ def replay(run: Replay) -> tuple[dict, float]:
     started = time.monotonic()
     runtime = RuntimeModel.of(run.topology, run.nodes, run.factors)
     simulation = Simulation(run.nodes, run.topology, run.jobs, POLICIES[run.policy](run.seed), runtime,
-                            run.startup_delay)
+                            run.startup_delay, run.queues)
     simulation.run(Progress(run.label, run.jobs[-1].submit if run.jobs else 0.0, len(run.jobs)) if run.progress
                    else None)
     window = summary.steady_window(run.jobs)
-    return summary.policy_summary(simulation, runtime, window), time.monotonic() - started
+    return summary.policy_summary(simulation, runtime, window, run.queues), time.monotonic() - started
 
 
 class Progress:
@@ -89,6 +90,20 @@ def load_cluster(args: Any) -> tuple[list[dict], dict, str]:
     return nodes, presets.topology(), f"preset {args.preset}"
 
 
+def load_queues(path: str | None) -> list[dict]:
+    """GPUQueues from a YAML file (documents or a List); each is checked as the operator reads it."""
+    if not path:
+        return []
+    with open(path, encoding="utf-8") as handle:
+        objects = [o for o in items_of(list(yaml.safe_load_all(handle))) if isinstance(o, dict)]
+    queues = [o for o in objects if o.get("kind") == GPUQUEUES.kind]
+    if not queues:
+        raise ValueError(f"{path}: no GPUQueue in it")
+    for queue in queues:
+        queue_from_k8s(queue)  # a clear error now, not a queue silently out of force later
+    return queues
+
+
 def load_jobs(args: Any, capacity: int) -> dict[str, list[TraceJob]]:
     """The trace per load ("" when no --load): read, windowed, rescaled."""
     jobs = FORMATS[args.format](args.trace)
@@ -108,6 +123,7 @@ def run(args: Any) -> int:
         nodes, topology, source = load_cluster(args)
         capacity = RuntimeModel.of(topology, nodes).capacity
         traces = load_jobs(args, capacity)
+        queues = load_queues(args.queues)
         factors = parse_factors(args.slowdown or "")
         policies = args.policy.split(",")
         unknown = [p for p in policies if p not in POLICIES]
@@ -119,7 +135,7 @@ def run(args: Any) -> int:
     out = Path(args.out)
     progress = args.progress or sys.stderr.isatty()
     replays = [Replay(nodes, topology, jobs, policy, args.seed, factors, args.startup_delay,
-                      f"{policy}{f' load {load}' if load else ''}", progress)
+                      f"{policy}{f' load {load}' if load else ''}", progress, queues)
                for load, jobs in traces.items() for policy in policies]
     summaries = {}
     with ProcessPoolExecutor(max_workers=args.workers) if args.workers > 1 else _Inline() as pool:
@@ -217,6 +233,7 @@ def register(sub: Any) -> None:
     p.add_argument("--load", help="rescale arrivals to this offered load; several (0.5,0.8) make a sweep")
     p.add_argument("--policy", default=",".join(POLICIES), help=f"comma-separated, of: {', '.join(POLICIES)}")
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
+    p.add_argument("--queues", help="GPUQueues (YAML) the operator admits under: tenants, guarantees, weights")
     p.add_argument("--slowdown", help="runtime factors per level crossed, e.g. leaf=1.3,spine=1.2")
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds from a gang's start to useful work")
     p.add_argument("--out", default="simulation", help="folder for summary.json and the plots (overwritten)")

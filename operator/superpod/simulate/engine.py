@@ -26,7 +26,7 @@ from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import QueuePolicy
 from superpod.core.phases import FINISHED
-from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, NODES, PODS, TRAININGJOBS, WATCHED, object_key
+from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, GPUQUEUES, NODES, PODS, TRAININGJOBS, WATCHED, object_key
 from superpod.k8s.memory import MemoryAPI
 from superpod.sim.kubelet import SimKubelet
 from superpod.simulate.runtime import RuntimeModel
@@ -86,7 +86,7 @@ def training_job(job: TraceJob) -> dict:
 
 class Simulation:
     def __init__(self, nodes: list[dict], topology: dict, jobs: list[TraceJob], policy: QueuePolicy,
-                 runtime: RuntimeModel, startup_delay: float = 0.0) -> None:
+                 runtime: RuntimeModel, startup_delay: float = 0.0, queues: list[dict] = ()) -> None:
         self.now = 0.0
         self.loop = asyncio.new_event_loop()  # its own: the controller's writes are coroutines, run one at a time
         self.store = MemoryAPI(clock=self._clock)
@@ -95,6 +95,8 @@ class Simulation:
         for node in nodes:
             self._run(self.admin.create(NODES, copy.deepcopy(node)))
         self._run(self.admin.create(CLUSTERTOPOLOGIES, copy.deepcopy(topology)))
+        for queue in queues:  # GPUQueues: the operator admits under them (controller/queues.py)
+            self._run(self.admin.create(GPUQUEUES, copy.deepcopy(queue)))
         self.kubelet.step()
         self.state = ClusterState(topology["metadata"]["name"])
         api = self.store.client("simulator")

@@ -14,6 +14,8 @@ Keys (stable; times in simulated seconds from the trace's first submit):
   the first); `fewest_leaves_share` {share, of} (multi-node jobs whose last attempt used the fewest leaves
   possible); `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by
   verb.
+- `queues` (with `--queues`): per leaf GPUQueue {guaranteed, weight, gpu_hours, mean_held, mean_borrowed,
+  below_guarantee_share, surplus_share, weight_share}, as `simulate/tenants.py` defines them.
 - `series` {time, busy_gpus, free_gpus, unusable_gpus}: step series (each value holds until the next time).
   busy: GPUs of gangs that run; free: GPUs no pod holds; unusable: free GPUs while some job waits (one that could
   run on this cluster when idle and is not in a restart backoff).
@@ -27,6 +29,7 @@ from __future__ import annotations
 from superpod.simulate.engine import Sample, Simulation
 from superpod.simulate.metrics import SIZE_CLASSES, by_size_class, fewest_leaves_share, jct, percentile, queueing_delay
 from superpod.simulate.runtime import RuntimeModel
+from superpod.simulate.tenants import queue_figures
 from superpod.simulate.trace import TraceJob
 
 VERSION = 1
@@ -40,15 +43,19 @@ def steady_window(jobs: list[TraceJob]) -> tuple[float, float]:
     return submits[int(STEADY_FROM * (len(submits) - 1))], submits[-1]
 
 
-def policy_summary(simulation: Simulation, runtime: RuntimeModel, window: tuple[float, float]) -> dict:
+def policy_summary(simulation: Simulation, runtime: RuntimeModel, window: tuple[float, float],
+                   queues: list[dict] = ()) -> dict:
     jobs = {key: _job(record, runtime) for key, record in sorted(simulation.records.items())}
-    return {"utilisation": round(utilisation(jobs, simulation.capacity, window, simulation.now), 6),
+    out = {"utilisation": round(utilisation(jobs, simulation.capacity, window, simulation.now), 6),
             "useful_utilisation": round(utilisation(jobs, simulation.capacity, window, simulation.now, useful=True),
                                         6),
             "window": list(window),
             "metrics": _metrics(jobs, simulation),
             "series": _series(simulation.samples),
             "jobs": jobs}
+    if queues:
+        out["queues"] = queue_figures(jobs, queues, window, simulation.now)
+    return out
 
 
 def utilisation(jobs: dict, capacity: int, window: tuple[float, float], now: float, useful: bool = False) -> float:
