@@ -127,7 +127,7 @@ def test_the_same_command_twice_gives_byte_identical_summaries(tmp_path):
         args = argparse.Namespace(preset="dgx-h100", nodes=16, cluster=None, trace=str(trace), format="jobs",
                                   limit=None, window=None, load="0.9", policy=",".join(POLICIES), seed=5,
                                   slowdown=None, startup_delay=0.0, out=str(tmp_path / run), no_plots=True,
-                                  workers=1, progress=False)
+                                  workers=1, progress=False, queues=None)
         assert cli.run(args) == 0
         outputs.append((tmp_path / run / "summary.json").read_bytes())
     assert outputs[0] == outputs[1]
@@ -139,7 +139,7 @@ def test_a_bad_trace_is_refused_with_its_line(tmp_path, capsys):
     trace.write_text("submit,name,namespace,replicas,gpus,required,priority,duration\n0,a,ns,1,eight,,0,10\n")
     args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, trace=str(trace), format="jobs", limit=None,
                               window=None, load=None, policy="superpod", seed=0, slowdown=None, startup_delay=0.0,
-                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False)
+                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False, queues=None)
     assert cli.run(args) == 2
     assert "line 2" in capsys.readouterr().err
 
@@ -166,3 +166,40 @@ def test_a_cluster_dump_and_a_generated_trace_replay_from_the_command_line(tmp_p
     assert (out / "jct-vs-load.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     printed = capsys.readouterr().out
     assert "dump" in printed and "128 GPUs" in printed and "gang-firstfit" in printed
+
+
+def test_under_gpu_queues_no_queue_goes_over_its_limit_at_any_instant_and_per_queue_figures_add_up():
+    """Four tenants on 128 GPUs (guarantees 0/48/32/16, the first — the busiest — with a limit of 16): at every
+    simulated instant no tenant holds more than its limit, and the per-queue figures agree with the job records."""
+    jobs = workload.generate(3, 200, 4, "philly", "poisson", 20.0, 3600.0, 8)
+    shapes = [(0, 16, 3), (48, None, 1), (32, None, 2), (16, None, 1)]
+    queues = [{"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": f"q{rank}"},
+               "spec": {"namespaces": [f"tenant-{rank}"], "weight": weight,
+                        "resources": [{"flavor": "*", "guaranteed": guaranteed,
+                                       **({"limit": limit} if limit is not None else {})}]}}
+              for rank, (guaranteed, limit, weight) in enumerate(shapes)]
+    nodes = small_cluster()
+    runtime = RuntimeModel.of(TOPOLOGY, nodes)
+    simulation = Simulation(nodes, TOPOLOGY, jobs, POLICIES["superpod"](0), runtime, queues=queues)
+    peak = {"tenant-0": 0}
+
+    def within_limits(now: float, ended: int) -> None:
+        held: dict[str, int] = {}
+        for pod in simulation.store.objects.get(PODS, {}).values():
+            if pod["spec"].get("nodeName") and (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                namespace = pod["metadata"]["namespace"]
+                held[namespace] = held.get(namespace, 0) + int(
+                    pod["spec"]["containers"][0]["resources"]["limits"].get("nvidia.com/gpu", 0))
+        assert held.get("tenant-0", 0) <= 16, f"tenant-0 holds {held['tenant-0']} GPUs at {now}"
+        peak["tenant-0"] = max(peak["tenant-0"], held.get("tenant-0", 0))
+
+    simulation.run(within_limits)
+    result = policy_summary(simulation, runtime, steady_window(jobs), queues)
+    assert peak["tenant-0"] == 16, "the limit was reached, so it was tested"
+    figures = result["queues"]
+    assert set(figures) == {"q0", "q1", "q2", "q3"} and figures["q0"]["guaranteed"] == 0
+    assert figures["q0"]["mean_held"] <= 16 and figures["q0"]["mean_borrowed"] == figures["q0"]["mean_held"]
+    hours = result["metrics"]["gpu_hours"]
+    window_hours = {rank: figures[f"q{rank}"]["gpu_hours"] for rank in range(4)}
+    assert all(window_hours[rank] <= hours[f"tenant-{rank}"] + 1e-6 for rank in range(4))
+    assert sum(figure["surplus_share"] or 0 for figure in figures.values()) == pytest.approx(1.0)
