@@ -168,11 +168,38 @@ def plot_all(summary: dict, out_dir: Path) -> list[Path]:
     """Write utilisation, JCT and queueing CDFs, fewest-leaves share and unusable GPUs PNGs; return their paths."""
     out_dir = Path(out_dir)
     colours = policy_colours(summary["policies"])
-    return [plot_utilisation(summary, out_dir / "utilisation.png", colours),
-            plot_cdf(summary, out_dir / "jct-cdf.png", colours, jct, "job completion time"),
-            plot_cdf(summary, out_dir / "queueing-cdf.png", colours, queueing_delay, "queueing delay"),
-            plot_fewest_leaves(summary, out_dir / "fewest-leaves.png", colours),
-            plot_unusable(summary, out_dir / "unusable-gpus.png", colours)]
+    paths = [plot_utilisation(summary, out_dir / "utilisation.png", colours),
+             plot_cdf(summary, out_dir / "jct-cdf.png", colours, jct, "job completion time"),
+             plot_cdf(summary, out_dir / "queueing-cdf.png", colours, queueing_delay, "queueing delay"),
+             plot_fewest_leaves(summary, out_dir / "fewest-leaves.png", colours),
+             plot_unusable(summary, out_dir / "unusable-gpus.png", colours)]
+    if any(policy.get("queues") for policy in summary["policies"].values()):
+        paths.append(plot_queues(summary, out_dir / "queues.png"))
+    return paths
+
+
+def plot_queues(summary: dict, path: Path) -> Path:
+    """GPUs each queue held over time (a line per queue, its guarantee dashed), a panel per policy."""
+    names = sorted(name for name, policy in summary["policies"].items() if policy.get("queues"))
+    figure, panels = _figure(rows=len(names))
+    queues = sorted({queue for name in names for queue in summary["policies"][name]["queues"]})
+    colours = policy_colours(queues)
+    for name, [axes] in zip(names, panels, strict=True):
+        policy = summary["policies"][name]
+        for queue in queues:
+            figures = policy["queues"].get(queue)
+            if figures is None:
+                continue
+            _step_line(axes, figures["series"]["time"], figures["series"]["held"], series_end(policy),
+                       color=colours[queue])
+            if figures["guaranteed"]:
+                axes.axhline(figures["guaranteed"], color=colours[queue], linestyle="--", linewidth=0.8)
+        axes.set(ylabel=f"{name}\nGPUs held")
+        axes.grid(alpha=0.3)
+    panels[-1][0].set(xlabel="simulated time (days)")
+    _title(figure, "GPUs per queue (dashed: its guarantee)", summary)
+    _policy_legend(figure, colours)
+    return _save(figure, path)
 
 
 def plot_utilisation(summary: dict, path: Path, colours: dict[str, str]) -> Path:

@@ -15,7 +15,7 @@ Keys (stable; times in simulated seconds from the trace's first submit):
   possible); `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by
   verb.
 - `queues` (with `--queues`): per leaf GPUQueue {guaranteed, weight, gpu_hours, mean_held, mean_borrowed,
-  below_guarantee_share, surplus_share, weight_share}, as `simulate/tenants.py` defines them.
+  below_guarantee_share, surplus_share, weight_share, namespaces, series}, as `simulate/tenants.py` defines them.
 - `series` {time, busy_gpus, free_gpus, unusable_gpus}: step series (each value holds until the next time).
   busy: GPUs of gangs that run; free: GPUs no pod holds; unusable: free GPUs while some job waits (one that could
   run on this cluster when idle and is not in a restart backoff).

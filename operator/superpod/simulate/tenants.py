@@ -4,11 +4,12 @@ For each leaf queue (its namespaces' jobs; flavor `*`, the only one trace jobs c
 window:
 - `gpu_hours`: GPU-time of its attempts;
 - `mean_held`, `mean_borrowed`: GPUs it held, and held beyond its guarantee, on average;
-- `below_guarantee_share`: of the time it had a waiting job that would fit inside its unused guarantee, the share
-  it held less than its guarantee (0: the guarantee was always there when asked for; without preemption, time
-  spent waiting for borrowers to finish shows here);
+- `below_guarantee_share`: of the time it had waiting jobs, the share during which one of them would have fit
+  inside its unused guarantee (0: whenever it waited, it held at least its guarantee, or its waiting jobs were
+  larger than what is left of it; without preemption, time spent waiting for borrowers to finish shows here);
 - `surplus_share` and `weight_share`: its part of all borrowed GPU-time, and its weight's part of the weights of
-  the queues that borrowed or wanted to (the surplus is split by weight when those are close).
+  the queues that borrowed (the surplus is split by weight when those are close);
+- `namespaces`, and `series` {time, held}: the GPUs it held, a step series over the whole replay.
 """
 
 from __future__ import annotations
@@ -44,8 +45,16 @@ def queue_figures(jobs: dict, queues: list[dict], window: tuple[float, float], n
         held_time = borrowed_time = asked = below = 0.0
         held, waiting = 0, {}
         events = sorted(changes[name])
+        times: list[float] = []
+        helds: list[int] = []
         for index, (time, held_change, waiting_change) in enumerate(events):
             held += held_change
+            if held_change:
+                if times and times[-1] == time:
+                    helds[-1] = held
+                else:
+                    times.append(time)
+                    helds.append(held)
             if waiting_change:
                 size = abs(waiting_change)
                 waiting[size] = waiting.get(size, 0) + (1 if waiting_change > 0 else -1)
@@ -55,13 +64,14 @@ def queue_figures(jobs: dict, queues: list[dict], window: tuple[float, float], n
             span = max(0.0, min(following, end) - max(time, start))
             held_time += held * span
             borrowed_time += max(0.0, held - guaranteed) * span
-            if waiting and held + min(waiting) <= guaranteed:  # waiting work that fits inside its guarantee
+            if waiting:
                 asked += span
-                below += span if held < guaranteed else 0.0
+                below += span if held + min(waiting) <= guaranteed else 0.0  # it fits inside its guarantee
         out[name] = {"guaranteed": guaranteed, "weight": tree.queues[name].weight,
                      "gpu_hours": round(held_time / 3600, 3), "mean_held": round(held_time / length, 3),
                      "mean_borrowed": round(borrowed_time / length, 3),
-                     "below_guarantee_share": round(below / asked, 6) if asked else None, "_borrowed": borrowed_time}
+                     "below_guarantee_share": round(below / asked, 6) if asked else None, "_borrowed": borrowed_time,
+                     "namespaces": list(tree.queues[name].namespaces), "series": {"time": times, "held": helds}}
     borrowed_total = sum(figures["_borrowed"] for figures in out.values())
     borrowers = [name for name, figures in out.items() if figures["_borrowed"] > 0]
     weights = sum(out[name]["weight"] for name in borrowers)
