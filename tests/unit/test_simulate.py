@@ -202,4 +202,28 @@ def test_under_gpu_queues_no_queue_goes_over_its_limit_at_any_instant_and_per_qu
     hours = result["metrics"]["gpu_hours"]
     window_hours = {rank: figures[f"q{rank}"]["gpu_hours"] for rank in range(4)}
     assert all(window_hours[rank] <= hours[f"tenant-{rank}"] + 1e-6 for rank in range(4))
-    assert sum(figure["surplus_share"] or 0 for figure in figures.values()) == pytest.approx(1.0)
+    shares = [figure["surplus_share"] for figure in figures.values() if figure["surplus_share"] is not None]
+    assert not shares or sum(shares) == pytest.approx(1.0)
+
+
+def test_queue_figures_follow_the_job_records_exactly():
+    """Queue a (guarantee 4) holds 8 GPUs over [0, 100] and waits with a 4-GPU job from 20; queue b (guarantee 0)
+    waits until 50, then holds 8. Between 20 and 50 both want more: a borrows 4, b nothing, weights equal."""
+    from superpod.simulate.tenants import queue_figures
+
+    def gq(name: str, guaranteed: float) -> dict:
+        return {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": name},
+                "spec": {"namespaces": [name], "resources": [{"flavor": "*", "guaranteed": guaranteed}]}}
+
+    done = "Succeeded"
+    jobs = {"a/one": {"namespace": "a", "gpus": 8, "submit": 0.0, "end": 100.0,
+                      "attempts": [{"start": 0.0, "end": 100.0, "outcome": done}]},
+            "b/two": {"namespace": "b", "gpus": 8, "submit": 0.0, "end": 150.0,
+                      "attempts": [{"start": 50.0, "end": 150.0, "outcome": done}]},
+            "a/three": {"namespace": "a", "gpus": 4, "submit": 20.0, "end": None, "attempts": []}}
+    figures = queue_figures(jobs, [gq("a", 4), gq("b", 0)], (0.0, 100.0), 200.0)
+    a, b = figures["a"], figures["b"]
+    assert (a["mean_held"], a["mean_borrowed"], a["below_guarantee_share"]) == (8.0, 4.0, 0.0)
+    assert (b["mean_held"], b["mean_borrowed"], b["below_guarantee_share"]) == (4.0, 4.0, 0.0)
+    assert (a["surplus_share"], b["surplus_share"], a["weight_share"], b["weight_share"]) == (1.0, 0.0, 0.5, 0.5)
+    assert a["series"] == {"time": [0.0, 100.0], "held": [8, 0]} and a["gpu_hours"] == round(800 / 3600, 3)

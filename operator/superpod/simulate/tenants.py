@@ -7,8 +7,8 @@ window:
 - `below_guarantee_share`: of the time it had waiting jobs, the share during which one of them would have fit
   inside its unused guarantee (0: whenever it waited, it held at least its guarantee, or its waiting jobs were
   larger than what is left of it; without preemption, time spent waiting for borrowers to finish shows here);
-- `surplus_share` and `weight_share`: its part of all borrowed GPU-time, and its weight's part of the weights of
-  the queues that borrowed (the surplus is split by weight when those are close);
+- `surplus_share` and `weight_share`: while two or more queues had waiting jobs (they competed for the surplus),
+  its part of the GPUs those queues borrowed, and the part its weight would give it (its weight over theirs);
 - `namespaces`, and `series` {time, held}: the GPUs it held, a step series over the whole replay.
 """
 
@@ -21,62 +21,79 @@ from superpod.core.queues import ANY, QueueTree
 def queue_figures(jobs: dict, queues: list[dict], window: tuple[float, float], now: float) -> dict:
     tree = QueueTree.of(queue_from_k8s(obj) for obj in queues)
     leaves = [name for name in sorted(tree.queues) if not tree.children[name]]
-    changes: dict[str, list[tuple[float, int, int]]] = {name: [] for name in leaves}  # (time, held, waiting job)
+    events = sorted(_changes(jobs, tree, set(leaves), now))
+    guaranteed = {name: (q.guaranteed if (q := tree.queues[name].quota(ANY)) else 0.0) for name in leaves}
+    weight = {name: tree.queues[name].weight for name in leaves}
+    held = dict.fromkeys(leaves, 0)
+    waiting: dict[str, dict[int, int]] = {name: {} for name in leaves}  # queue -> waiting job size -> how many
+    sums = {name: dict.fromkeys(("held", "borrowed", "asked", "below", "contested", "fair"), 0.0) for name in leaves}
+    series: dict[str, tuple[list[float], list[int]]] = {name: ([], []) for name in leaves}
+    start, end = window
+    for index, (time, queue, held_change, waiting_change) in enumerate(events):
+        held[queue] += held_change
+        if held_change:
+            times, values = series[queue]
+            if times and times[-1] == time:
+                values[-1] = held[queue]
+            else:
+                times.append(time)
+                values.append(held[queue])
+        if waiting_change:
+            sizes = waiting[queue]
+            sizes[abs(waiting_change)] = sizes.get(abs(waiting_change), 0) + (1 if waiting_change > 0 else -1)
+            if not sizes[abs(waiting_change)]:
+                del sizes[abs(waiting_change)]
+        following = events[index + 1][0] if index + 1 < len(events) else end
+        span = max(0.0, min(following, end) - max(time, start))
+        if not span:
+            continue
+        borrowed = {name: max(0.0, held[name] - guaranteed[name]) for name in leaves}
+        wanting = [name for name in leaves if waiting[name]]
+        for name in leaves:
+            totals = sums[name]
+            totals["held"] += held[name] * span
+            totals["borrowed"] += borrowed[name] * span
+            if waiting[name]:
+                totals["asked"] += span
+                if held[name] + min(waiting[name]) <= guaranteed[name]:
+                    totals["below"] += span
+        if len(wanting) >= 2:  # they compete for the surplus: compare what each borrowed with its weight's part
+            pool = sum(borrowed[name] for name in wanting)
+            weights = sum(weight[name] for name in wanting)
+            for name in wanting:
+                sums[name]["contested"] += borrowed[name] * span
+                sums[name]["fair"] += pool * weight[name] / weights * span
+    length = max(end - start, 1e-9)
+    contested = sum(totals["contested"] for totals in sums.values())
+    fair = sum(totals["fair"] for totals in sums.values())
+    return {name: {"guaranteed": guaranteed[name], "weight": weight[name],
+                   "gpu_hours": round(sums[name]["held"] / 3600, 3),
+                   "mean_held": round(sums[name]["held"] / length, 3),
+                   "mean_borrowed": round(sums[name]["borrowed"] / length, 3),
+                   "below_guarantee_share": round(sums[name]["below"] / sums[name]["asked"], 6)
+                   if sums[name]["asked"] else None,
+                   "surplus_share": round(sums[name]["contested"] / contested, 6) if contested else None,
+                   "weight_share": round(sums[name]["fair"] / fair, 6) if fair else None,
+                   "namespaces": list(tree.queues[name].namespaces),
+                   "series": {"time": series[name][0], "held": series[name][1]}}
+            for name in leaves}
+
+
+def _changes(jobs: dict, tree: QueueTree, leaves: set[str], now: float) -> list[tuple[float, str, int, int]]:
+    """(time, queue, change of GPUs held, a waiting job of this many GPUs: +appears / -leaves)."""
+    out = []
     for job in jobs.values():
         queue = tree.by_namespace.get(job["namespace"])
-        if queue not in changes:
+        if queue not in leaves:
             continue
-        waiting_from = job["submit"]
+        gpus, waiting_from = job["gpus"], job["submit"]
         for attempt in job["attempts"]:
-            changes[queue] += [(waiting_from, 0, job["gpus"]), (attempt["start"], 0, -job["gpus"]),
-                               (attempt["start"], job["gpus"], 0),
-                               (attempt["end"] if attempt["end"] is not None else now, -job["gpus"], 0)]
-            waiting_from = attempt["end"] if attempt["outcome"] != "Succeeded" else None
+            stop = attempt["end"] if attempt["end"] is not None else now
+            out += [(waiting_from, queue, 0, gpus), (attempt["start"], queue, 0, -gpus),
+                    (attempt["start"], queue, gpus, 0), (stop, queue, -gpus, 0)]
+            waiting_from = attempt["end"] if attempt["outcome"] not in ("Succeeded", "") else None
             if waiting_from is None:
                 break
         if waiting_from is not None and job["end"] is None:  # waits still (never started, or to run again)
-            changes[queue] += [(waiting_from, 0, job["gpus"]), (now, 0, -job["gpus"])]
-    start, end = window
-    length = max(end - start, 1e-9)
-    out = {}
-    for name in leaves:
-        quota = tree.queues[name].quota(ANY)
-        guaranteed = quota.guaranteed if quota else 0.0
-        held_time = borrowed_time = asked = below = 0.0
-        held, waiting = 0, {}
-        events = sorted(changes[name])
-        times: list[float] = []
-        helds: list[int] = []
-        for index, (time, held_change, waiting_change) in enumerate(events):
-            held += held_change
-            if held_change:
-                if times and times[-1] == time:
-                    helds[-1] = held
-                else:
-                    times.append(time)
-                    helds.append(held)
-            if waiting_change:
-                size = abs(waiting_change)
-                waiting[size] = waiting.get(size, 0) + (1 if waiting_change > 0 else -1)
-                if not waiting[size]:
-                    del waiting[size]
-            following = events[index + 1][0] if index + 1 < len(events) else end
-            span = max(0.0, min(following, end) - max(time, start))
-            held_time += held * span
-            borrowed_time += max(0.0, held - guaranteed) * span
-            if waiting:
-                asked += span
-                below += span if held + min(waiting) <= guaranteed else 0.0  # it fits inside its guarantee
-        out[name] = {"guaranteed": guaranteed, "weight": tree.queues[name].weight,
-                     "gpu_hours": round(held_time / 3600, 3), "mean_held": round(held_time / length, 3),
-                     "mean_borrowed": round(borrowed_time / length, 3),
-                     "below_guarantee_share": round(below / asked, 6) if asked else None, "_borrowed": borrowed_time,
-                     "namespaces": list(tree.queues[name].namespaces), "series": {"time": times, "held": helds}}
-    borrowed_total = sum(figures["_borrowed"] for figures in out.values())
-    borrowers = [name for name, figures in out.items() if figures["_borrowed"] > 0]
-    weights = sum(out[name]["weight"] for name in borrowers)
-    for name, figures in out.items():
-        borrowed = figures.pop("_borrowed")
-        figures["surplus_share"] = round(borrowed / borrowed_total, 6) if borrowed_total else None
-        figures["weight_share"] = round(figures["weight"] / weights, 6) if name in borrowers and weights else None
+            out += [(waiting_from, queue, 0, gpus), (now, queue, 0, -gpus)]
     return out
