@@ -176,7 +176,7 @@ def test_metrics_report_jobs_gpus_and_latency(cluster, operator, jobs):
     m = wait_for(phases_match, 30, "superpod_jobs equal to the phases the API shows")
     # 3s of 8 GPUs by the pod's start and finish times (whole seconds), and the counter no less than the status
     assert 8 * 2 <= st["finishedGpuSeconds"] <= 8 * 4 and st["gpuSeconds"] == st["finishedGpuSeconds"]
-    counted = m[f'superpod_gpu_seconds_total{{namespace="{jobs.ns}"}}']
+    counted = m[f'superpod_gpu_seconds_total{{class="spot",flavor="*",namespace="{jobs.ns}",queue=""}}']
     assert st["finishedGpuSeconds"] - 8 <= counted <= st["finishedGpuSeconds"] + 8 * 2, (counted, st)
     assert m["superpod_placement_seconds_count"] >= 1 and m["superpod_queue_wait_seconds_count"] >= 1
     node = client.CoreV1Api(cluster.api).list_node(label_selector=f"sim.superpod.dev/cluster={sim}").items[0]

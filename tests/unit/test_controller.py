@@ -207,12 +207,12 @@ def test_a_job_deleted_while_running_is_still_metered():
     c.controller.meter.counter = Metrics(CollectorRegistry()).gpu_seconds
     c.submit(training_job("gone", 2, 8))
     c.settle(10)
-    counted = c.controller.meter.counter.labels("team-a")._value.get()
+    counted = c.controller.meter.counter.labels("", "team-a", "*", "spot")._value.get()
     assert 8 * 2 * 8 <= counted <= 8 * 2 * 10, "growing while it runs"
     c.store.delete_now(TRAININGJOBS, "team-a/gone")
     c.tick(5)
     c.cycle()
-    assert c.controller.meter.counter.labels("team-a")._value.get() >= counted + 16 * 5
+    assert c.controller.meter.counter.labels("", "team-a", "*", "spot")._value.get() >= counted + 16 * 5
 
 
 def test_specs_the_fuzzer_found_become_invalid_with_the_field_named_instead_of_looping():

@@ -85,3 +85,20 @@ def test_a_job_no_queue_takes_waits_with_the_reason_and_a_refused_queue_says_why
     assert (active["status"], active["reason"], active["message"]) == ("False", "Refused", "parent nowhere does not "
                                                                                           "exist")
     assert ("Refused", "not in force: parent nowhere does not exist") in c.events("lost")
+
+
+def test_gpu_seconds_are_counted_by_queue_flavor_and_class():
+    from prometheus_client import CollectorRegistry
+
+    from superpod.controller.metrics import Metrics
+
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.controller.meter.counter = Metrics(CollectorRegistry()).gpu_seconds
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16)))
+    body = training_job("r", 1, 8, serviceClass="reserved")
+    body["metadata"]["namespace"] = "team-a"
+    c.submit(body)
+    submit(c, "z", "stray")  # no queue takes it: it waits and counts nothing
+    c.settle(10)
+    counted = c.controller.meter.counter.labels("a", "team-a", "*", "reserved")._value.get()
+    assert 8 * 8 <= counted <= 8 * 10

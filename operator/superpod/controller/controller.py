@@ -46,7 +46,7 @@ class Controller:
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
         self.queues = QueueBook(state)
-        self.meter = Meter(metrics.gpu_seconds if metrics else None)
+        self.meter = Meter(metrics.gpu_seconds if metrics else None, self.queues.labels)
         # The last cycle's findings on the waiting jobs (for `superpod plan`, explanations and tests):
         self.decisions: list[Decision] = []  # scheduled, placed or not
         self.invalid: dict[str, str] = {}  # job key -> why no node of this cluster can serve it

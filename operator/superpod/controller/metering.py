@@ -1,21 +1,29 @@
-"""The GPU-seconds counter (`superpod_gpu_seconds_total{namespace}`), growing while jobs run. Each cycle a job's
-usage so far (its ended attempts from status, its running attempt from its pods) is compared with what was already
-counted and the difference is added; a job deleted while running is counted up to its deletion. After a restart,
-counting resumes from each job's usage at that moment: what ran while no operator watched is in the job's
-status.gpuSeconds (the durable record, written when an attempt ends), not in the counter."""
+"""The GPU-seconds counter (`superpod_gpu_seconds_total{queue,namespace,flavor,class}`), growing while jobs run.
+Each cycle a job's usage so far (its ended attempts from status, its running attempt from its pods) is compared
+with what was already counted and the difference is added; a job deleted while running is counted up to its
+deletion. After a restart, counting resumes from each job's usage at that moment: what ran while no operator
+watched is in the job's status.gpuSeconds (the durable record, written when an attempt ends), not in the counter.
+A job's labels are taken when it is first counted (its queue, the flavor it counts against, its service class)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from superpod.controller.jobs import JobView
 from superpod.controller.judge import attempt_usage
 from superpod.controller.state import ClusterState
 from superpod.core.phases import ACTIVE
+from superpod.core.queues import ANY, SPOT, profile
+from superpod.core.request import JobRequest
+
+Labels = tuple[str, str, str, str]  # queue ("" outside queues), namespace, flavor, service class
 
 
 class Meter:
-    def __init__(self, counter=None) -> None:
-        self.counter = counter  # a prometheus Counter with a namespace label, or None
-        self._counted: dict[str, tuple[str, float, float, float]] = {}  # uid -> (namespace, total, rate, at)
+    def __init__(self, counter=None, labels: Callable[[JobView], Labels] | None = None) -> None:
+        self.counter = counter  # a prometheus Counter with the four labels above, or None
+        self.labels = labels or outside_queues
+        self._counted: dict[str, tuple[Labels, float, float, float]] = {}  # uid -> (labels, total, rate, at)
 
     def reset(self) -> None:
         """Count from each job's next observation on (a new Lease term: the last leader counted until now)."""
@@ -29,15 +37,24 @@ class Meter:
             uid = view.uid
             seen.add(uid)
             total, rate = usage(state, view, now)
-            namespace = view.key.split("/", 1)[0]
             before = self._counted.get(uid)
+            labels = before[0] if before is not None else self.labels(view)  # fixed for the job's life here
             if before is not None and total > before[1] and self.counter is not None:
-                self.counter.labels(namespace).inc(total - before[1])
-            self._counted[uid] = (namespace, max(total, before[1] if before else 0.0), rate, now)
+                self.counter.labels(*labels).inc(total - before[1])
+            self._counted[uid] = (labels, max(total, before[1] if before else 0.0), rate, now)
         for uid in set(self._counted) - seen:  # deleted: count its last stretch at the rate it ran
-            namespace, _, rate, at = self._counted.pop(uid)
+            labels, _, rate, at = self._counted.pop(uid)
             if rate and self.counter is not None:
-                self.counter.labels(namespace).inc(rate * max(0.0, now - at))
+                self.counter.labels(*labels).inc(rate * max(0.0, now - at))
+
+
+def outside_queues(view: JobView) -> Labels:
+    """The labels of a job when the cluster has no GPUQueue: its flavor is its MIG profile, GPU product, or *."""
+    request = view.request
+    namespace = view.key.split("/", 1)[0]
+    if not isinstance(request, JobRequest):
+        return "", namespace, ANY, SPOT
+    return "", namespace, profile(request) or request.gpu_product or ANY, request.service_class
 
 
 def usage(state: ClusterState, view: JobView, now: float) -> tuple[float, float]:

@@ -35,7 +35,8 @@ class Metrics:
         self.mig_reconfigurations = PromCounter("superpod_mig_reconfigurations",
                                                 "Nodes given a new MIG geometry", registry=r)
         self.gpu_seconds = PromCounter("superpod_gpu_seconds", "GPU-seconds used by gang pods, growing while they "
-                                       "run", ["namespace"], registry=r)
+                                       "run (MIG slices count g/7), by GPUQueue, namespace, flavor and service "
+                                       "class", ["queue", "namespace", "flavor", "class"], registry=r)
         self.cycle_errors = PromCounter("superpod_cycle_errors", "Cycles or Lease renewals that failed and were "
                                         "retried", ["stage"], registry=r)
         self.object_errors = PromCounter("superpod_object_errors", "Objects a bug met while judging, deciding or "

@@ -8,6 +8,8 @@ from superpod.api.convert import queue_from_k8s
 from superpod.api.resources import ConvertError
 from superpod.api.status import condition
 from superpod.controller.actions import Emit, Plan, WriteQueueStatus
+from superpod.controller.jobs import JobView
+from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
 from superpod.core.model import Snapshot
@@ -41,6 +43,14 @@ class QueueBook:
         tree, _ = self.tree()
         flavors = {quota.flavor for queue in tree.queues.values() for quota in queue.quotas}
         return FairQueues(tree, Usage(tree.running(placed)), capacity(snap.nodes, flavors), inner)
+
+    def labels(self, view: JobView) -> Labels:
+        """The GPU-seconds counter's labels of a job: its queue and the flavor it counts against, when it has one."""
+        outside = outside_queues(view)
+        if not self.state.queues or not isinstance(view.request, JobRequest):
+            return outside
+        queue, flavor, problem = self.tree()[0].classify(view.request)
+        return (queue or "", outside[1], flavor or outside[2], outside[3]) if not problem else outside
 
     def status_plans(self, fair: FairQueues | None, decisions: list[Decision], now: float) -> list[Plan]:
         """Each GPUQueue's status, written when it changed; a Warning on a queue that is not in force."""
