@@ -10,10 +10,10 @@ Run: .venv/bin/python bench/bench_cycle.py [--waiting 1000,5000] [--policies sup
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
+
+from bench_placement import machine
 
 from superpod.core.baselines import POLICIES
 from superpod.k8s.api import PODS
@@ -64,8 +64,8 @@ def main() -> None:
     parser.add_argument("--waiting", default="1000,5000")
     parser.add_argument("--policies", default="superpod,gang-firstfit")
     args = parser.parse_args()
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python "
-          f"{platform.python_version()}; preset {args.preset} full of long jobs; medians of {ROUNDS} cycles")
+    print(f"machine: {machine()}")
+    print(f"preset {args.preset} full of long jobs; medians of {ROUNDS} cycles")
     print(f"{'policy':<16} {'waiting':>8} {'idle cycle ms':>14} {'freed cycle ms':>15} {'us per waiting job':>19}")
     for waiting in map(int, args.waiting.split(",")):
         for policy in args.policies.split(","):
