@@ -86,7 +86,7 @@ def _figures(tree: QueueTree, fair: FairQueues | None, name: str, pending: dict[
     queue = tree.queues[name]
     flavors = []
     for quota in queue.quotas:
-        allocated = sum(fair.used.get((leaf, quota.flavor), 0.0) for leaf in tree.leaves[name]) if fair else 0.0
+        allocated = fair.subtree.get((name, quota.flavor), 0.0) if fair else 0.0
         flavors.append({"flavor": quota.flavor, "guaranteed": quota.guaranteed, "allocated": _round(allocated),
                         "borrowed": _round(max(0.0, allocated - quota.guaranteed))})
     return {"guaranteed": _round(sum(f["guaranteed"] for f in flavors)),

@@ -238,8 +238,9 @@ class FairQueues:
         self.reserves = inner.reserves if inner is not None else True
         self.used = dict(usage.running)  # (leaf queue, flavor) -> units, with what this cycle placed
         self.total: dict[str, float] = {}  # flavor -> units of all queues
-        for (_, flavor), amount in self.used.items():
-            self.total[flavor] = self.total.get(flavor, 0.0) + amount
+        self.subtree: dict[tuple[str, str], float] = {}  # (queue, flavor) -> units of it and the queues below it
+        for (leaf, flavor), amount in self.used.items():
+            self._add(leaf, flavor, amount)
         self.inside: dict[str, bool] = {}  # job key -> inside its queue's guarantee when the cycle began
         self.where: dict[str, tuple[str | None, str | None, str | None]] = {}  # job key -> (queue, flavor, problem)
         self.wanted: dict[tuple[str, str], float] = {}  # (leaf, flavor) -> units its waiting jobs want inside it
@@ -314,7 +315,7 @@ class FairQueues:
             quota = self.tree.queues[name].quota(flavor)
             if quota is None or quota.limit is None:
                 continue
-            total = sum(self.used.get((leaf, flavor), 0.0) for leaf in self.tree.leaves[name])
+            total = self.subtree.get((name, flavor), 0.0)
             if total + need > quota.limit:
                 return f"queue {name} is at its limit of {quota.limit:g} {_gpus(flavor)} ({total:g} in use)"
         quota = spec.quota(flavor)
@@ -348,11 +349,17 @@ class FairQueues:
             amount = units(decision.job)
             self.placed[queue] = self.placed.get(queue, 0) + 1
             self.used[(queue, flavor)] = self.used.get((queue, flavor), 0.0) + amount
-            self.total[flavor] = self.total.get(flavor, 0.0) + amount
+            self._add(queue, flavor, amount)
             if self.inside.get(decision.job.key):
                 self.wanted[(queue, flavor)] = self.wanted.get((queue, flavor), 0.0) - amount
             self.kept[flavor] = self.kept.get(flavor, 0.0) + self._keeps(queue, quota) - before
         self._counted = len(placed)
+
+    def _add(self, leaf: str, flavor: str, amount: float) -> None:
+        """Count `amount` units of a leaf queue in the totals: the flavor's, and its subtree's at every ancestor."""
+        self.total[flavor] = self.total.get(flavor, 0.0) + amount
+        for name in self.tree.ancestors(leaf):
+            self.subtree[(name, flavor)] = self.subtree.get((name, flavor), 0.0) + amount
 
     # ---- placement and reservations -------------------------------------------------------------------------------
     def place(self, solver: Solver) -> Placement | None:
