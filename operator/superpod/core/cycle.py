@@ -6,7 +6,7 @@ required level, narrowed to just enough child domains or nodes). Jobs behind it 
 reservation, so big gangs are not starved by streams of small ones. One reservation per cycle and group (one group
 unless the policy says otherwise); the cycle runs again on the next event, so the reservation follows the cluster as
 it changes. Tenant queues (core/queues.py) are another QueuePolicy: `order` decides who goes first, `admit` may hold
-a job back, `group` and `respects` make reservations per queue.
+a job back, `group` and `blocking` make reservations per queue.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ class Decision:
 
 class QueuePolicy(Protocol):
     reserves: bool  # the first blocked job that could fit later holds a reservation (see reservation_for)
-    binds_all: bool  # every job keeps off every reservation (`respects` is not asked)
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]: ...
 
@@ -56,8 +55,8 @@ class QueuePolicy(Protocol):
         """Reservations are per group: the first blocked job of each group may hold one (one group: one)."""
         ...
 
-    def respects(self, job: JobRequest, holder: JobRequest) -> bool:
-        """Whether `job` keeps off the reservation `holder` holds."""
+    def blocking(self, job: JobRequest, held: Held) -> frozenset[Reservation]:
+        """The reservations `job` keeps off (PriorityFifo: all of them)."""
         ...
 
 
@@ -65,7 +64,6 @@ class PriorityFifo:
     """Priority descending, then submission time, then namespace/name. Admits everything; places exactly."""
 
     reserves = True
-    binds_all = True
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return sorted(jobs, key=attrgetter("fifo_key"))
@@ -79,8 +77,8 @@ class PriorityFifo:
     def group(self, job: JobRequest) -> str:
         return ""
 
-    def respects(self, job: JobRequest, holder: JobRequest) -> bool:
-        return True
+    def blocking(self, job: JobRequest, held: Held) -> frozenset[Reservation]:
+        return held.all
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,6 +104,27 @@ class Reservation:
     def node_names(self, snap: Snapshot) -> tuple[str, ...]:
         idx = set(self.nodes) | {i for d in self.domains for i in snap.nodes_under(d)}
         return tuple(sorted(snap.nodes[i].name for i in idx))
+
+
+class Held:
+    """A cycle's reservations by group. `all` and `only(group)` are one object until the next reservation, so the
+    keys of what did not fit (Snapshot.unfit) hash them once however many jobs ask."""
+
+    def __init__(self) -> None:
+        self.by_group: dict[str, Reservation] = {}
+        self.all: frozenset[Reservation] = frozenset()
+        self._only: dict[str, frozenset[Reservation]] = {}
+
+    def add(self, group: str, reservation: Reservation) -> None:
+        self.by_group[group] = reservation
+        self.all = frozenset(self.by_group.values())
+
+    def only(self, group: str) -> frozenset[Reservation]:
+        """The group's own reservation, if it has one."""
+        if group not in self._only:
+            mine = self.by_group.get(group)
+            self._only[group] = frozenset([mine]) if mine else frozenset()
+        return self._only[group]
 
 
 def reservation_for(snap: Snapshot, job: JobRequest) -> Reservation | None:
@@ -190,8 +209,8 @@ def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int
 
 
 def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
-            held: dict[str, Reservation], failed: dict[tuple, str]) -> tuple[Decision, Reservation | None]:
-    """One job's decision, and the reservation it took (None if none). `held`: the reservations so far, by group.
+            held: Held, failed: dict[tuple, str]) -> tuple[Decision, Reservation | None]:
+    """One job's decision, and the reservation it took (None if none). `held`: the reservations so far.
     `failed`: validation per shape this cycle. A shape that did not fit under these reservations (snap.unfit) does
     not fit until capacity is freed: a job of that shape is told the same without a search (its message keeps the
     counts of that search)."""
@@ -201,9 +220,8 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
     why = failed["valid", shape] or policy.admit(job, placed)
     if why:
         return Decision(job, None, why), None
-    blocking = tuple(held.values()) if policy.binds_all else tuple(
-        r for r in held.values() if policy.respects(job, r.holder))
-    may_reserve = policy.reserves and policy.group(job) not in held
+    blocking = policy.blocking(job, held)
+    may_reserve = policy.reserves and policy.group(job) not in held.by_group
     seen = (shape, blocking, may_reserve)
     if seen in snap.unfit:
         return Decision(job, None, snap.unfit[seen]), None
@@ -213,7 +231,7 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
     return decision, taken
 
 
-def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: tuple[Reservation, ...],
+def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: frozenset[Reservation],
             may_reserve: bool) -> tuple[Decision, Reservation | None]:
     if blocking:
         sv = Solver(snap, job, frozenset().union(*(r.domains for r in blocking)),
@@ -227,7 +245,7 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: tupl
     anywhere = Solver(snap, job) if blocking else sv
     if blocking and policy.place(anywhere) is not None:
         holders = "; ".join(f"{r.label}, reserved for {r.holder.key} (priority {r.holder.priority})"
-                            for r in blocking)
+                            for r in sorted(blocking, key=lambda r: r.holder.fifo_key))
         after = "that job starts" if len(blocking) == 1 else "they start"
         reason = f"fits only inside {holders}; it runs after {after}"
     else:
@@ -245,13 +263,13 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     policy = policy or PriorityFifo()
     out: list[Decision] = []
     placed: list[Decision] = []
-    held: dict[str, Reservation] = {}  # group -> the reservation its first blocked job holds
+    held = Held()  # group -> the reservation its first blocked job holds
     failed: dict[tuple, str] = {}  # ("valid", shape) -> why it is invalid, or ""
     for job in policy.order(jobs):
         try:
             decision, taken = _decide(snap, job, policy, placed, held, failed)
             if taken is not None:
-                held[policy.group(job)] = taken
+                held.add(policy.group(job), taken)
         except Exception as e:  # noqa: BLE001 - one job's bug must not stop the cycle; its snapshot is unchanged
             decision = Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e))
         if decision.placement is not None:

@@ -14,7 +14,7 @@ Admission (`admit`, on the usage at the start of the cycle plus what the cycle p
 - a queue whose budget for the period is spent admits nothing.
 Order (`order`): demand inside guarantees first, then the surplus by priority, then lowest weighted dominant share,
 then decayed past usage, then submission time. Reservations are per queue (`group`), and work inside a guarantee
-does not keep off other queues' reservations (`respects`): one tenant's giant gang never blocks another's guarantee.
+does not keep off other queues' reservations (`blocking`): one tenant's giant gang never blocks another's guarantee.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from superpod.core.accounting import gpu_units
+from superpod.core.cycle import Held, Reservation
 from superpod.core.model import Node
 from superpod.core.placement import Placement, Solver, solve
 from superpod.core.request import GPU, MIG_PREFIX, PRODUCT_LABEL, JobRequest
@@ -230,7 +231,6 @@ class FairQueues:
     """The QueuePolicy of a cluster with GPUQueues, built for one cycle (usage and capacity at its start). What the
     cycle places is counted as `admit` sees it (`placed` only grows within a cycle)."""
 
-    binds_all = False
 
     def __init__(self, tree: QueueTree, usage: Usage, capacity_by_flavor: dict[str, float], inner=None) -> None:
         """`inner`: the policy whose placement and reservations run under the queues (default: exact placement)."""
@@ -369,9 +369,9 @@ class FairQueues:
         """Reservations are per queue."""
         return self.where_of(job)[0] or ""
 
-    def respects(self, job: JobRequest, holder: JobRequest) -> bool:
-        """Work inside its guarantee does not keep off another queue's reservation."""
-        return self.group(job) == self.group(holder) or not self.inside.get(job.key, False)
+    def blocking(self, job: JobRequest, held: Held) -> frozenset[Reservation]:
+        """Work inside its guarantee keeps off its own queue's reservation only, the rest off all of them."""
+        return held.only(self.group(job)) if self.inside.get(job.key, False) else held.all
 
     def where_of(self, job: JobRequest) -> tuple[str | None, str | None, str | None]:
         known = self.where.get(job.key)
