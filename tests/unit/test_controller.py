@@ -339,6 +339,31 @@ def test_a_long_queue_whose_cause_flips_is_rewritten_within_a_budget_oldest_firs
     assert said["uid-a"][0] == 30.0 and said["uid-d"][0] == 40.0, "the longest unwritten first; a waits its turn"
 
 
+def test_a_rewrite_that_changes_nothing_takes_no_turn_from_the_budget():
+    """Found by review: a job whose status already said its message (with a MIG note) stayed the longest unwritten
+    and took the only rewrite of every cycle, so a job whose cause changed was never rewritten."""
+    from superpod.controller.decide import wait_plans
+    from superpod.controller.jobs import _view
+    from superpod.core.cycle import Decision
+    from superpod.core.request import make_request
+
+    def view(name: str, message: str):
+        obj = training_job(name, 1, 8)
+        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
+        obj["status"] = {"phase": "Queued", "reason": "Unschedulable", "message": message}
+        return _view(f"team-a/{name}", obj)
+
+    views = {"team-a/noted": view("noted", "no room; no node can be repartitioned"),
+             "team-a/moved": view("moved", "no room")}
+    said = {"uid-noted": (0.0, "no room"), "uid-moved": (10.0, "no room")}
+    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, reason)
+                 for name, reason in (("noted", "no room"), ("moved", "all nodes are cordoned"))]
+    notes = {"team-a/noted": "no node can be repartitioned"}
+    plans, written = wait_plans(decisions, views, {}, notes, 100.0, said, budget=1)
+    assert [p.key for p in plans] == ["job:team-a/moved"] and written == 1
+    assert said["uid-noted"][0] == 100.0, "it says its message already: not asked again for a while"
+
+
 def test_an_admission_plugin_refusing_the_pod_is_invalid_but_a_full_quota_is_waited_out():
     """Found by bench/fuzz_specs.py: a template naming a PriorityClass that does not exist (or an overhead without a
     RuntimeClass) is refused by admission with 403 and was retried with backoff forever."""

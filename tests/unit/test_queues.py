@@ -182,3 +182,21 @@ def test_no_admission_exceeds_a_limit_or_starves_a_guarantee(data):
             lendable = max(0, unused - wanted)
             kept += unused - (lendable if quota.lending_limit is None else min(lendable, quota.lending_limit))
         assert sum(after.values()) + kept <= 96
+
+
+def test_within_a_cycle_the_surplus_is_shared_by_weight_as_it_is_given_out():
+    """Found by review: shares were fixed at the start of a cycle, so one queue took the whole surplus at once."""
+    snap = cluster(used={"n00": 8})  # 88 GPUs free
+    jobs = [job(f"{tenant}{i:02d}", tenant).gpus(8).priority(0, i).build() for i in range(12) for tenant in "ab"]
+    decisions = schedule(snap, jobs, policy(snap, [queue("a", 0), queue("b", 0)], {"a": 8}))
+    given = placed_by_queue(decisions)
+    assert given == {"a": 40, "b": 48}, "b first until their shares are level, then in turn"
+
+
+def test_a_job_may_name_only_a_queue_of_its_own_namespace_and_capacity_counts_usable_nodes():
+    tree = QueueTree.of([queue("a", 8), queue("b", 8)])
+    assert tree.leaf(job("x", "a").gpus(1).queue("b").build()) == (None, "queue b does not take jobs from namespace a")
+    assert tree.leaf(job("x", "a").gpus(1).queue("a").build()) == ("a", None)
+    ready, cordoned = node("r").gpus(8).build(), node("c").gpus(8).build()
+    cordoned = type(cordoned)(**{**cordoned.__dict__, "unschedulable": True})
+    assert capacity([ready, cordoned], [ANY]) == {ANY: 8.0}

@@ -180,7 +180,7 @@ class Applier:
         queue = self.state.queues.get(step.queue)
         if queue is None:
             raise ApiError(404, "NotFound", f"GPUQueue {step.queue} is gone")
-        body = {**queue, "metadata": {**queue["metadata"], "resourceVersion": ""}, "status": step.status}
+        body = {**queue, "status": step.status}  # at the cached version: a conflict is retried next cycle
         self._see(GPUQUEUES, await self.api.replace_status(GPUQUEUES, body))
 
     async def _refresh(self, job_key: str) -> None:

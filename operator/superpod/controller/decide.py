@@ -205,15 +205,17 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
                 rewrites.append((when, key, view, reason, message, cause))
     rewrites.sort(key=lambda item: (item[0], item[1]))
     written = 0
-    for _, _, view, reason, message, cause in rewrites[:budget]:
+    for _, _, view, reason, message, cause in rewrites:
+        if budget is not None and written >= budget:
+            break
         written += _say(plans, said, view, reason, message, cause, now)
     return plans, written
 
 
 def _say(plans: list[Plan], said: dict[str, tuple[float, str]], view: JobView, reason: str, message: str,
          cause: str, now: float) -> int:
+    said[view.uid] = (now, _words(cause))  # written now, or its status already says it
     if plan := view.wait(reason, message, now):
-        said[view.uid] = (now, _words(cause))
         plans.append(plan)
         return 1
     return 0

@@ -133,20 +133,30 @@ class JobReader:
 
     def views(self, state: ClusterState) -> list[JobView]:
         edited, state.edited_jobs = state.edited_jobs, set()
-        for key in edited:
+        try:
+            self._read(state, edited)
+        except BaseException:
+            state.edited_jobs |= edited  # read them again next time (a bug must not lose an edit)
+            raise
+        return list(self.by_key.values())
+
+    def _read(self, state: ClusterState, edited: set[str]) -> None:
+        for key in sorted(edited):
             obj = state.jobs.get(key)
             cached = self.by_key.get(key)
-            if cached is not None and (obj is None or cached.obj is not obj):
-                del self.by_key[key]
+            if cached is not None and cached.obj is obj:
+                continue
+            if cached is not None:
                 self.by_uid.pop(cached.uid, None)
-            if obj is not None and key not in self.by_key:
-                view = self.by_key[key] = _view(key, obj)
+            if obj is None:
+                self.by_key.pop(key, None)
+            else:
+                view = self.by_key[key] = _view(key, obj)  # in place: the order of first sight is kept
                 self.by_uid[view.uid] = view
             if key in self.by_key and self.by_key[key].problems:
                 self.damaged.add(key)
             else:
                 self.damaged.discard(key)
-        return list(self.by_key.values())
 
 
 def _view(key: str, obj: dict) -> JobView:

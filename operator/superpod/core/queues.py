@@ -19,10 +19,12 @@ does not keep off other queues' reservations (`blocking`): one tenant's giant ga
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import attrgetter
 
 from superpod.core.accounting import gpu_units
 from superpod.core.cycle import Held, Reservation
@@ -113,6 +115,8 @@ class QueueTree:
                 return None, f"queue {job.queue} {'is not in force: ' + why if why else 'does not exist'}"
             if self.children.get(job.queue):
                 return None, f"queue {job.queue} has child queues; only leaf queues take jobs"
+            if job.namespace not in self.queues[job.queue].namespaces:  # a tenant spends only its own quota
+                return None, f"queue {job.queue} does not take jobs from namespace {job.namespace}"
             return job.queue, None
         if job.namespace in self.by_namespace:
             return self.by_namespace[job.namespace], None
@@ -199,8 +203,9 @@ def units(job: JobRequest) -> float:
 
 
 def capacity(nodes: Iterable[Node], flavors: Iterable[str]) -> dict[str, float]:
-    """GPU units per flavor on these nodes: "*" every GPU, a product its nodes' GPUs, a MIG profile its slices."""
-    nodes = list(nodes)
+    """GPU units per flavor on the nodes that take pods now (ready, not cordoned, not held): "*" every GPU, a product
+    its nodes' GPUs, a MIG profile its slices."""
+    nodes = [node for node in nodes if node.ready and not node.unschedulable and not node.held]
     out = {}
     for flavor in set(flavors):
         if flavor == ANY:
@@ -269,15 +274,33 @@ class FairQueues:
                 self.kept[quota.flavor] = self.kept.get(quota.flavor, 0.0) + self._keeps(name, quota)
         self.shares = {name: self._share(name) for name in self.tree.queues}
 
-        def key(job: JobRequest) -> tuple:
-            queue = self.where[job.key][0]
-            if self.inside[job.key]:
-                return (0, -job.priority, 0.0, 0.0, *job.fifo_key[1:])
-            if queue is None:
-                return (2, -job.priority, 0.0, 0.0, *job.fifo_key[1:])
-            return (1, -job.priority, self.shares[queue], self.usage.past.get(queue, 0.0), *job.fifo_key[1:])
+        inside = sorted((job for job in jobs if self.inside[job.key]), key=attrgetter("fifo_key"))
+        unqueued = sorted((job for job in jobs if self.where[job.key][0] is None), key=attrgetter("fifo_key"))
+        surplus = [job for job in jobs if not self.inside[job.key] and self.where[job.key][0] is not None]
+        return inside + self._progressive(surplus) + unqueued
 
-        return sorted(jobs, key=key)
+    def _progressive(self, jobs: list[JobRequest]) -> list[JobRequest]:
+        """The surplus order: by priority; within one, the queue with the lowest weighted share goes next, its
+        share growing by each job it is given (progressive filling), then decayed past usage, then submission."""
+        out: list[JobRequest] = []
+        levels: dict[int, dict[str, list[JobRequest]]] = {}
+        for job in sorted(jobs, key=attrgetter("fifo_key"), reverse=True):  # each queue's list: next job last
+            levels.setdefault(job.priority, {}).setdefault(self.where[job.key][0], []).append(job)
+        for priority in sorted(levels, reverse=True):
+            lists = levels[priority]
+            share = {queue: self.shares[queue] for queue in lists}
+            heads = [(share[queue], self.usage.past.get(queue, 0.0), todo[-1].fifo_key, queue)
+                     for queue, todo in lists.items()]
+            heapq.heapify(heads)
+            while heads:
+                _, past, _, queue = heapq.heappop(heads)
+                job = lists[queue].pop()
+                out.append(job)
+                flavor = self.where[job.key][1]
+                share[queue] += units(job) / (self.capacity.get(flavor) or 1.0) / self.tree.queues[queue].weight
+                if lists[queue]:
+                    heapq.heappush(heads, (share[queue], past, lists[queue][-1].fifo_key, queue))
+        return out
 
     def _share(self, queue: str) -> float:
         """Weighted dominant share of the surplus: the most it borrows of any flavor's capacity, over its weight."""

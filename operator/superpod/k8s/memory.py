@@ -177,7 +177,10 @@ class MemoryClient:
         lose = self.store._check_fault("update", kind, obj, self.writer)
         cur = self._current(kind, key)
         given = obj["metadata"].get("resourceVersion")
-        if given and given != cur["metadata"]["resourceVersion"]:
+        if not given:  # as the API server answers an update (PUT) of a custom resource without one
+            raise ApiError(422, "Invalid", f'{kind.plural} "{key}" is invalid: metadata.resourceVersion: Invalid '
+                           "value: 0: must be specified for an update")
+        if given != cur["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind.plural} "{key}": the object has '
                            "been modified; please apply your changes to the latest version and try again")
         new = _clone(cur)

@@ -94,6 +94,7 @@ def _changes(jobs: dict, tree: QueueTree, leaves: set[str], now: float) -> list[
             waiting_from = attempt["end"] if attempt["outcome"] not in ("Succeeded", "") else None
             if waiting_from is None:
                 break
-        if waiting_from is not None and job["end"] is None:  # waits still (never started, or to run again)
-            out += [(waiting_from, queue, 0, gpus), (now, queue, 0, -gpus)]
+        until = now if job["end"] is None else job["end"]  # waits still, or ended while waiting (deleted, say)
+        if waiting_from is not None and until > waiting_from:
+            out += [(waiting_from, queue, 0, gpus), (until, queue, 0, -gpus)]
     return out
