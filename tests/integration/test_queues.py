@@ -47,7 +47,8 @@ def test_borrowing_limits_and_guaranteed_work_first_as_capacity_frees(cluster, o
             jobs["b"].create(training_job(f"b{i}", sim, 1, gpus=8))
         jobs["c"].create(training_job("c2", sim, 1, gpus=8, priority=10))
         jobs["b"].wait_message("b0", "GPU")  # the cluster is full: b waits for room
-        assert jobs["b"].phase("b0") == "Queued" and jobs["c"].phase("c2") == "Queued"
+        jobs["c"].wait_phase("c2", "Queued", 30)
+        assert jobs["b"].phase("b0") == "Queued"
         custom.delete_namespaced_custom_object(GROUP, VERSION, tenants["a"], "trainingjobs", "a00")
         jobs["b"].wait_phase("b0", "Running", 60)  # guaranteed work first, ahead of the priority-10 borrower
         assert jobs["c"].phase("c2") == "Queued"
