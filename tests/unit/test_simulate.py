@@ -227,3 +227,17 @@ def test_queue_figures_follow_the_job_records_exactly():
     assert (b["mean_held"], b["mean_borrowed"], b["below_guarantee_share"]) == (4.0, 4.0, 0.0)
     assert (a["surplus_share"], b["surplus_share"], a["weight_share"], b["weight_share"]) == (1.0, 0.0, 0.5, 0.5)
     assert a["series"] == {"time": [0.0, 100.0], "held": [8, 0]} and a["gpu_hours"] == round(800 / 3600, 3)
+
+
+def test_a_bad_queue_file_is_refused_with_what_is_wrong(tmp_path, capsys):
+    trace = tmp_path / "trace.csv"
+    workload.write_jobs_csv(mixed_jobs(4), trace)
+    queues = tmp_path / "queues.yaml"
+    queues.write_text("apiVersion: superpod.dev/v1alpha1\nkind: GPUQueue\nmetadata: {name: a}\n"
+                      "spec: {namespaces: [a], weight: 0}\n")
+    args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, trace=str(trace), format="jobs", limit=None,
+                              window=None, load=None, policy="superpod", seed=0, slowdown=None, startup_delay=0.0,
+                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False,
+                              queues=str(queues))
+    assert cli.run(args) == 2
+    assert "spec.weight" in capsys.readouterr().err
