@@ -236,7 +236,6 @@ class FairQueues:
     """The QueuePolicy of a cluster with GPUQueues, built for one cycle (usage and capacity at its start). What the
     cycle places is counted as `admit` sees it (`placed` only grows within a cycle)."""
 
-
     def __init__(self, tree: QueueTree, usage: Usage, capacity_by_flavor: dict[str, float], inner=None) -> None:
         """`inner`: the policy whose placement and reservations run under the queues (default: exact placement)."""
         self.tree, self.usage, self.capacity, self.inner = tree, usage, capacity_by_flavor, inner
