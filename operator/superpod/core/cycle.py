@@ -19,7 +19,7 @@ from typing import Protocol
 from superpod.core.explain import explain_solver
 from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.placement import Placement, Solver, solve, validate
-from superpod.core.request import JobRequest
+from superpod.core.request import JobRequest, Shape
 
 RESERVED_NOTE = "reserved for it"  # ends the reason of the job that holds the reservation
 
@@ -209,22 +209,24 @@ def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int
 
 
 def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
-            held: Held, failed: dict[tuple, str]) -> tuple[Decision, Reservation | None]:
+            held: Held, failed: dict[Shape, str]) -> tuple[Decision, Reservation | None]:
     """One job's decision, and the reservation it took (None if none). `held`: the reservations so far.
     `failed`: validation per shape this cycle. A shape that did not fit under these reservations (snap.unfit) does
     not fit until capacity is freed: a job of that shape is told the same without a search (its message keeps the
     counts of that search)."""
     shape = job.shape()
-    if ("valid", shape) not in failed:  # validation reads only the topology: once per shape and cycle
-        failed["valid", shape] = validate(snap, job) or ""
-    why = failed["valid", shape] or policy.admit(job, placed)
+    invalid = failed.get(shape)
+    if invalid is None:  # validation reads only the topology: once per shape and cycle
+        invalid = failed[shape] = validate(snap, job) or ""
+    why = invalid or policy.admit(job, placed)
     if why:
         return Decision(job, None, why), None
     blocking = policy.blocking(job, held)
     may_reserve = policy.reserves and policy.group(job) not in held.by_group
     seen = (shape, blocking, may_reserve)
-    if seen in snap.unfit:
-        return Decision(job, None, snap.unfit[seen]), None
+    known = snap.unfit.get(seen)
+    if known is not None:
+        return Decision(job, None, known), None
     decision, taken = _search(snap, job, policy, blocking, may_reserve)
     if decision.placement is None and taken is None:
         snap.unfit[seen] = decision.reason
@@ -264,7 +266,7 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     out: list[Decision] = []
     placed: list[Decision] = []
     held = Held()  # group -> the reservation its first blocked job holds
-    failed: dict[tuple, str] = {}  # ("valid", shape) -> why it is invalid, or ""
+    failed: dict[Shape, str] = {}  # shape -> why it is invalid, or ""
     for job in policy.order(jobs):
         try:
             decision, taken = _decide(snap, job, policy, placed, held, failed)

@@ -114,7 +114,7 @@ class JobRequest:
     def filter_signature(self) -> tuple:
         return (self.gpu_product, self.node_selector, self.affinity, self.tolerations, self.avoid_nodes)
 
-    def shape(self) -> tuple:
+    def shape(self) -> Shape:
         """Everything placement reads: two jobs of one shape get the same answer on the same snapshot."""
         return self._shape
 
@@ -124,9 +124,39 @@ class JobRequest:
         return (-self.priority, self.submitted, self.namespace, self.name)
 
     @cached_property
-    def _shape(self) -> tuple:  # the request is frozen: computed once
-        return (self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
-                self.slice_size, self.slice_required)
+    def _shape(self) -> Shape:  # the request is frozen: computed once
+        return Shape.of((self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
+                         self.slice_size, self.slice_required))
+
+
+class Shape:
+    """A job shape as a dictionary key: one object per distinct shape (interned), its hash computed once, so the
+    per-cycle lookups keyed by it (what did not fit, what is invalid) cost no hashing of nested tuples."""
+
+    __slots__ = ("fields", "_hash")
+    _known: dict[tuple, Shape] = {}  # a memo of values only: the same fields always give the same object
+    KNOWN_AT_MOST = 65_536  # then it starts over (equal shapes still compare equal, only more slowly)
+
+    def __init__(self, fields: tuple) -> None:
+        self.fields, self._hash = fields, hash(fields)
+
+    @classmethod
+    def of(cls, fields: tuple) -> Shape:
+        known = cls._known.get(fields)
+        if known is None:
+            if len(cls._known) >= cls.KNOWN_AT_MOST:
+                cls._known.clear()
+            known = cls._known[fields] = cls(fields)
+        return known
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return self is other or (isinstance(other, Shape) and self.fields == other.fields)
+
+    def __repr__(self) -> str:
+        return f"Shape{self.fields!r}"
 
 
 def make_request(
