@@ -13,7 +13,7 @@ from superpod.controller.jobs import JobView
 from superpod.controller.judge import attempt_usage
 from superpod.controller.state import ClusterState
 from superpod.core.phases import ACTIVE
-from superpod.core.queues import ANY, SPOT, profile
+from superpod.core.queues import ANY, SPOT
 from superpod.core.request import JobRequest
 
 Labels = tuple[str, str, str, str]  # queue ("" outside queues), namespace, flavor, service class
@@ -54,7 +54,7 @@ def outside_queues(view: JobView) -> Labels:
     namespace = view.key.split("/", 1)[0]
     if not isinstance(request, JobRequest):
         return "", namespace, ANY, SPOT
-    return "", namespace, profile(request) or request.gpu_product or ANY, request.service_class
+    return "", namespace, request.mig_profile or request.gpu_product or ANY, request.service_class
 
 
 def usage(state: ClusterState, view: JobView, now: float) -> tuple[float, float]:

@@ -42,10 +42,6 @@ STRATEGY = "nvidia.com/mig.strategy"
 OURS = (MIG_EXPECT, MIG_REQUESTED_AT, MIG_FOR, MIG_PREVIOUS, MIG_PREVIOUS_RESOURCES)
 
 
-def _profile(job: JobRequest) -> str | None:
-    return next((r[len(MIG_PREFIX):] for r, q in job.requests if r.startswith(MIG_PREFIX) and q), None)
-
-
 class MigFlow:
     def __init__(self, state: ClusterState, namespace: str, configmap: str, timeout: float, metrics=None) -> None:
         self.state, self.metrics = state, metrics
@@ -113,20 +109,20 @@ class MigFlow:
         repartitioned (asked for only when some job wants slices or some node may give them back)."""
         served = self._served()
         messages = {k: "waiting for the MIG reconfiguration of its nodes" for k in served}
-        if not (waiting and self._any_dynamic()) and not any(_profile(job) for job in waiting):
+        if not (waiting and self._any_dynamic()) and not any(job.mig_profile for job in waiting):
             return [], messages, {}  # no job wants slices, and no node has slices to give back
         nodes, refused = self._nodes(busy())
         notes: dict[str, str] = {}
         groups: dict[tuple, list[JobRequest]] = {}
         for job in waiting:
-            if job.key not in served and _profile(job):
+            if job.key not in served and job.mig_profile:
                 groups.setdefault(job.filter_signature(), []).append(job)
         layouts, configs, assignment, taken = {}, {}, {}, set()
         # Jobs with different node filters see different nodes: plan group by group, highest priority first.
         for jobs in sorted(groups.values(), key=lambda js: -max(j.priority for j in js)):
             eligible = [n for n in nodes if n.name not in taken and self.state.nodes[n.name].node is not None
                         and filter_reason(self.state.nodes[n.name].node, jobs[0]) is None]
-            demands = [MigDemand(j.key, _profile(j), j.replicas, j.priority, j.gpu_product) for j in jobs]
+            demands = [MigDemand(j.key, j.mig_profile, j.replicas, j.priority, j.gpu_product) for j in jobs]
             result = plan(eligible, demands) if eligible else None
             if not result or not result.layouts:
                 notes.update({j.key: refused for j in jobs if refused and j.key not in messages})
@@ -165,10 +161,10 @@ class MigFlow:
     def _reclaim(self, waiting: list[JobRequest], nodes: list[MigNode], taken: set[str], layouts: dict,
                  configs: dict) -> None:
         """Idle slices back to whole GPUs, for whole-GPU jobs that wait, where no waiting MIG job wants them."""
-        mig_products = {j.gpu_product for j in waiting if _profile(j)}
+        mig_products = {j.gpu_product for j in waiting if j.mig_profile}
         need: dict[str | None, int] = {}
         for j in waiting:
-            if j.gpus and not _profile(j):
+            if j.gpus and not j.mig_profile:
                 need[j.gpu_product] = need.get(j.gpu_product, 0) + j.gpus * j.replicas
         for wanted, gpus in need.items():
             if None in mig_products or wanted in mig_products:

@@ -130,7 +130,7 @@ class QueueTree:
         flavor = self.flavor(queue, job)
         if flavor is None:
             flavors = ", ".join(q.flavor for q in self.queues[queue].quotas) or "none"
-            return queue, None, (f"queue {queue} has no quota for {profile(job) or job.gpu_product or 'GPUs'} "
+            return queue, None, (f"queue {queue} has no quota for {job.mig_profile or job.gpu_product or 'GPUs'} "
                                  f"(its flavors: {flavors})")
         return queue, flavor, None
 
@@ -154,7 +154,7 @@ class QueueTree:
     def flavor(self, name: str, job: JobRequest) -> str | None:
         """The flavor of the queue's quotas the job counts against, or None if it has none for this job."""
         flavors = [q.flavor for q in self.queues[name].quotas]
-        for wanted in (profile(job), job.gpu_product, ANY):
+        for wanted in (job.mig_profile, job.gpu_product, ANY):
             if wanted in flavors:
                 return wanted
         return None
@@ -193,10 +193,6 @@ def _problem(queue: Queue, given: dict[str, Queue]) -> str | None:
     return None
 
 
-def profile(job: JobRequest) -> str | None:
-    return next((r[len(MIG_PREFIX):] for r, q in job.requests if r.startswith(MIG_PREFIX) and q), None)
-
-
 def units(job: JobRequest) -> float:
     """GPU units the whole gang holds (a MIG slice g/7)."""
     return job.replicas * gpu_units(job.requests)
@@ -211,7 +207,8 @@ def capacity(nodes: Iterable[Node], flavors: Iterable[str]) -> dict[str, float]:
         if flavor == ANY:
             out[flavor] = float(sum(n.allocatable.get(GPU, 0) for n in nodes))
         elif "g." in flavor and flavor[0].isdigit():
-            out[flavor] = sum(n.allocatable.get(MIG_PREFIX + flavor, 0) for n in nodes) * int(flavor[0]) / 7
+            slices = sum(n.allocatable.get(MIG_PREFIX + flavor, 0) for n in nodes)
+            out[flavor] = gpu_units([(MIG_PREFIX + flavor, slices)])
         else:
             out[flavor] = float(sum(n.allocatable.get(GPU, 0) for n in nodes if n.labels.get(PRODUCT_LABEL) == flavor))
     return out

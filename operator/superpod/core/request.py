@@ -101,6 +101,11 @@ class JobRequest:
         return self.per_replica.get(GPU, 0)
 
     @property
+    def mig_profile(self) -> str | None:
+        """The MIG profile of the slice each replica asks for (e.g. 3g.40gb), or None for whole GPUs."""
+        return next((r[len(MIG_PREFIX):] for r, q in self.requests if r.startswith(MIG_PREFIX) and q), None)
+
+    @property
     def primary(self) -> str:
         """The resource the best-fit measure counts: GPUs, else the MIG slice, else cpu."""
         req = self.per_replica
