@@ -399,3 +399,33 @@ def test_a_steady_gang_is_judged_again_only_when_it_or_its_pods_change(monkeypat
     c.cycle()
     assert judged == ["team-a/steady"]
     assert c.status("steady")["phase"] != "Running" or c.status("steady")["reason"] != "Running", "the loss was seen"
+
+
+def test_jobs_passed_over_in_a_long_queue_are_told_at_once_and_then_in_turn():
+    """The waiting room (controller/waiting.py) does not visit the jobs behind a shape that did not fit. A job
+    that starts waiting there must still be told why at once, and a changed cause must reach every one of them
+    within a few cycles (SWEEP per cycle), not only the job at the head of its shape."""
+    from superpod.controller.waiting import SWEEP
+
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("holder", 2, 8))
+    c.settle(1)
+    queue = [f"w{index:03d}" for index in range(2 * SWEEP + 10)]
+    for name in queue:
+        c.submit(training_job(name, 1, 8))
+    c.cycle()
+    passed = sum(len(run.jobs) for run in c.controller.parked)
+    assert passed == len(queue) - 2, "behind the head (it reserves) and the first searched under its reservation"
+    assert all("lack 8 free GPUs" in c.status(name)["message"] for name in queue), "each told at once"
+    for _ in range(2):  # the echoes of those writes come back; then nothing changes
+        c.tick(1)
+        c.cycle()
+    assert not c.controller.room.fresh
+    for name in [n["metadata"]["name"] for n in c.store.objects[NODES].values()]:
+        c.update_node(name, lambda node: node.setdefault("spec", {}).update({"unschedulable": True}))
+    told = []
+    for _ in range(len(queue) // SWEEP + 2):
+        c.tick(1)
+        c.cycle()
+        told.append(sum("cordoned" in c.status(name)["message"] for name in queue))
+    assert told[0] <= SWEEP + 2 and told[-1] == len(queue), f"told in turn: {told}"

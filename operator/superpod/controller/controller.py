@@ -20,7 +20,7 @@ from dataclasses import replace
 
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
-from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, decide, pending, wait_plans
+from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, wait_plans
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings, judge
 from superpod.controller.metering import Meter
@@ -28,9 +28,11 @@ from superpod.controller.mig import MigFlow
 from superpod.controller.queues import QueueBook
 from superpod.controller.snapshot import SnapshotCache, holdings
 from superpod.controller.state import ClusterState
-from superpod.core.cycle import Decision
-from superpod.core.phases import ACTIVE, Phase, Reason
+from superpod.controller.waiting import WaitingRoom
+from superpod.core.cycle import Decision, PriorityFifo
+from superpod.core.phases import Phase, Reason
 from superpod.core.request import JobRequest
+from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
 log = logging.getLogger(__name__)
@@ -46,9 +48,11 @@ class Controller:
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
         self.queues = QueueBook(state)
+        self.room = WaitingRoom()
         self.meter = Meter(metrics.gpu_seconds if metrics else None, self.queues.labels)
         # The last cycle's findings on the waiting jobs (for `superpod plan`, explanations and tests):
-        self.decisions: list[Decision] = []  # scheduled, placed or not
+        self.visited: list[Decision] = []  # the jobs the cycle decided one by one, in queue order
+        self.parked: list[Parked] = []  # the jobs it passed over (core/waiting.py)
         self.invalid: dict[str, str] = {}  # job key -> why no node of this cluster can serve it
         self.held_back: dict[str, str] = {}  # job key -> why it was not scheduled this cycle (backoff, terminating)
         self.said: dict[str, tuple[float, str]] = {}  # job uid -> when its waiting message was written, its words
@@ -90,28 +94,28 @@ class Controller:
 
     def plan(self, now: float) -> list[Plan]:
         """Observe, judge and decide: every write this cycle wants, as plans."""
-        views = self.reader.views(self.state)
+        self.reader.read(self.state)
         plans = self._unreadable()
         if self.mig:
             plans += self._guarded("mig", lambda: self.mig.check(now), [])
         placed: dict[str, tuple[JobRequest, str, int, dict[int, str]]] = {}
         changes, version, steady = self.state.changes, self.state.version, self.steady
-        for view in views:
-            if view.phase not in ACTIVE:
-                continue
+        for view in list(self.reader.active.values()):
             if view.gang:
                 placed[view.key] = view.gang
             seen = (changes.get(view.key, 0), version)
             if steady.get(view.uid) != seen and self.applier.settled(view.uid, now):
                 plans += self._judge_unless_steady(view, seen, now)
-        waiting = pending(self.state, views, now)
+        waiting = self.room.pending(self.state, self.reader, now)
         plans += waiting.plans
         snap = self.snapshots.build(self.state, holdings(self.state, placed, self._assumed))
         fair = self._guarded("queues", lambda: self.queues.policy(snap, [gang[0] for gang in placed.values()],
                                                                   self.policy), None)
         started = time.perf_counter()
-        self.decisions, self.invalid, start_plans = decide(self.state, snap, waiting.ready, now, self.settings,
-                                                           fair or self.policy, self.offered())
+        self.visited, self.parked, start_plans = self.room.decide(self.state, snap, now, self.settings,
+                                                                  fair or self.policy or PriorityFifo(),
+                                                                  self.offered(), self._may_park())
+        self.invalid = self.room.invalid
         self.held_back = waiting.reasons
         self._observe_decisions(now, time.perf_counter() - started)
         plans += start_plans
@@ -119,23 +123,36 @@ class Controller:
         if self.mig:
             mig_plans, mig, notes = self._guarded("mig", lambda: self._mig(placed, now), ([], {}, {}))
             plans += mig_plans
-        plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.decisions, now), [])
+        plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
         by_key = self.reader.by_key
         budget = self._rewrite_budget(now)
-        waits, rewrites = wait_plans(self.decisions, by_key, mig, notes, now, self.said, int(budget))
+        told = self.visited + self.room.told(self.parked)
+        waits, rewrites = wait_plans(told, by_key, mig, notes, now, self.said, int(budget))
         plans += waits
         self._rewrites = (budget - rewrites, now)
-        for decision in self.decisions:
+        for decision in self.visited:
             if decision.error and (view := by_key.get(decision.job.key)):
                 log.error("placing %s failed: %s", decision.job.key, decision.error)
                 plans.append(view.fault(decision.reason, now))
                 self._count_error("decide")
-        self._guarded("metering", lambda: self.meter.observe(self.state, views, now), None)
+        self._guarded("metering", lambda: self.meter.observe(self.state, self.reader.by_key.values(), now), None)
         if self.state.ended:
             by_uid = self.reader.by_uid
             self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts
                                      for uid, _, _ in self.state.ended.values() if uid in by_uid})
         return plans
+
+    @property
+    def decisions(self) -> list[Decision]:
+        """Every waiting job's decision in the last cycle, in queue order (the jobs passed over included)."""
+        if not self.parked:
+            return self.visited
+        passed = [decision for run in self.parked for decision in run.decisions()]
+        return sorted(self.visited + passed, key=lambda decision: decision.job.fifo_key)
+
+    def _may_park(self) -> bool:
+        """Jobs may be passed over unless the MIG flow must see every waiting job (slices to give back)."""
+        return self.mig is None or not self.mig.reclaims()
 
     def _rewrite_budget(self, now: float) -> float:
         """Waiting-message rewrites allowed now: a token bucket of REWRITES_PER_SECOND, at most REWRITE_BURST."""
@@ -146,17 +163,18 @@ class Controller:
         """The MIG flow, for jobs that wait without a reservation, never on nodes that are placed or reserved."""
         def busy() -> set[str]:
             nodes = {node for _, _, _, gang in placed.values() for node in gang.values()}
-            for decision in self.decisions:
+            for decision in self.visited:  # the jobs passed over neither place nor reserve
                 nodes.update(decision.placement.assignments if decision.placement else decision.reserved_nodes)
             return nodes
 
-        waiting = [d.job for d in self.decisions if d.placement is None and not d.reserved_nodes]
+        decided = self.visited if self.parked else self.decisions  # passed over only when the flow needs none
+        waiting = [d.job for d in decided if d.placement is None and not d.reserved_nodes]
         return self.mig.plan(waiting, busy, now)
 
     def _observe_decisions(self, now: float, seconds: float) -> None:
         if self.metrics:
             self.metrics.placement_seconds.observe(seconds)
-            for decision in self.decisions:
+            for decision in self.visited:
                 if decision.placement is not None:
                     self.metrics.queue_wait_seconds.observe(max(0.0, now - decision.job.submitted))
             self.metrics.observe_cluster(self.state)

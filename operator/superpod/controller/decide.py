@@ -1,6 +1,7 @@
 """Decide for the jobs that wait: which may be placed at all (a spec the cluster cannot serve is Invalid, a job whose
-earlier pods still terminate waits), then one core.cycle.schedule over the rest, then plans: a placed gang is
-written status first (attempt, placement), then its Service and pods, all or nothing; a waiting job says why."""
+earlier pods still terminate waits; the waiting room, controller/waiting.py, schedules the rest), then plans: a
+placed gang is written status first (attempt, placement), then its Service and pods, all or nothing; a waiting job
+says why."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from superpod.controller.actions import Action, CreatePods, CreateService, Delet
 from superpod.controller.jobs import JobView
 from superpod.controller.judge import Settings
 from superpod.controller.state import ClusterState
-from superpod.core.cycle import RESERVED_NOTE, Decision, schedule
+from superpod.core.cycle import RESERVED_NOTE, Decision
 from superpod.core.lifecycle import backoff
 from superpod.core.mig_catalog import Product, UnknownProductError
 from superpod.core.mig_catalog import product as mig_product
@@ -138,16 +139,12 @@ def unservable(snap: Snapshot, offered: Offered, job: JobRequest) -> str | None:
     return None
 
 
-def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float, settings: Settings,
-           policy=None, offered: Offered | None = None) -> tuple[list[Decision], dict[str, str], list[Plan]]:
-    """Schedule the ready jobs on `snap` (placed gangs are assumed into it): the decisions, the jobs found invalid
-    (key -> why), and plans for the invalid and placed ones. Waiting jobs get their plans from `wait_plans` once the
-    MIG flow had its say."""
-    plans: list[Plan] = []
-    valid, invalid = [], {}
-    offered = offered or Offered.of(state.usable_nodes())
+def servable(snap: Snapshot, offered: Offered, views: list[JobView], now: float, plans: list[Plan],
+             invalid: dict[str, str]) -> list[JobView]:
+    """The views some node could serve; the others are said Invalid (`invalid`: key -> why, and a plan each)."""
+    valid = []
     judged: dict[tuple, str | None] = {}  # job shape -> why it is unservable: jobs of one shape get one answer
-    for view in ready:
+    for view in views:
         try:
             shape = view.request.shape()
             if shape not in judged:
@@ -162,18 +159,22 @@ def decide(state: ClusterState, snap: Snapshot, ready: list[JobView], now: float
             _add(plans, view.invalid(why, now))
         else:
             valid.append(view)
-    decisions = schedule(snap, [v.request for v in valid], policy)
-    placed = {d.job.key for d in decisions if d.placement is not None}
-    by_key = {v.key: v for v in valid if v.key in placed}
+    return valid
+
+
+def starts(state: ClusterState, decisions: list[Decision], views: dict[str, JobView], now: float,
+           settings: Settings) -> list[Plan]:
+    """The plans of the gangs placed."""
+    plans = []
     for decision in decisions:
         if decision.placement is not None:
-            view = by_key[decision.job.key]
+            view = views[decision.job.key]
             try:
                 plans.append(start(state, view, decision.placement.assignments, now, settings))
             except Exception as e:  # noqa: BLE001 - isolate it to this job (its placement is dropped next cycle)
                 log.exception("writing out %s failed", view.key)
                 plans.append(view.fault(f"the operator failed to start this job: {e!r}", now))
-    return decisions, invalid, plans
+    return plans
 
 
 def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[str, str], notes: dict[str, str],

@@ -14,7 +14,7 @@ from superpod.api.times import rfc3339, timestamp
 from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
-from superpod.core.phases import Condition, Phase, Reason
+from superpod.core.phases import ACTIVE, Condition, Phase, Reason
 from superpod.core.request import JobRequest
 
 
@@ -130,15 +130,20 @@ class JobReader:
         self.by_key: dict[str, JobView] = {}  # every job, by key (read-only for callers)
         self.by_uid: dict[str, JobView] = {}  # the same, by uid
         self.damaged: set[str] = set()  # keys of the jobs whose status has fields that did not read
+        self.active: dict[str, JobView] = {}  # the jobs placed (phase in ACTIVE), by key
 
     def views(self, state: ClusterState) -> list[JobView]:
+        self.read(state)
+        return list(self.by_key.values())
+
+    def read(self, state: ClusterState) -> None:
+        """Read the jobs stored or deleted since the last read."""
         edited, state.edited_jobs = state.edited_jobs, set()
         try:
             self._read(state, edited)
         except BaseException:
             state.edited_jobs |= edited  # read them again next time (a bug must not lose an edit)
             raise
-        return list(self.by_key.values())
 
     def _read(self, state: ClusterState, edited: set[str]) -> None:
         for key in sorted(edited):
@@ -153,10 +158,15 @@ class JobReader:
             else:
                 view = self.by_key[key] = _view(key, obj)  # in place: the order of first sight is kept
                 self.by_uid[view.uid] = view
-            if key in self.by_key and self.by_key[key].problems:
+            view = self.by_key.get(key)
+            if view is not None and view.problems:
                 self.damaged.add(key)
             else:
                 self.damaged.discard(key)
+            if view is not None and view.phase in ACTIVE:
+                self.active[key] = view
+            else:
+                self.active.pop(key, None)
 
 
 def _view(key: str, obj: dict) -> JobView:

@@ -151,6 +151,10 @@ class MigFlow:
                 for k in ((e.obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",") if k})
         return self._serving[1]
 
+    def reclaims(self) -> bool:
+        """Whether `plan` reads every waiting job: some node may give slices back to whole-GPU jobs."""
+        return self._any_dynamic()
+
     def _any_dynamic(self) -> bool:
         """Some node opted in to dynamic MIG (recomputed when nodes change)."""
         if self._dynamic is None or self._dynamic[0] != self.state.version:

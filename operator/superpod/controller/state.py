@@ -115,6 +115,7 @@ class ClusterState:
         self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
+        self.touched: set[str] = set()  # keys of the jobs changed so (or deleted) since the waiting room looked
         self.removals = 0  # bumped when a job or a node is gone: what is remembered of them can be dropped
         self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
@@ -143,7 +144,11 @@ class ClusterState:
     def _changed(self, kind: Kind, key: str) -> None:
         job = self.pods[key].job if kind is PODS and key in self.pods else key
         if kind in (PODS, SERVICES, TRAININGJOBS) and job:
-            self.changes[job] = next(self._stamps)
+            self._stamp(job)
+
+    def _stamp(self, job: str) -> None:
+        self.changes[job] = next(self._stamps)
+        self.touched.add(job)
 
     def resync(self, kind: Kind, items: list[dict], list_version: str, now: float) -> int:
         """A full list: apply every item, and drop what the list proves deleted (cached from before the list, absent
@@ -201,6 +206,7 @@ class ClusterState:
             self.jobs.pop(key, None)
             self.edited_jobs.add(key)
             self.changes.pop(key, None)
+            self.touched.add(key)
             self.removals += 1
         elif kind is NODES:
             self.nodes.pop(key, None)
@@ -221,7 +227,7 @@ class ClusterState:
         old = self.pods.get(key)
         if old is not None and old.job and old.job != info.job:
             self.by_job.get(old.job, set()).discard(key)
-            self.changes[old.job] = next(self._stamps)  # the job it left has one pod fewer
+            self._stamp(old.job)  # the job it left has one pod fewer
         self.pods[key] = info
         if info.holds is not None:
             self.holding[key] = info.holds

@@ -40,6 +40,9 @@ class Decision:
 
 class QueuePolicy(Protocol):
     reserves: bool  # the first blocked job that could fit later holds a reservation (see reservation_for)
+    # Jobs whose shape did not fit may be passed over (core/waiting.py): true when `admit`, `group` and `blocking`
+    # read nothing of a job but its shape, and `order` is fifo_key. A subclass that changes them sets it False.
+    parks: bool
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]: ...
 
@@ -64,6 +67,7 @@ class PriorityFifo:
     """Priority descending, then submission time, then namespace/name. Admits everything; places exactly."""
 
     reserves = True
+    parks = True
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return sorted(jobs, key=attrgetter("fifo_key"))
@@ -208,12 +212,12 @@ def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int
     return None
 
 
-def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
-            held: Held, failed: dict[Shape, str]) -> tuple[Decision, Reservation | None]:
+def decide_job(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
+               held: Held, failed: dict[Shape, str]) -> tuple[Decision, Reservation | None]:
     """One job's decision, and the reservation it took (None if none). `held`: the reservations so far.
     `failed`: validation per shape this cycle. A shape that did not fit under these reservations (snap.unfit) does
     not fit until capacity is freed: a job of that shape is told the same without a search (its message keeps the
-    counts of that search)."""
+    counts of that search). `unfit_key` says what such an answer is filed under."""
     shape = job.shape()
     invalid = failed.get(shape)
     if invalid is None:  # validation reads only the topology: once per shape and cycle
@@ -221,16 +225,20 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
     why = invalid or policy.admit(job, placed)
     if why:
         return Decision(job, None, why), None
-    blocking = policy.blocking(job, held)
-    may_reserve = policy.reserves and policy.group(job) not in held.by_group
-    seen = (shape, blocking, may_reserve)
+    seen = unfit_key(job, policy, held)
     known = snap.unfit.get(seen)
     if known is not None:
         return Decision(job, None, known), None
-    decision, taken = _search(snap, job, policy, blocking, may_reserve)
+    decision, taken = _search(snap, job, policy, seen[1], seen[2])
     if decision.placement is None and taken is None:
         snap.unfit[seen] = decision.reason
     return decision, taken
+
+
+def unfit_key(job: JobRequest, policy: QueuePolicy, held: Held) -> tuple[Shape, frozenset[Reservation], bool]:
+    """What a search for `job` reads besides the snapshot: its shape, the reservations it keeps off, whether it
+    may take one."""
+    return job.shape(), policy.blocking(job, held), policy.reserves and policy.group(job) not in held.by_group
 
 
 def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: frozenset[Reservation],
@@ -269,7 +277,7 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     failed: dict[Shape, str] = {}  # shape -> why it is invalid, or ""
     for job in policy.order(jobs):
         try:
-            decision, taken = _decide(snap, job, policy, placed, held, failed)
+            decision, taken = decide_job(snap, job, policy, placed, held, failed)
             if taken is not None:
                 held.add(policy.group(job), taken)
         except Exception as e:  # noqa: BLE001 - one job's bug must not stop the cycle; its snapshot is unchanged

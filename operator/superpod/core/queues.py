@@ -237,6 +237,7 @@ class FairQueues:
         """`inner`: the policy whose placement and reservations run under the queues (default: exact placement)."""
         self.tree, self.usage, self.capacity, self.inner = tree, usage, capacity_by_flavor, inner
         self.reserves = inner.reserves if inner is not None else True
+        self.parks = False  # admit reads each job's queue and what the cycle placed
         self.used = dict(usage.running)  # (leaf queue, flavor) -> units, with what this cycle placed
         self.total: dict[str, float] = {}  # flavor -> units of all queues
         self.subtree: dict[tuple[str, str], float] = {}  # (queue, flavor) -> units of it and the queues below it

@@ -1,0 +1,123 @@
+"""The waiting room: the controller's jobs that wait, kept between cycles, so a cycle's cost follows what changed.
+
+`pending`'s verdict on a job (ready to schedule, or nothing to do) reads only the job and its pods, so it is kept
+until the cache says either changed (ClusterState.touched); verdicts that read the clock or ask for writes (backoff,
+stopping pods, repairs) are taken again every cycle. The ready jobs wait in a core.waiting.WaitingLine, which
+`schedule_waiting` walks without visiting the jobs behind a shape that did not fit. Those jobs are told their
+cause when they start waiting and then in turn, SWEEP per cycle (round robin), under the rewrite budget.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from itertools import islice
+
+from superpod.controller.actions import Plan
+from superpod.controller.decide import Offered, Pending, pending, servable, starts
+from superpod.controller.jobs import JobReader, JobView
+from superpod.controller.judge import Settings
+from superpod.controller.state import ClusterState
+from superpod.core.cycle import Decision, schedule
+from superpod.core.model import Snapshot
+from superpod.core.phases import ACTIVE
+from superpod.core.request import JobRequest
+from superpod.core.waiting import Parked, WaitingLine, schedule_waiting
+
+SWEEP = 64  # jobs passed over whose message is looked at again per cycle (round robin)
+
+
+class WaitingRoom:
+    def __init__(self) -> None:
+        self.line = WaitingLine()
+        self.ready: dict[str, JobView] = {}  # job key -> its view as scheduled (avoid_nodes applied)
+        self.recheck: set[str] = set()  # jobs `pending` must see every cycle: its verdict read the clock or wrote
+        self.fresh: set[str] = set()  # jobs that started waiting, or changed, this cycle
+        self.mig_jobs = 0  # ready jobs asking for MIG slices (the MIG flow must see every one: none is passed over)
+        self.rotation: OrderedDict[str, None] = OrderedDict()  # ready jobs, in the order their turn comes
+        self.invalid: dict[str, str] = {}  # ready jobs no node can serve (out of the line) -> why
+        self._first = True
+        self._nodes = -1  # ClusterState.version when every ready job was last checked against the nodes
+
+    def pending(self, state: ClusterState, reader: JobReader, now: float) -> Pending:
+        """`decide.pending` over the jobs whose verdict may have changed (the others keep theirs): the plans and
+        reasons of the jobs held back; the ready ones wait in `ready`."""
+        touched, state.touched = state.touched, set()
+        if self._first:  # the cache may have been filled before this room looked
+            self._first, touched = False, touched | reader.by_key.keys()
+        out = Pending()
+        self.fresh = set()
+        for key in sorted(touched | self.recheck):
+            view = reader.by_key.get(key)
+            self._leave(key)
+            self.recheck.discard(key)
+            if view is None or view.phase in ACTIVE:
+                continue
+            verdict = pending(state, [view], now)
+            out.plans += verdict.plans
+            out.reasons.update(verdict.reasons)
+            if verdict.plans or verdict.reasons:
+                self.recheck.add(key)
+            for ready in verdict.ready:
+                self._enter(ready)
+        return out
+
+    def _enter(self, view: JobView) -> None:
+        self.ready[view.key] = view
+        self.fresh.add(view.key)
+        self.rotation[view.key] = None
+        if isinstance(view.request, JobRequest):
+            self.mig_jobs += view.request.mig_profile is not None
+
+    def _leave(self, key: str) -> None:
+        view = self.ready.pop(key, None)
+        if view is None:
+            return
+        self.rotation.pop(key, None)
+        self.line.discard(key)
+        self.invalid.pop(key, None)
+        if isinstance(view.request, JobRequest):
+            self.mig_jobs -= view.request.mig_profile is not None
+
+    def decide(self, state: ClusterState, snap: Snapshot, now: float, settings: Settings, policy,
+               offered: Offered, may_park: bool = True) -> tuple[list[Decision], list[Parked], list[Plan]]:
+        """Schedule the line: the decisions of the jobs visited, the runs passed over (only for a policy that
+        `parks`, with no MIG job waiting and `may_park`), and the plans of the jobs placed and found invalid. Jobs
+        are checked against the nodes when they start waiting or the nodes change."""
+        plans: list[Plan] = []
+        if self._nodes != state.version:
+            self._nodes, check, found = state.version, list(self.ready.values()), {}
+        else:
+            check, found = [self.ready[key] for key in sorted(self.fresh) if key in self.ready], dict(self.invalid)
+        for view in servable(snap, offered, check, now, plans, found):
+            found.pop(view.key, None)
+            if view.key not in self.line.jobs:
+                self.line.add(view.request)
+        for key in found:
+            self.line.discard(key)
+        self.invalid = found
+        if may_park and policy.parks and not self.mig_jobs:
+            visited, parked = schedule_waiting(snap, self.line, policy)
+        else:
+            visited, parked = schedule(snap, self.line.all(), policy), []
+        plans += starts(state, visited, self.ready, now, settings)
+        return visited, parked, plans
+
+    def told(self, parked: list[Parked]) -> list[Decision]:
+        """The decisions of the jobs passed over that should be told now: those that started waiting this cycle,
+        and the next SWEEP in turn."""
+        if not parked:
+            return []
+        runs: dict = {}
+        for run in parked:
+            runs.setdefault(run.jobs[0].shape(), []).append(run)
+        turn = list(islice(self.rotation, SWEEP))
+        for key in turn:
+            self.rotation.move_to_end(key)
+        out = []
+        for key in sorted(self.fresh.union(turn)):
+            job = self.line.jobs.get(key)
+            for run in runs.get(job.shape(), ()) if job is not None else ():
+                if run.jobs[0].fifo_key <= job.fifo_key <= run.jobs[-1].fifo_key:
+                    out.append(Decision(job, None, run.reason))
+        return out
+

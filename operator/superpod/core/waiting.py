@@ -1,0 +1,129 @@
+"""The waiting line, kept between cycles: the jobs that wait, by shape, each shape's jobs in queue order.
+
+A cycle over a long queue need not visit every waiting job. While a cycle only takes capacity, a shape that did
+not fit under some reservations does not fit later in the cycle either (Snapshot.unfit): so once one job of a
+shape got that answer, the jobs of that shape behind it get the same one, until the reservations change.
+`schedule_waiting` merges the shapes' lines in queue order and stops visiting a shape at that point; the jobs
+passed over come back as `Parked` runs, each with the answer all its jobs got. The decisions are those of
+`cycle.schedule` over the same jobs (a test compares them), for a policy that `parks` (QueuePolicy); the cost
+follows the jobs placed and the shapes waiting, not the length of the queue.
+"""
+
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+from superpod.core.cycle import Decision, Held, QueuePolicy, decide_job, unfit_key
+from superpod.core.model import Snapshot
+from superpod.core.request import JobRequest, Shape
+
+
+class Line:
+    """The waiting jobs of one shape, in queue order (fifo_key)."""
+
+    __slots__ = ("keys", "jobs")
+
+    def __init__(self) -> None:
+        self.keys: list[tuple] = []
+        self.jobs: list[JobRequest] = []
+
+    def add(self, job: JobRequest) -> None:
+        at = bisect_left(self.keys, job.fifo_key)
+        self.keys.insert(at, job.fifo_key)
+        self.jobs.insert(at, job)
+
+    def remove(self, job: JobRequest) -> None:
+        at = bisect_left(self.keys, job.fifo_key)
+        if at < len(self.keys) and self.jobs[at] is job:
+            del self.keys[at], self.jobs[at]
+
+
+class WaitingLine:
+    """Every waiting job, in one Line per shape. Jobs are added and removed as they start and stop waiting."""
+
+    def __init__(self) -> None:
+        self.lines: dict[Shape, Line] = {}
+        self.jobs: dict[str, JobRequest] = {}  # job key -> the request in its line
+
+    def add(self, job: JobRequest) -> None:
+        self.discard(job.key)
+        self.jobs[job.key] = job
+        self.lines.setdefault(job.shape(), Line()).add(job)
+
+    def discard(self, key: str) -> None:
+        job = self.jobs.pop(key, None)
+        if job is not None:
+            line = self.lines[job.shape()]
+            line.remove(job)
+            if not line.jobs:
+                del self.lines[job.shape()]
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    def all(self) -> list[JobRequest]:
+        return sorted(self.jobs.values(), key=lambda job: job.fifo_key)
+
+
+@dataclass(frozen=True)
+class Parked:
+    """Jobs of one shape a cycle passed over, in queue order: each got `reason`, as the visited job before them."""
+
+    jobs: tuple[JobRequest, ...]
+    reason: str
+
+    def decisions(self) -> list[Decision]:
+        return [Decision(job, None, self.reason) for job in self.jobs]
+
+
+def schedule_waiting(snap: Snapshot, waiting: WaitingLine,
+                     policy: QueuePolicy) -> tuple[list[Decision], list[Parked]]:
+    """The decisions of the jobs visited (in queue order), and the runs of jobs passed over. `policy.parks` must
+    hold; placed gangs are assumed into `snap`, as cycle.schedule does."""
+    assert policy.parks, "a policy that reads more of a job than its shape cannot pass jobs over"
+    lines = list(waiting.lines.values())
+    heap = [(line.keys[0], index, 0) for index, line in enumerate(lines)]
+    heapq.heapify(heap)
+    visited: list[Decision] = []
+    parked: list[Parked] = []
+    placed: list[Decision] = []
+    held = Held()
+    failed: dict[Shape, str] = {}
+    stopped: dict[int, tuple[int, str]] = {}  # line -> (the first job passed over, the answer it gets)
+    while heap:
+        key, index, position = heapq.heappop(heap)
+        line = lines[index]
+        job = line.jobs[position]
+        try:
+            decision, taken = decide_job(snap, job, policy, placed, held, failed)
+        except Exception as e:  # noqa: BLE001 - one job's bug must not stop the cycle; its snapshot is unchanged
+            decision, taken = Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e)), None
+        visited.append(decision)
+        if decision.placement is not None:
+            placed.append(decision)
+        if taken is not None:  # the jobs behind it are searched under new reservations: lines stopped go on
+            held.add(policy.group(job), taken)
+            for other, (first, reason) in stopped.items():
+                until = bisect_right(lines[other].keys, key)
+                _park(parked, lines[other], first, until, reason)
+                if until < len(lines[other].keys):
+                    heapq.heappush(heap, (lines[other].keys[until], other, until))
+            stopped.clear()
+        following = position + 1
+        if following == len(line.keys):
+            continue
+        if decision.placement is None and taken is None and not decision.error \
+                and snap.unfit.get(unfit_key(job, policy, held)) == decision.reason:
+            stopped[index] = (following, decision.reason)
+        else:
+            heapq.heappush(heap, (line.keys[following], index, following))
+    for index, (first, reason) in stopped.items():
+        _park(parked, lines[index], first, len(lines[index].keys), reason)
+    return visited, parked
+
+
+def _park(parked: list[Parked], line: Line, first: int, until: int, reason: str) -> None:
+    if until > first:
+        parked.append(Parked(tuple(line.jobs[first:until]), reason))

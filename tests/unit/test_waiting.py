@@ -1,0 +1,88 @@
+"""The waiting line: a cycle that passes over jobs whose shape did not fit decides as one that visits them all."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from superpod.core.baselines import POLICIES
+from superpod.core.cycle import schedule
+from superpod.core.waiting import WaitingLine, schedule_waiting
+from tests.unit.builders import TOPO, job, node, snapshot
+
+SIZES = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (6, 8)]
+
+
+def cluster(used: dict[str, int]):
+    nodes = [node(f"l{leaf}-n{i}").gpus(8).spine("spine-1").leaf(f"l{leaf}") for leaf in range(3) for i in range(4)]
+    return snapshot(nodes, TOPO, used)
+
+
+def workload(draw) -> tuple[dict[str, int], list]:
+    used = {f"l{leaf}-n{i}": draw(st.sampled_from([0, 0, 2, 4, 7, 8])) for leaf in range(3) for i in range(4)}
+    jobs = []
+    for index in range(draw(st.integers(1, 60))):
+        replicas, gpus = draw(st.sampled_from(SIZES))
+        built = job(f"j{index:02d}").gpus(gpus).replicas(replicas)
+        if replicas > 1 and draw(st.booleans()):
+            built = built.required("leaf")
+        jobs.append(built.priority(draw(st.sampled_from([0, 0, 0, 5])), float(draw(st.integers(0, 30)))).build())
+    return used, jobs
+
+
+def both(used: dict[str, int], jobs: list, policy_name: str, cycles: int = 2):
+    """Decisions per job of both, over `cycles` cycles on one snapshot each (what did not fit carries over; the
+    jobs placed leave the queue, as in the controller)."""
+    full_snap, line_snap = cluster(used), cluster(used)
+    waiting = WaitingLine()
+    for request in jobs:
+        waiting.add(request)
+    out = []
+    for _ in range(cycles):
+        full = {d.job.key: d for d in schedule(full_snap, jobs, POLICIES[policy_name](0))}
+        visited, parked = schedule_waiting(line_snap, waiting, POLICIES[policy_name](0))
+        passed = {d.job.key: d for run in parked for d in run.decisions()}
+        out.append((full, {d.job.key: d for d in visited}, passed))
+        jobs = [request for request in jobs if not full[request.key].placed]
+        for decision in visited:
+            if decision.placed:
+                waiting.discard(decision.job.key)
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_passing_over_a_shape_that_did_not_fit_changes_no_decision(data):
+    used, jobs = workload(data.draw)
+    policy = data.draw(st.sampled_from(["superpod", "superpod-nobackfill", "gang-firstfit", "gang-spread"]))
+    for full, visited, passed in both(used, jobs, policy):
+        assert not visited.keys() & passed.keys()
+        assert visited.keys() | passed.keys() == full.keys()
+        for key, decision in {**visited, **passed}.items():
+            expected = full[key]
+            assert (decision.placement and decision.placement.assignments) == \
+                (expected.placement and expected.placement.assignments), key
+            assert (decision.reason, decision.reserved) == (expected.reason, expected.reserved), key
+
+
+def test_a_long_queue_of_one_shape_is_visited_once():
+    used = {f"l{leaf}-n{i}": 8 for leaf in range(3) for i in range(4)}
+    jobs = [job(f"w{index:03d}").gpus(8).priority(0, float(index)).build() for index in range(200)]
+    [(full, visited, passed)] = both(used, jobs, "superpod-nobackfill", cycles=1)
+    assert len(visited) == 1 and len(passed) == 199
+    assert {d.reason for d in full.values()} == {d.reason for d in passed.values()}
+
+
+def test_a_shape_passed_over_before_a_reservation_is_searched_again_behind_it():
+    used = {"l0-n0": 8, "l1-n0": 8, **{f"l2-n{i}": 8 for i in range(4)}}
+    too_big = job("a-never").gpus(8).replicas(6).required("leaf")
+    jobs = [too_big.priority(9, 1.0).build(), job("b-big").gpus(8).replicas(4).required("leaf").priority(5, 2.0)
+            .build(), job("c-never").gpus(8).replicas(6).required("leaf").priority(0, 3.0).build(),
+            job("d-small").gpus(8).priority(0, 4.0).build(), job("e-small").gpus(8).priority(0, 5.0).build()]
+    [(full, visited, passed)] = both(used, jobs, "superpod", cycles=1)
+    assert full["default/b-big"].reserved == "leaf l0" or full["default/b-big"].reserved.endswith("(leaf l0)")
+    assert {"default/a-never", "default/b-big", "default/c-never"} <= visited.keys(), "searched again behind it"
+    assert full["default/d-small"].placed and full["default/e-small"].placed
+    decided = {**visited, **passed}
+    assert [(decided[k].reason, decided[k].reserved) for k in sorted(full)] == \
+        [(full[k].reason, full[k].reserved) for k in sorted(full)]
