@@ -429,3 +429,28 @@ def test_jobs_passed_over_in_a_long_queue_are_told_at_once_and_then_in_turn():
         c.cycle()
         told.append(sum("cordoned" in c.status(name)["message"] for name in queue))
     assert told[0] <= SWEEP + 2 and told[-1] == len(queue), f"told in turn: {told}"
+
+
+def test_only_a_changed_cause_rewrites_a_job_passed_over_not_its_counts():
+    """Found replaying Philly: with 7,000 jobs waiting, every gang that ended moved the counts in their messages
+    ("room for 3"), and each job told in turn was rewritten, its write came back as a change, and it was told
+    again: 26 status writes a cycle. A job passed over is rewritten when the words of its cause change."""
+    from superpod.controller.decide import wait_plans
+    from superpod.controller.jobs import _view
+    from superpod.core.cycle import Decision
+    from superpod.core.request import make_request
+
+    def view(name: str):
+        obj = training_job(name, 1, 8)
+        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
+        obj["status"] = {"phase": "Queued", "reason": "Unschedulable", "message": "the cluster has room for 3"}
+        return _view(f"team-a/{name}", obj)
+
+    views = {f"team-a/{name}": view(name) for name in ("head", "passed", "moved")}
+    said = {f"uid-{name}": (0.0, "the cluster has room for #") for name in ("head", "passed", "moved")}
+    reasons = {"head": "the cluster has room for 2", "passed": "the cluster has room for 2",
+               "moved": "all nodes are cordoned"}
+    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, reason)
+                 for name, reason in reasons.items()]
+    plans, _ = wait_plans(decisions, views, {}, {}, 100.0, said, passed=frozenset({"team-a/passed", "team-a/moved"}))
+    assert sorted(p.key for p in plans) == ["job:team-a/head", "job:team-a/moved"]

@@ -66,7 +66,7 @@ class Applier:
         self.api, self.state, self.leading, self.metrics = api, state, leading, metrics
         self.concurrency, self.writer, self.clock = concurrency, writer, clock
         self.expected: dict[str, tuple[set[str], float]] = {}  # job uid -> (pod keys of unknown outcome, since)
-        self._said: dict[tuple[str, str], str] = {}  # (object uid, reason) -> last message: Events on change only
+        self._said: dict[str, dict[str, str]] = {}  # object uid -> reason -> last message: Events on change only
 
     # ---- expectations ---------------------------------------------------------------------------------------------
     def settled(self, job_uid: str, now: float) -> bool:
@@ -83,8 +83,8 @@ class Applier:
 
     def forget(self, live_uids: set[str]) -> None:
         """Drop what is remembered of objects that are gone: Events said, pods expected."""
-        for said in [said for said in self._said if said[0] not in live_uids]:
-            del self._said[said]
+        for uid in self._said.keys() - live_uids:
+            del self._said[uid]
         for uid in self.expected.keys() - live_uids:
             del self.expected[uid]
 
@@ -290,10 +290,10 @@ class Applier:
             await self.api.replace(CONFIGMAPS, {**current, "data": {**(current.get("data") or {}), **data}})
 
     async def _emit(self, step: Emit) -> None:
-        said = (step.ref.get("uid") or step.ref["name"], step.reason)
-        if self._said.get(said) == step.message:
+        said = self._said.setdefault(step.ref.get("uid") or step.ref["name"], {})
+        if said.get(step.reason) == step.message:
             return
-        self._said[said] = step.message
+        said[step.reason] = step.message
         now = rfc3339(self.clock())
         body = {"metadata": {"generateName": f"{step.ref['name']}.", "namespace": step.ref.get("namespace")
                              or "default"},

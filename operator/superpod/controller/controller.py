@@ -126,8 +126,9 @@ class Controller:
         plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
         by_key = self.reader.by_key
         budget = self._rewrite_budget(now)
-        told = self.visited + self.room.told(self.parked)
-        waits, rewrites = wait_plans(told, by_key, mig, notes, now, self.said, int(budget))
+        passed = self.room.told(self.parked)
+        waits, rewrites = wait_plans(self.visited + passed, by_key, mig, notes, now, self.said, int(budget),
+                                     frozenset(decision.job.key for decision in passed))
         plans += waits
         self._rewrites = (budget - rewrites, now)
         for decision in self.visited:

@@ -178,7 +178,8 @@ def starts(state: ClusterState, decisions: list[Decision], views: dict[str, JobV
 
 
 def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[str, str], notes: dict[str, str],
-               now: float, said: dict[str, tuple[float, str]], budget: int | None = None) -> tuple[list[Plan], int]:
+               now: float, said: dict[str, tuple[float, str]], budget: int | None = None,
+               passed: frozenset[str] = frozenset()) -> tuple[list[Plan], int]:
     """Queued, with the decision's reason (and a note on MIG when there is one), or the MIG flow's message while
     the job's nodes are being repartitioned; and how many of the plans were rewrites taken from `budget`.
 
@@ -186,7 +187,9 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
     words of its cause change, and when only counts and names move at most every WAIT_REFRESH seconds; these
     rewrites take from `budget` (None: no bound), the longest unwritten first, so a long queue whose cause flips
     with every gang that ends (no room / room only inside the head's reservation) does not rewrite every waiting
-    job each time. `said`: job uid -> when its message was last written, and the words of its cause then."""
+    job each time. `said`: job uid -> when its message was last written, and the words of its cause then.
+    `passed`: the keys of jobs the cycle passed over (controller/waiting.py): only a change of their cause's words
+    rewrites them, not counts (every gang that ends moves the counts of thousands of them)."""
     plans: list[Plan] = []
     rewrites: list[tuple[float, str, JobView, str, str, str]] = []
     for decision in decisions:
@@ -202,7 +205,7 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
                 _say(plans, said, view, reason, message, cause, now)
                 continue
             when, words = said.get(view.uid, (float("-inf"), ""))
-            if words != _words(cause) or now - when >= WAIT_REFRESH:
+            if words != _words(cause) or (now - when >= WAIT_REFRESH and key not in passed):
                 rewrites.append((when, key, view, reason, message, cause))
     rewrites.sort(key=lambda item: (item[0], item[1]))
     written = 0

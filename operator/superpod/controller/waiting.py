@@ -4,7 +4,8 @@
 until the cache says either changed (ClusterState.touched); verdicts that read the clock or ask for writes (backoff,
 stopping pods, repairs) are taken again every cycle. The ready jobs wait in a core.waiting.WaitingLine, which
 `schedule_waiting` walks without visiting the jobs behind a shape that did not fit. Those jobs are told their
-cause when they start waiting and then in turn, SWEEP per cycle (round robin), under the rewrite budget.
+cause when they start waiting or change, and then in turn, SWEEP per cycle (round robin), under the rewrite budget;
+in turn, only a change of their cause's words rewrites them, not its counts (decide.wait_plans).
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ class WaitingRoom:
         return visited, parked, plans
 
     def told(self, parked: list[Parked]) -> list[Decision]:
-        """The decisions of the jobs passed over that should be told now: those that started waiting this cycle,
-        and the next SWEEP in turn."""
+        """The decisions of the jobs passed over that should be told now: those that started waiting or changed
+        this cycle, and the next SWEEP in turn."""
         if not parked:
             return []
         runs: dict = {}
