@@ -124,6 +124,8 @@ def test_small_blocked_job_reserves_single_nodes_not_a_leaf():
 
 def test_queue_policy_seam():
     class Quota(PriorityFifo):
+        parks = False  # admit reads what the cycle placed
+
         def admit(self, job: JobRequest, placed: list[Decision]) -> str | None:
             used = sum(d.job.gpus * d.job.replicas for d in placed)
             return "queue team-a is at its quota of 16 GPUs" if used + job.gpus * job.replicas > 16 else None

@@ -120,17 +120,22 @@ def test_jobs_are_read_again_only_when_their_object_changed_and_held_capacity_fo
     from superpod.controller.jobs import JobReader
 
     state, reader = ClusterState(), JobReader()
+
+    def views():
+        reader.read(state)
+        return list(reader.by_key.values())
+
     state.apply(TRAININGJOBS, "ADDED", job(1), 0.0)
-    first = reader.views(state)
+    first = views()
     assert [v.key for v in first] == ["ns/j"] and reader.by_uid["j1"] is first[0]
-    assert reader.views(state)[0] is first[0], "unchanged: not read again"
+    assert views()[0] is first[0], "unchanged: not read again"
     state.apply(TRAININGJOBS, "MODIFIED", job(1, "Queued"), 0.0)  # the same version again: stale
-    assert reader.views(state)[0] is first[0]
+    assert views()[0] is first[0]
     state.apply(TRAININGJOBS, "MODIFIED", job(2, "Queued"), 0.0)
-    assert reader.views(state)[0].phase == "Queued"
+    assert views()[0].phase == "Queued"
     state.apply(PODS, "ADDED", pod("j-0", 3), 0.0)
     assert set(state.holding_pods()) == {"ns/j-0"}
     state.apply(PODS, "MODIFIED", pod("j-0", 4, phase="Succeeded"), 0.0)
     assert state.holding_pods() == {}, "a finished pod holds nothing"
     state.apply(TRAININGJOBS, "DELETED", job(5, "Queued"), 0.0)
-    assert reader.views(state) == [] and reader.by_uid == {}
+    assert views() == [] and reader.by_uid == {}

@@ -81,12 +81,11 @@ class Applier:
             return True
         return False
 
-    def forget(self, live_uids: set[str]) -> None:
-        """Drop what is remembered of objects that are gone: Events said, pods expected."""
-        for uid in self._said.keys() - live_uids:
-            del self._said[uid]
-        for uid in self.expected.keys() - live_uids:
-            del self.expected[uid]
+    def forget(self, gone: list[str]) -> None:
+        """Drop what is remembered of objects that are gone (their uids): Events said, pods expected."""
+        for uid in gone:
+            self._said.pop(uid, None)
+            self.expected.pop(uid, None)
 
     # ---- apply ----------------------------------------------------------------------------------------------------
     async def apply(self, plans: list[Plan]) -> Outcome:

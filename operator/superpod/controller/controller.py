@@ -63,7 +63,6 @@ class Controller:
         self._unreadable_nodes: tuple[int, list[str]] = (-1, [])  # (nodes version, names of unreadable nodes)
         self._assumed: dict[str, tuple[int, list]] = {}  # snapshot.holdings' memo of each placed gang's replicas
         self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
-        self._forgotten = -1  # ClusterState.removals when what is remembered of gone objects was last dropped
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -82,14 +81,12 @@ class Controller:
         if outcome.stopped:
             log.warning("the Lease was lost while writing: %d of %d plans stopped; the next leader finishes or "
                         "rolls back from what it observes", len(plans) - len(outcome.done), len(plans))
-        if self._forgotten != self.state.removals:  # a job or node is gone: drop what is remembered of it
-            self._forgotten = self.state.removals
-            self.reader.views(self.state)
-            live = self.reader.by_uid.keys()
-            self.applier.forget(live | {e.uid for e in self.state.nodes.values()})
-            for remembered in (self.said, self.steady):
-                for uid in remembered.keys() - live:
-                    del remembered[uid]
+        if self.state.gone:  # jobs or nodes are gone: drop what is remembered of them
+            gone, self.state.gone = self.state.gone, []
+            self.applier.forget(gone)
+            for uid in gone:
+                self.said.pop(uid, None)
+                self.steady.pop(uid, None)
         return outcome
 
     def plan(self, now: float) -> list[Plan]:
@@ -168,8 +165,8 @@ class Controller:
                 nodes.update(decision.placement.assignments if decision.placement else decision.reserved_nodes)
             return nodes
 
-        decided = self.visited if self.parked else self.decisions  # passed over only when the flow needs none
-        waiting = [d.job for d in decided if d.placement is None and not d.reserved_nodes]
+        # Jobs are passed over only when the flow needs none of them (_may_park): the visited are all it reads.
+        waiting = [d.job for d in self.visited if d.placement is None and not d.reserved_nodes]
         return self.mig.plan(waiting, busy, now)
 
     def _observe_decisions(self, now: float, seconds: float) -> None:

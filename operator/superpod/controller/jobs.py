@@ -132,10 +132,6 @@ class JobReader:
         self.damaged: set[str] = set()  # keys of the jobs whose status has fields that did not read
         self.active: dict[str, JobView] = {}  # the jobs placed (phase in ACTIVE), by key
 
-    def views(self, state: ClusterState) -> list[JobView]:
-        self.read(state)
-        return list(self.by_key.values())
-
     def read(self, state: ClusterState) -> None:
         """Read the jobs stored or deleted since the last read."""
         edited, state.edited_jobs = state.edited_jobs, set()

@@ -115,8 +115,8 @@ class ClusterState:
         self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
-        self.touched: set[str] = set()  # keys of the jobs changed so (or deleted) since the waiting room looked
-        self.removals = 0  # bumped when a job or a node is gone: what is remembered of them can be dropped
+        self.touched: set[str] = set()  # keys of the jobs stamped (or deleted) since the waiting room last looked
+        self.gone: list[str] = []  # uids of the jobs and nodes deleted since the controller last dropped their memory
         self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
@@ -207,12 +207,12 @@ class ClusterState:
             self.edited_jobs.add(key)
             self.changes.pop(key, None)
             self.touched.add(key)
-            self.removals += 1
+            self.gone.append(uid)
         elif kind is NODES:
             self.nodes.pop(key, None)
             self.node_edits += 1
             self.version += 1
-            self.removals += 1
+            self.gone.append(uid)
         elif kind is SERVICES:
             self.services.pop(key, None)
         elif kind is CLUSTERTOPOLOGIES:
