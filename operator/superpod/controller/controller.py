@@ -31,7 +31,6 @@ from superpod.controller.state import ClusterState
 from superpod.controller.waiting import WaitingRoom
 from superpod.core.cycle import Decision, PriorityFifo
 from superpod.core.phases import Phase, Reason
-from superpod.core.request import JobRequest
 from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
@@ -59,6 +58,8 @@ class Controller:
         # Running gangs judged steady (all replicas running, nothing to write), with what they were judged on:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
         self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, nodes version)
+        self.unsteady: set[str] = set()  # keys of the placed jobs to judge next cycle though nothing changed
+        self._judged = -1  # the nodes version the placed jobs were last all judged on
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
         self._unreadable_nodes: tuple[int, list[str]] = (-1, [])  # (nodes version, names of unreadable nodes)
         self._assumed: dict[str, tuple[int, list]] = {}  # snapshot.holdings' memo of each placed gang's replicas
@@ -91,19 +92,21 @@ class Controller:
 
     def plan(self, now: float) -> list[Plan]:
         """Observe, judge and decide: every write this cycle wants, as plans."""
+        touched, self.state.touched = self.state.touched, set()
+        try:
+            return self._plan(now, touched)
+        except BaseException:
+            self.state.touched |= touched  # look at them again next cycle (a bug must not lose a change)
+            raise
+
+    def _plan(self, now: float, touched: set[str]) -> list[Plan]:
         self.reader.read(self.state)
         plans = self._unreadable()
         if self.mig:
             plans += self._guarded("mig", lambda: self.mig.check(now), [])
-        placed: dict[str, tuple[JobRequest, str, int, dict[int, str]]] = {}
-        changes, version, steady = self.state.changes, self.state.version, self.steady
-        for view in list(self.reader.active.values()):
-            if view.gang:
-                placed[view.key] = view.gang
-            seen = (changes.get(view.key, 0), version)
-            if steady.get(view.uid) != seen and self.applier.settled(view.uid, now):
-                plans += self._judge_unless_steady(view, seen, now)
-        waiting = self.room.pending(self.state, self.reader, now)
+        placed = self.reader.gangs
+        plans += self._judge_placed(touched, now)
+        waiting = self.room.pending(self.state, self.reader, now, touched)
         plans += waiting.plans
         snap = self.snapshots.build(self.state, holdings(self.state, placed, self._assumed))
         fair = self._guarded("queues", lambda: self.queues.policy(snap, [gang[0] for gang in placed.values()],
@@ -182,6 +185,27 @@ class Controller:
         if self._offered is None or self._offered[0] != self.state.version:
             self._offered = (self.state.version, Offered.of(self.state.usable_nodes()))
         return self._offered[1]
+
+    def _judge_placed(self, touched: set[str], now: float) -> list[Plan]:
+        """Judge the placed gangs that are not steady: those that changed (`touched`), those not steady last cycle,
+        every one when the nodes changed."""
+        active, changes, version, steady = self.reader.active, self.state.changes, self.state.version, self.steady
+        if self._judged != version:
+            self._judged, candidates = version, set(active)
+        else:
+            candidates = (touched & active.keys()) | self.unsteady
+        self.unsteady = set()
+        plans: list[Plan] = []
+        for key in sorted(candidates):
+            view = active.get(key)
+            if view is None:
+                continue
+            seen = (changes.get(key, 0), version)
+            if steady.get(view.uid) != seen and self.applier.settled(view.uid, now):
+                plans += self._judge_unless_steady(view, seen, now)
+            if steady.get(view.uid) != seen:
+                self.unsteady.add(key)
+        return plans
 
     def _judge_unless_steady(self, view: JobView, seen: tuple[int, int], now: float) -> list[Plan]:
         """Judge a placed job, and remember it as steady when there is nothing to write (`seen`: its change stamp

@@ -131,6 +131,7 @@ class JobReader:
         self.by_uid: dict[str, JobView] = {}  # the same, by uid
         self.damaged: set[str] = set()  # keys of the jobs whose status has fields that did not read
         self.active: dict[str, JobView] = {}  # the jobs placed (phase in ACTIVE), by key
+        self.gangs: dict[str, tuple[JobRequest, str, int, dict[int, str]]] = {}  # JobView.gang of those placed
 
     def read(self, state: ClusterState) -> None:
         """Read the jobs stored or deleted since the last read."""
@@ -163,6 +164,10 @@ class JobReader:
                 self.active[key] = view
             else:
                 self.active.pop(key, None)
+            if key in self.active and view.gang:
+                self.gangs[key] = view.gang
+            else:
+                self.gangs.pop(key, None)
 
 
 def _view(key: str, obj: dict) -> JobView:

@@ -115,7 +115,7 @@ class ClusterState:
         self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
-        self.touched: set[str] = set()  # keys of the jobs stamped (or deleted) since the waiting room last looked
+        self.touched: set[str] = set()  # keys of the jobs stamped (or deleted) since the controller last looked
         self.gone: list[str] = []  # uids of the jobs and nodes deleted since the controller last dropped their memory
         self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)

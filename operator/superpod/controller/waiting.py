@@ -39,10 +39,10 @@ class WaitingRoom:
         self._first = True
         self._nodes = -1  # ClusterState.version when every ready job was last checked against the nodes
 
-    def pending(self, state: ClusterState, reader: JobReader, now: float) -> Pending:
-        """`decide.pending` over the jobs whose verdict may have changed (the others keep theirs): the plans and
-        reasons of the jobs held back; the ready ones wait in `ready`."""
-        touched, state.touched = state.touched, set()
+    def pending(self, state: ClusterState, reader: JobReader, now: float, touched: set[str]) -> Pending:
+        """`decide.pending` over the jobs whose verdict may have changed (`touched`: the jobs the cache stamped or
+        deleted since the last cycle; the others keep theirs): the plans and reasons of the jobs held back; the ready
+        ones wait in `ready`."""
         if self._first:  # the cache may have been filled before this room looked
             self._first, touched = False, touched | reader.by_key.keys()
         out = Pending()
