@@ -454,3 +454,42 @@ def test_only_a_changed_cause_rewrites_a_job_passed_over_not_its_counts():
                  for name, reason in reasons.items()]
     plans, _ = wait_plans(decisions, views, {}, {}, 100.0, said, passed=frozenset({"team-a/passed", "team-a/moved"}))
     assert sorted(p.key for p in plans) == ["job:team-a/head", "job:team-a/moved"]
+
+
+def test_a_job_passed_over_whose_rewrite_failed_is_rewritten_on_its_next_turn():
+    """Found by review: what a passed-over job was last told was remembered when its rewrite was planned; if the
+    write failed (a conflict, the Lease lost), its status kept the old cause for good. Its status is compared."""
+    from superpod.controller.decide import _words, wait_plans
+    from superpod.controller.jobs import _view
+    from superpod.core.cycle import Decision
+    from superpod.core.request import make_request
+
+    obj = training_job("passed", 1, 8)
+    obj["metadata"].update(uid="uid-passed", resourceVersion="1")
+    obj["status"] = {"phase": "Queued", "reason": "Unschedulable", "message": "no room"}
+    views = {"team-a/passed": _view("team-a/passed", obj)}
+    said = {"uid-passed": (0.0, _words("all nodes are cordoned"))}  # planned, never written
+    decisions = [Decision(make_request("team-a", "passed", 1, {"nvidia.com/gpu": 8}), None, "all nodes are cordoned")]
+    plans, _ = wait_plans(decisions, views, {}, {}, 5.0, said, passed=frozenset({"team-a/passed"}))
+    assert [p.key for p in plans] == ["job:team-a/passed"]
+
+
+def test_an_invalid_job_whose_write_failed_is_said_invalid_on_a_later_cycle():
+    """Found by review: a job found Invalid is kept out of the line; if writing Invalid failed, nothing changed
+    for the cache and the job was not checked again until it or the nodes changed."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    failing = [True]
+
+    def fault(verb, kind, obj, writer):
+        if kind is TRAININGJOBS and failing[0] and (obj.get("status") or {}).get("phase") == "Invalid":
+            raise ApiError(500, "InternalError", "etcd is having a bad day")
+        return None
+
+    c.store.fault = fault
+    c.submit(training_job("huge", 1, None, mig="5g.999gb"))  # no GPU here offers it
+    c.cycle()
+    assert c.status("huge").get("phase") != "Invalid", "the write failed"
+    failing[0] = False
+    c.tick(1)
+    c.cycle()
+    assert c.status("huge")["phase"] == "Invalid"

@@ -1,8 +1,10 @@
 """The scheduling cycle: observe -> judge -> decide -> apply.
 
 - observe: read the cache (controller/state.py) as it is at the start of the cycle: jobs, pods, nodes;
-- judge: every placed gang through core.lifecycle (controller/judge.py);
-- decide: the waiting jobs through core.cycle.schedule on the snapshot (controller/decide.py), then the MIG flow;
+- judge: the placed gangs through core.lifecycle (controller/judge.py): those that changed, were not steady last
+  cycle, or all when the nodes changed;
+- decide: the waiting jobs through the waiting room (controller/waiting.py: core.cycle's decisions, without
+  visiting the jobs behind a shape that did not fit) on the snapshot, then the MIG flow;
 - apply: every plan through the one applier (controller/applier.py).
 
 The first three are synchronous: no event can change the cache while a cycle decides, so every decision of a cycle
@@ -58,7 +60,7 @@ class Controller:
         # Running gangs judged steady (all replicas running, nothing to write), with what they were judged on:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
         self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, nodes version)
-        self.unsteady: set[str] = set()  # keys of the placed jobs to judge next cycle though nothing changed
+        self.judge_next: set[str] = set()  # keys of the placed jobs to judge next cycle though nothing changed
         self._judged = -1  # the nodes version the placed jobs were last all judged on
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
         self._unreadable_nodes: tuple[int, list[str]] = (-1, [])  # (nodes version, names of unreadable nodes)
@@ -82,8 +84,9 @@ class Controller:
         if outcome.stopped:
             log.warning("the Lease was lost while writing: %d of %d plans stopped; the next leader finishes or "
                         "rolls back from what it observes", len(plans) - len(outcome.done), len(plans))
-        if self.state.gone:  # jobs or nodes are gone: drop what is remembered of them
-            gone, self.state.gone = self.state.gone, []
+        if self.state.gone:  # jobs, nodes or queues are gone: drop what is remembered of them
+            gone = list(self.state.gone)
+            self.state.gone.clear()
             self.applier.forget(gone)
             for uid in gone:
                 self.said.pop(uid, None)
@@ -115,7 +118,7 @@ class Controller:
         self.visited, self.parked, start_plans = self.room.decide(self.state, snap, now, self.settings,
                                                                   fair or self.policy or PriorityFifo(),
                                                                   self.offered(), self._may_park())
-        self.invalid = self.room.invalid
+        self.invalid = {key: why for key, why in self.room.invalid.items() if why}
         self.held_back = waiting.reasons
         self._observe_decisions(now, time.perf_counter() - started)
         plans += start_plans
@@ -126,7 +129,7 @@ class Controller:
         plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
         by_key = self.reader.by_key
         budget = self._rewrite_budget(now)
-        passed = self.room.told(self.parked)
+        passed = self.room.to_tell(self.parked)
         waits, rewrites = wait_plans(self.visited + passed, by_key, mig, notes, now, self.said, int(budget),
                                      frozenset(decision.job.key for decision in passed))
         plans += waits
@@ -193,8 +196,8 @@ class Controller:
         if self._judged != version:
             self._judged, candidates = version, set(active)
         else:
-            candidates = (touched & active.keys()) | self.unsteady
-        self.unsteady = set()
+            candidates = (touched & active.keys()) | self.judge_next
+        self.judge_next = set()
         plans: list[Plan] = []
         for key in sorted(candidates):
             view = active.get(key)
@@ -204,7 +207,7 @@ class Controller:
             if steady.get(view.uid) != seen and self.applier.settled(view.uid, now):
                 plans += self._judge_unless_steady(view, seen, now)
             if steady.get(view.uid) != seen:
-                self.unsteady.add(key)
+                self.judge_next.add(key)
         return plans
 
     def _judge_unless_steady(self, view: JobView, seen: tuple[int, int], now: float) -> list[Plan]:

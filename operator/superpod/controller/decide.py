@@ -205,6 +205,8 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
                 _say(plans, said, view, reason, message, cause, now)
                 continue
             when, words = said.get(view.uid, (float("-inf"), ""))
+            if key in passed:  # what its status says, not what was last said: a write may have failed
+                words = _words(view.status.message or "")
             if words != _words(cause) or (now - when >= WAIT_REFRESH and key not in passed):
                 rewrites.append((when, key, view, reason, message, cause))
     rewrites.sort(key=lambda item: (item[0], item[1]))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 
 from superpod.api.convert import node_from_k8s, pod_from_k8s, topology_from_k8s
@@ -116,7 +116,9 @@ class ClusterState:
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
         self.touched: set[str] = set()  # keys of the jobs stamped (or deleted) since the controller last looked
-        self.gone: list[str] = []  # uids of the jobs and nodes deleted since the controller last dropped their memory
+        # uids of the jobs, nodes and queues deleted since the controller last dropped what it remembers of them (a
+        # standby does not drain it: the oldest go, it remembers nothing of them)
+        self.gone: deque[str] = deque(maxlen=TOMBSTONES)
         self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
@@ -221,6 +223,7 @@ class ClusterState:
         elif kind is GPUQUEUES:
             self.queues.pop(key, None)
             self.queue_edits += 1
+            self.gone.append(uid)
 
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
         info = pod_info(obj)

@@ -35,7 +35,7 @@ class WaitingRoom:
         self.fresh: set[str] = set()  # jobs that started waiting, or changed, this cycle
         self.mig_jobs = 0  # ready jobs asking for MIG slices (the MIG flow must see every one: none is passed over)
         self.rotation: OrderedDict[str, None] = OrderedDict()  # ready jobs, in the order their turn comes
-        self.invalid: dict[str, str] = {}  # ready jobs no node can serve (out of the line) -> why
+        self.invalid: dict[str, str] = {}  # ready jobs out of the line -> why no node can serve them ("": check failed)
         self._first = True
         self._nodes = -1  # ClusterState.version when every ready job was last checked against the nodes
 
@@ -43,8 +43,9 @@ class WaitingRoom:
         """`decide.pending` over the jobs whose verdict may have changed (`touched`: the jobs the cache stamped or
         deleted since the last cycle; the others keep theirs): the plans and reasons of the jobs held back; the ready
         ones wait in `ready`."""
-        if self._first:  # the cache may have been filled before this room looked
-            self._first, touched = False, touched | reader.by_key.keys()
+        if self._first:  # the cache may have been filled before this room looked (kept in `touched` on failure)
+            self._first = False
+            touched |= reader.by_key.keys()
         out = Pending()
         self.fresh = set()
         for key in sorted(touched | self.recheck):
@@ -86,24 +87,28 @@ class WaitingRoom:
         are checked against the nodes when they start waiting or the nodes change."""
         plans: list[Plan] = []
         if self._nodes != state.version:
-            self._nodes, check, found = state.version, list(self.ready.values()), {}
-        else:
-            check, found = [self.ready[key] for key in sorted(self.fresh) if key in self.ready], dict(self.invalid)
-        for view in servable(snap, offered, check, now, plans, found):
-            found.pop(view.key, None)
+            self._nodes, keys = state.version, set(self.ready)
+        else:  # and those out of the line, every cycle: a write may have failed, a failed check may pass
+            keys = (self.fresh | self.invalid.keys()) & self.ready.keys()
+        check = [self.ready[key] for key in sorted(keys)]
+        found: dict[str, str] = {}
+        valid = servable(snap, offered, check, now, plans, found)
+        for view in valid:
             if view.key not in self.line.jobs:
                 self.line.add(view.request)
-        for key in found:
-            self.line.discard(key)
-        self.invalid = found
-        if may_park and policy.parks and not self.mig_jobs:
+        for view in check:
+            self.invalid.pop(view.key, None)
+        for key in {view.key for view in check} - {view.key for view in valid}:
+            self.line.discard(key)  # invalid, or its check failed (then it is checked again next cycle)
+            self.invalid[key] = found.get(key, "")
+        if may_park and getattr(policy, "parks", False) and not self.mig_jobs:
             visited, parked = schedule_waiting(snap, self.line, policy)
         else:
             visited, parked = schedule(snap, self.line.all(), policy), []
         plans += starts(state, visited, self.ready, now, settings)
         return visited, parked, plans
 
-    def told(self, parked: list[Parked]) -> list[Decision]:
+    def to_tell(self, parked: list[Parked]) -> list[Decision]:
         """The decisions of the jobs passed over that should be told now: those that started waiting or changed
         this cycle, and the next SWEEP in turn."""
         if not parked:
