@@ -60,9 +60,6 @@ class WaitingLine:
             if not line.jobs:
                 del self.lines[job.shape()]
 
-    def __len__(self) -> int:
-        return len(self.jobs)
-
     def all(self) -> list[JobRequest]:
         return sorted(self.jobs.values(), key=lambda job: job.fifo_key)
 
