@@ -212,8 +212,8 @@ def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int
     return None
 
 
-def decide_job(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
-               held: Held, failed: dict[Shape, str]) -> tuple[Decision, Reservation | None]:
+def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision],
+            held: Held, failed: dict[Shape, str]) -> tuple[Decision, Reservation | None]:
     """One job's decision, and the reservation it took (None if none). `held`: the reservations so far.
     `failed`: validation per shape this cycle. A shape that did not fit under these reservations (snap.unfit) does
     not fit until capacity is freed: a job of that shape is told the same without a search (its message keeps the
@@ -233,6 +233,15 @@ def decide_job(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: lis
     if decision.placement is None and taken is None:
         snap.unfit[seen] = decision.reason
     return decision, taken
+
+
+def decide_isolated(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[Decision], held: Held,
+                    failed: dict[Shape, str]) -> tuple[Decision, Reservation | None]:
+    """_decide, with a bug met on this job said in its decision: one job must not stop the cycle."""
+    try:
+        return _decide(snap, job, policy, placed, held, failed)
+    except Exception as e:  # noqa: BLE001 - isolated to this job; its snapshot is unchanged
+        return Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e)), None
 
 
 def unfit_key(job: JobRequest, policy: QueuePolicy, held: Held) -> tuple[Shape, frozenset[Reservation], bool]:
@@ -276,12 +285,9 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     held = Held()  # group -> the reservation its first blocked job holds
     failed: dict[Shape, str] = {}  # shape -> why it is invalid, or ""
     for job in policy.order(jobs):
-        try:
-            decision, taken = decide_job(snap, job, policy, placed, held, failed)
-            if taken is not None:
-                held.add(policy.group(job), taken)
-        except Exception as e:  # noqa: BLE001 - one job's bug must not stop the cycle; its snapshot is unchanged
-            decision = Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e))
+        decision, taken = decide_isolated(snap, job, policy, placed, held, failed)
+        if taken is not None:
+            held.add(policy.group(job), taken)
         if decision.placement is not None:
             placed.append(decision)
         out.append(decision)

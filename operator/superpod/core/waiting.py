@@ -15,7 +15,7 @@ import heapq
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
-from superpod.core.cycle import Decision, Held, QueuePolicy, decide_job, unfit_key
+from superpod.core.cycle import Decision, Held, QueuePolicy, decide_isolated, unfit_key
 from superpod.core.model import Snapshot
 from superpod.core.request import JobRequest, Shape
 
@@ -93,10 +93,7 @@ def schedule_waiting(snap: Snapshot, waiting: WaitingLine,
         key, index, position = heapq.heappop(heap)
         line = lines[index]
         job = line.jobs[position]
-        try:
-            decision, taken = decide_job(snap, job, policy, placed, held, failed)
-        except Exception as e:  # noqa: BLE001 - one job's bug must not stop the cycle; its snapshot is unchanged
-            decision, taken = Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e)), None
+        decision, taken = decide_isolated(snap, job, policy, placed, held, failed)
         visited.append(decision)
         if decision.placement is not None:
             placed.append(decision)
