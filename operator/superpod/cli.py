@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="superpod", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    from superpod import demo, plan
+    from superpod import demo, plan, usage
     from superpod.controller import operator as operator_cli
     from superpod.localcluster import cli as cluster_cli
     from superpod.sim import cli as sim_cli
@@ -21,6 +21,7 @@ def main(argv: list[str] | None = None) -> int:
     plan.register(sub)
     simulate_cli.register(sub)
     demo.register(sub)
+    usage.register(sub)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

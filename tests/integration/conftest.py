@@ -73,7 +73,8 @@ def crds(cluster):
 
     cluster.kubectl("apply", "-f", str(REPO / "crds"))
     cluster.kubectl("wait", "--for=condition=Established", "crd/trainingjobs.superpod.dev",
-                    "crd/clustertopologies.superpod.dev", "crd/gpuqueues.superpod.dev", "--timeout=60s")
+                    "crd/clustertopologies.superpod.dev", "crd/gpuqueues.superpod.dev",
+                    "crd/gpuusages.superpod.dev", "--timeout=60s")
     ensure_topology(cluster.api)
     return cluster
 

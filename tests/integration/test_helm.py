@@ -65,7 +65,8 @@ def installed(cluster, crds, operator):
 def test_install_run_as_the_chart_service_account_upgrade_uninstall(cluster, installed, jobs, tmp_path):
     apps = client.AppsV1Api(cluster.api)
     ext = client.ApiextensionsV1Api(cluster.api)
-    for crd in ("trainingjobs.superpod.dev", "clustertopologies.superpod.dev", "gpuqueues.superpod.dev"):
+    for crd in ("trainingjobs.superpod.dev", "clustertopologies.superpod.dev", "gpuqueues.superpod.dev",
+                "gpuusages.superpod.dev"):
         conds = {c.type: c.status for c in ext.read_custom_resource_definition(crd).status.conditions}
         assert conds["Established"] == "True"
     assert apps.read_namespaced_deployment(RELEASE, NS).status.ready_replicas == 2

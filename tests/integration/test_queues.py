@@ -1,11 +1,16 @@
 """GPUQueues on the real control plane: three tenants on their own 96 simulated GPUs — one borrows up to its limit,
 a surplus-only tenant runs on what is left, and when capacity frees the tenant with waiting guaranteed work gets it
-first, ahead of a higher-priority borrower. The queues are deleted at the end: with none in the cluster, the other
-tests' jobs are admitted as before."""
+first, ahead of a higher-priority borrower; a tenant whose GPU-hour budget is spent waits with the budget in its
+message, and `superpod usage` agrees with the pods' run times. The queues are deleted at the end: with none in the
+cluster, the other tests' jobs are admitted as before."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
+from datetime import datetime
 
 from kubernetes import client
 
@@ -55,9 +60,54 @@ def test_borrowing_limits_and_guaranteed_work_first_as_capacity_frees(cluster, o
         wait_for(lambda: queue("b").get("allocated") == 8 and queue("b").get("pending") == 2, 30,
                  "b's status: 8 allocated, 2 pending")
         header = cluster.kubectl("get", "gq", tenants["b"]).stdout.splitlines()
-        assert header[0].split() == ["NAME", "GUARANTEED", "ALLOCATED", "BORROWED", "PENDING", "SHARE", "AGE"]
+        assert header[0].split() == ["NAME", "GUARANTEED", "ALLOCATED", "BORROWED", "PENDING", "SHARE", "BUDGET",
+                                     "LEFT", "AGE"]
         assert header[1].split()[1:5] == ["32", "8", "0", "2"], header
     finally:
         for namespace in tenants.values():
             custom.delete_cluster_custom_object(GROUP, VERSION, "gpuqueues", namespace)
             core.delete_namespace(namespace)
+
+
+def _ran(pod) -> float:
+    """Seconds the pod ran, from its own start and its container's finish."""
+    terminated = pod.status.container_statuses[0].state.terminated
+    return (terminated.finished_at - (terminated.started_at or pod.status.start_time)).total_seconds()
+
+
+def test_a_spent_budget_holds_the_tenant_and_usage_matches_the_pods(cluster, operator):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 2)
+    core, custom = client.CoreV1Api(cluster.api), client.CustomObjectsApi(cluster.api)
+    namespace = f"q{uuid.uuid4().hex[:6]}-budget"
+    core.create_namespace({"metadata": {"name": namespace}})
+    custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", {
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUQueue", "metadata": {"name": namespace},
+        "spec": {"namespaces": [namespace], "resources": [{"flavor": "*", "guaranteed": 16}],
+                 "budget": {"gpuHours": 0.02, "period": "720h"}}})  # 72 GPU-seconds
+    jobs = Jobs(cluster.api, namespace)
+    shapes = {"wide": (8, "9s"), "narrow": (4, "6s")}  # 8 x 9 + 4 x 6 = 96 GPU-seconds
+    try:
+        for name, (gpus, run_for) in shapes.items():
+            jobs.create(training_job(name, sim, 1, gpus=gpus, annotations={"sim.superpod.dev/run-for": run_for}))
+        for name in shapes:
+            jobs.wait_phase(name, "Succeeded", 60)
+        jobs.create(training_job("late", sim, 1, gpus=1))
+        message = jobs.wait_message("late", "has spent its budget")
+        assert message.startswith(f"queue {namespace} has spent its budget of 0.02 GPU-hours for this period; "
+                                  "it renews at "), message
+        assert jobs.phase("late") == "Queued"
+        out = subprocess.run([sys.executable, "-m", "superpod.cli", "usage", "--kubeconfig", str(cluster.kubeconfig),
+                              "--by", "job", "-o", "json"], capture_output=True, text=True, check=True).stdout
+        rows = {row["job"]: row for row in json.loads(out)["rows"] if row["namespace"] == namespace}
+        for name, (gpus, _) in shapes.items():
+            [pod] = jobs.pods(name, live=False)
+            actual = gpus * _ran(pod)
+            print(f"{name}: superpod usage {rows[name]['gpuSeconds']} GPU-s, pods ran {actual} GPU-s")
+            assert abs(rows[name]["gpuSeconds"] - actual) <= 1.0, (name, rows[name], actual)
+        wait_for(lambda: (custom.get_cluster_custom_object(GROUP, VERSION, "gpuqueues", namespace).get("status")
+                          or {}).get("budgetRemaining", 1) < 0, 90, "the queue's status showing the budget overrun")
+        status = custom.get_cluster_custom_object(GROUP, VERSION, "gpuqueues", namespace)["status"]
+        assert datetime.fromisoformat(status["budgetRenews"].replace("Z", "+00:00")).year >= 2026
+    finally:
+        custom.delete_cluster_custom_object(GROUP, VERSION, "gpuqueues", namespace)
+        core.delete_namespace(namespace)

@@ -8,13 +8,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from superpod.api.manifests import replica_requests
-from superpod.api.models import ClusterTopology, GPUQueue, TrainingJob
+from superpod.api.models import API_VERSION, ClusterTopology, GPUQueue, GPUUsage, TrainingJob
 from superpod.api.resources import ConvertError, pod_requests, quantity
-from superpod.api.times import timestamp
+from superpod.api.times import rfc3339, timestamp
 from superpod.core.model import Level, Node, Pod, Topology
 from superpod.core.phases import POD_FINISHED
 from superpod.core.queues import Budget, Queue, Quota
 from superpod.core.request import JobRequest, Requirement, Taint, Toleration
+from superpod.core.usage import Record
 
 
 def describe(obj: Any) -> str:
@@ -132,6 +133,24 @@ def queue_from_k8s(obj: dict) -> Queue:
     return Queue(gq.metadata.name, spec.parent, tuple(spec.namespaces),
                  tuple(Quota(r.flavor, r.guaranteed, r.limit, r.lendingLimit) for r in spec.resources),
                  spec.weight, budget)
+
+
+def record_from_k8s(obj: dict) -> Record:
+    """The core Record of a GPUUsage object."""
+    spec = _validate(GPUUsage, obj).spec
+    return Record(spec.queue, spec.namespace, spec.job, spec.flavor, spec.serviceClass, spec.attempt, spec.gpus,
+                  spec.start.timestamp(), spec.end.timestamp(), spec.gpuSeconds)
+
+
+def usage_object(record: Record, job_uid: str) -> dict:
+    """The GPUUsage object of an ended attempt, named <job uid>-a<attempt>: written once, whoever closes it."""
+    return {"apiVersion": API_VERSION, "kind": "GPUUsage",
+            "metadata": {"name": f"{job_uid}-a{record.attempt}",
+                         "labels": {"superpod.dev/queue": record.queue, "superpod.dev/namespace": record.namespace}},
+            "spec": {"queue": record.queue, "namespace": record.namespace, "job": record.job, "jobUid": job_uid,
+                     "attempt": record.attempt, "flavor": record.flavor, "serviceClass": record.service_class,
+                     "gpus": record.gpus, "start": rfc3339(record.start, micro=True),
+                     "end": rfc3339(record.end, micro=True), "gpuSeconds": record.gpu_seconds}}
 
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|m|s)")

@@ -76,6 +76,9 @@ RULES: dict[str, list[dict]] = {
             "an extended resource (a name with a '/', e.g. rdma/ib) requested without a limit: Kubernetes requires "
             "its limit, equal to the request"),
     ],
+    "GPUUsage.spec": [
+        {"rule": "self == oldSelf", "message": "a usage record does not change once written (it is what was billed)"},
+    ],
     "TrainingJob.spec.topology": [
         {"rule": "has(self.sliceSize) == has(self.sliceRequired)",
          "message": "topology.sliceSize and topology.sliceRequired must be set together"},
@@ -145,7 +148,17 @@ PRINTER_COLUMNS = {
         {"name": "Borrowed", "type": "number", "jsonPath": ".status.borrowed"},
         {"name": "Pending", "type": "integer", "jsonPath": ".status.pending", "description": "jobs waiting"},
         {"name": "Share", "type": "number", "jsonPath": ".status.fairShare", "description": "weighted share"},
+        {"name": "Budget Left", "type": "number", "jsonPath": ".status.budgetRemaining",
+         "description": "GPU-hours left this period"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+    ],
+    "GPUUsage": [
+        {"name": "Queue", "type": "string", "jsonPath": ".spec.queue"},
+        {"name": "Namespace", "type": "string", "jsonPath": ".spec.namespace"},
+        {"name": "Job", "type": "string", "jsonPath": ".spec.job"},
+        {"name": "GPUs", "type": "number", "jsonPath": ".spec.gpus"},
+        {"name": "GPU-Seconds", "type": "number", "jsonPath": ".spec.gpuSeconds"},
+        {"name": "End", "type": "date", "jsonPath": ".spec.end"},
     ],
     "ClusterTopology": [
         {"name": "Coarsest", "type": "string", "jsonPath": ".spec.levels[0].name"},
@@ -265,6 +278,9 @@ def crds() -> dict[str, dict]:
         "superpod.dev_gpuqueues.yaml": _crd(
             "GPUQueue", "gpuqueues", "Cluster", models.GPUQueueSpec, models.GPUQueueStatus, ["gq"],
             "A tenant: guaranteed GPUs, a limit, lending and a weight for the surplus, a GPU-hour budget."),
+        "superpod.dev_gpuusages.yaml": _crd(
+            "GPUUsage", "gpuusages", "Cluster", models.GPUUsageSpec, None, ["gu"],
+            "The GPU-seconds of one ended attempt of a TrainingJob: the record tenants are billed from."),
         "superpod.dev_clustertopologies.yaml": _crd(
             "ClusterTopology", "clustertopologies", "Cluster", models.ClusterTopologySpec, None, [],
             "The levels of the cluster's fabric, coarsest first, each named by a node label."),

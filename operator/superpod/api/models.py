@@ -1,5 +1,5 @@
-"""Pydantic models of the superpod.dev/v1alpha1 kinds: TrainingJob (namespaced), ClusterTopology and GPUQueue
-(cluster-scoped).
+"""Pydantic models of the superpod.dev/v1alpha1 kinds: TrainingJob (namespaced), ClusterTopology, GPUQueue and
+GPUUsage (cluster-scoped).
 
 Field names are the YAML names. Every field has a description: the CRDs are generated from these models.
 """
@@ -268,6 +268,13 @@ class QueueFlavorStatus(BaseModel):
     borrowed: float = Field(0, description="Allocated beyond the guarantee.")
 
 
+class QueueUsageStatus(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    flavor: str = Field(description="The flavor.")
+    serviceClass: str = Field(description="reserved or spot.")
+    gpuSeconds: float = Field(0, description="GPU-seconds.")
+
+
 class GPUQueueStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
     guaranteed: float = Field(0, description="GPUs guaranteed, all flavors.")
@@ -275,6 +282,14 @@ class GPUQueueStatus(BaseModel):
     borrowed: float = Field(0, description="GPUs held beyond the guarantee.")
     pending: int = Field(0, description="Jobs of the queue waiting to be placed.")
     fairShare: float = Field(0, description="Weighted dominant share of the surplus it holds (lower goes first).")
+    budgetRemaining: float | None = Field(
+        None, description="GPU-hours left of the budget this period (as of the last whole minute); absent: no budget."
+    )
+    budgetRenews: datetime | None = Field(None, description="RFC 3339 time the budget period renews.")
+    gpuSeconds: list[QueueUsageStatus] = Field(
+        default_factory=list, description="GPU-seconds used, all time, per flavor and service class (recorded attempts "
+        "and running ones, as of the last whole minute)."
+    )
     flavors: list[QueueFlavorStatus] = Field(default_factory=list, description="The same, per flavor.")
     conditions: list[Condition] = Field(default_factory=list, description="Active: whether the queue is in force.")
 
@@ -285,3 +300,24 @@ class GPUQueue(BaseModel):
     metadata: ObjectMeta = Field(description="Standard object metadata.")
     spec: GPUQueueSpec = Field(description="Guarantees, limits, lending, weight and budget of a tenant.")
     status: GPUQueueStatus | None = Field(None, description="Set by the operator.")
+
+
+class GPUUsageSpec(_Spec):
+    queue: str = Field("", max_length=253, description="The GPUQueue the attempt ran in (empty: no queue).")
+    namespace: str = Field(max_length=63, description="The job's namespace.")
+    job: str = Field(max_length=253, description="The TrainingJob's name.")
+    jobUid: str = Field(max_length=64, description="The TrainingJob's uid.")
+    attempt: int = Field(ge=1, description="The gang attempt.")
+    flavor: str = Field(max_length=128, description="What it counted against: a GPU product, a MIG profile, or *.")
+    serviceClass: str = Field(max_length=16, description="reserved or spot.")
+    gpus: float = Field(ge=0, description="GPUs the gang held (MIG slices count g/7).")
+    start: datetime = Field(description="RFC 3339 time the attempt's first pod started.")
+    end: datetime = Field(description="RFC 3339 time its last pod finished (or the attempt was closed).")
+    gpuSeconds: float = Field(ge=0, description="GPU-seconds: each pod's GPUs times the time it ran.")
+
+
+class GPUUsage(BaseModel):
+    apiVersion: Literal["superpod.dev/v1alpha1"] = Field(API_VERSION, description="superpod.dev/v1alpha1")
+    kind: Literal["GPUUsage"] = Field("GPUUsage", description="GPUUsage")
+    metadata: ObjectMeta = Field(description="Standard object metadata; the name is <job uid>-a<attempt>.")
+    spec: GPUUsageSpec = Field(description="One ended attempt's usage.")

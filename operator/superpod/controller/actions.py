@@ -30,6 +30,13 @@ class WriteQueueStatus:
 
 
 @dataclass(frozen=True)
+class RecordUsage:
+    """Create a GPUUsage record (an ended attempt's usage). Written once: if it exists, the earlier write stands."""
+
+    usage: dict
+
+
+@dataclass(frozen=True)
 class CreateService:
     service: dict
 
@@ -79,7 +86,7 @@ class Emit:
     message: str
 
 
-Action = WriteStatus | CreateService | CreatePods | DeletePods | PatchNode | MergeMigConfigs | Emit
+Action = WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | PatchNode | MergeMigConfigs | Emit
 
 
 @dataclass

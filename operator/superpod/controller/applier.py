@@ -30,6 +30,7 @@ from superpod.controller.actions import (
     MergeMigConfigs,
     PatchNode,
     Plan,
+    RecordUsage,
     WriteQueueStatus,
     WriteStatus,
 )
@@ -39,6 +40,7 @@ from superpod.k8s.api import (
     CONFIGMAPS,
     EVENTS,
     GPUQUEUES,
+    GPUUSAGES,
     NODES,
     PODS,
     SERVICES,
@@ -150,7 +152,7 @@ class Applier:
     async def _do(self, step) -> None:
         self._check()
         write = {Emit: self._emit, WriteStatus: self._write_status, WriteQueueStatus: self._write_queue_status,
-                 CreatePods: self._create_pods,
+                 CreatePods: self._create_pods, RecordUsage: self._record_usage,
                  DeletePods: self._delete_pods, CreateService: self._create_service, PatchNode: self._patch_node,
                  MergeMigConfigs: self._merge_configs}[type(step)]
         await write(step)
@@ -254,6 +256,13 @@ class Applier:
                 raise r
             if isinstance(r, BaseException):
                 log.warning("pod delete failed: %s (retried next cycle)", r)
+
+    async def _record_usage(self, step: RecordUsage) -> None:
+        try:
+            self._see(GPUUSAGES, await self.api.create(GPUUSAGES, step.usage), "ADDED")
+        except ApiError as e:
+            if not e.conflict:  # AlreadyExists: an earlier try of the same close wrote it
+                raise
 
     async def _create_service(self, step: CreateService) -> None:
         try:

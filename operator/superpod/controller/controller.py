@@ -24,7 +24,7 @@ from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
 from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, wait_plans
 from superpod.controller.jobs import JobReader, JobView
-from superpod.controller.judge import Settings, judge
+from superpod.controller.judge import Settings, judge, record_deleted, requeue
 from superpod.controller.metering import Meter
 from superpod.controller.mig import MigFlow
 from superpod.controller.queues import QueueBook
@@ -48,7 +48,7 @@ class Controller:
         self.applier = Applier(api, state, leading, metrics, writer=self.settings.writer, clock=clock)
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
-        self.queues = QueueBook(state)
+        self.queues = QueueBook(state, self.settings.usage_half_life)
         self.room = WaitingRoom()
         self.meter = Meter(metrics.gpu_seconds if metrics else None, self.queues.labels)
         # The last cycle's findings on the waiting jobs (for `superpod plan`, explanations and tests):
@@ -66,6 +66,7 @@ class Controller:
         self._unreadable_nodes: tuple[int, list[str]] = (-1, [])  # (nodes version, names of unreadable nodes)
         self._assumed: dict[str, tuple[int, list]] = {}  # snapshot.holdings' memo of each placed gang's replicas
         self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
+        self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -81,6 +82,8 @@ class Controller:
             log.info("decided %d plan(s); writing them in %.0fs (--debug-slow-cycle)", len(plans), pause)
             await asyncio.sleep(pause)
         outcome = await self.applier.apply(plans)
+        for key in outcome.done:
+            self.unrecorded.pop(key, None)
         if outcome.stopped:
             log.warning("the Lease was lost while writing: %d of %d plans stopped; the next leader finishes or "
                         "rolls back from what it observes", len(plans) - len(outcome.done), len(plans))
@@ -108,12 +111,13 @@ class Controller:
         if self.mig:
             plans += self._guarded("mig", lambda: self.mig.check(now), [])
         placed = self.reader.gangs
+        plans += self._record_deleted(now)
         plans += self._judge_placed(touched, now)
         waiting = self.room.pending(self.state, self.reader, now, touched)
         plans += waiting.plans
         snap = self.snapshots.build(self.state, holdings(self.state, placed, self._assumed))
-        fair = self._guarded("queues", lambda: self.queues.policy(snap, [gang[0] for gang in placed.values()],
-                                                                  self.policy), None)
+        fair = self._guarded("queues", lambda: self.queues.policy(
+            snap, [gang[0] for gang in placed.values()], self.reader.active.values(), now, self.policy), None)
         started = time.perf_counter()
         self.visited, self.parked, start_plans = self.room.decide(self.state, snap, now, self.settings,
                                                                   fair or self.policy or PriorityFifo(),
@@ -199,7 +203,9 @@ class Controller:
             candidates = (touched & active.keys()) | self.judge_next
         self.judge_next = set()
         plans: list[Plan] = []
-        for key in sorted(candidates):
+        draining = self._draining(now)
+        plans += draining.values()
+        for key in sorted(candidates - draining.keys()):
             view = active.get(key)
             if view is None:
                 continue
@@ -208,6 +214,30 @@ class Controller:
                 plans += self._judge_unless_steady(view, seen, now)
             if steady.get(view.uid) != seen:
                 self.judge_next.add(key)
+        return plans
+
+    def _record_deleted(self, now: float) -> list[Plan]:
+        """Records of the attempts of placed jobs deleted since the last cycle (retried until written)."""
+        deleted, self.reader.deleted_placed = self.reader.deleted_placed, []
+        for view in deleted:
+            plan = self._guarded("metering", lambda v=view: record_deleted(self.state, v, now, self.queues.labels),
+                                 None)
+            if plan is not None:
+                self.unrecorded[plan.key] = plan
+        return list(self.unrecorded.values())
+
+    def _draining(self, now: float) -> dict[str, Plan]:
+        """The placed jobs of queues whose HoldAndDrain budget was spent (as of the last cycle): each stopped and
+        requeued."""
+        if not self.queues.draining:
+            return {}
+        plans = {}
+        for key, view in self.reader.active.items():
+            queue = self.queues.labels(view)[0]
+            if queue in self.queues.draining and self.applier.settled(view.uid, now):
+                plans[key] = requeue(self.state, view, now, Reason.BUDGET_EXHAUSTED,
+                                     f"stopped: queue {queue}'s budget is spent and it drains (HoldAndDrain); the "
+                                     "job waits for the budget to renew", self.queues.labels)
         return plans
 
     def _judge_unless_steady(self, view: JobView, seen: tuple[int, int], now: float) -> list[Plan]:
@@ -220,7 +250,7 @@ class Controller:
 
     def _judge(self, view: JobView, now: float) -> list[Plan]:
         try:
-            plan = judge(self.state, view, now, self.settings, self.metrics)
+            plan = judge(self.state, view, now, self.settings, self.metrics, self.queues.labels)
         except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
             log.exception("judging %s failed", view.key)
             self._count_error("judge")

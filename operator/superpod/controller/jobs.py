@@ -132,6 +132,7 @@ class JobReader:
         self.damaged: set[str] = set()  # keys of the jobs whose status has fields that did not read
         self.active: dict[str, JobView] = {}  # the jobs placed (phase in ACTIVE), by key
         self.gangs: dict[str, tuple[JobRequest, str, int, dict[int, str]]] = {}  # JobView.gang of those placed
+        self.deleted_placed: list[JobView] = []  # the last views of placed jobs deleted since the caller took them
 
     def read(self, state: ClusterState) -> None:
         """Read the jobs stored or deleted since the last read."""
@@ -152,6 +153,8 @@ class JobReader:
                 self.by_uid.pop(cached.uid, None)
             if obj is None:
                 self.by_key.pop(key, None)
+                if cached is not None and key in self.active:
+                    self.deleted_placed.append(cached)
             else:
                 view = self.by_key[key] = _view(key, obj)  # in place: the order of first sight is kept
                 self.by_uid[view.uid] = view

@@ -4,17 +4,20 @@ any of its pods is deleted, so a crash can neither lose nor double-count it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from superpod.api import manifests
+from superpod.api.convert import usage_object
 from superpod.api.status import with_failure
 from superpod.api.times import rfc3339
-from superpod.controller.actions import CreatePods, CreateService, DeletePods, Plan
+from superpod.controller.actions import CreatePods, CreateService, DeletePods, Plan, RecordUsage
 from superpod.controller.jobs import JobView
+from superpod.controller.metering import Labels, attempt_runs, attempt_usage, outside_queues
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle
-from superpod.core.accounting import Run, gpu_seconds
 from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Condition, Phase, Reason
+from superpod.core.usage import Record
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,7 @@ class Settings:
     scheduler_name: str = manifests.SCHEDULER_NAME
     not_ready_grace: float = lifecycle.NOT_READY_GRACE  # seconds a placed node may be NotReady before the restart
     writer: str = ""  # who writes (identity/term), stamped on the pods
+    usage_half_life: float = 7 * 86400.0  # seconds: a queue's past usage halves in this (the surplus order)
 
 
 def own_pods(state: ClusterState, view: JobView) -> list[PodInfo]:
@@ -29,25 +33,12 @@ def own_pods(state: ClusterState, view: JobView) -> list[PodInfo]:
     return [p for p in state.pods_of(view.key) if p.owner == view.uid]
 
 
-def attempt_usage(state: ClusterState, view: JobView, attempt: int, now: float) -> float:
-    """GPU-seconds of one attempt's pods so far: observed pods, and pods already gone (their recorded runs)."""
-    runs: dict[int, Run] = {}
-    prefix = f"{view.key.split('/', 1)[0]}/"
-    for i in range(view.replicas):
-        key = prefix + manifests.pod_name(view.obj["metadata"]["name"], attempt, i)
-        pod = state.pods.get(key)
-        if pod is not None and pod.owner == view.uid:
-            runs[i] = pod.run
-        elif key in state.ended and state.ended[key][:2] == (view.uid, attempt):
-            runs[i] = state.ended[key][2]
-    return gpu_seconds(runs.values(), view.units, now)
-
-
-def judge(state: ClusterState, view: JobView, now: float, settings: Settings, metrics=None) -> Plan | None:
+def judge(state: ClusterState, view: JobView, now: float, settings: Settings, metrics=None,
+          labels: Callable[[JobView], Labels] = outside_queues) -> Plan | None:
     status = view.status
     attempt, placement = status.attempt, view.placement()
     if sorted(placement) != list(range(view.replicas)):
-        return _damaged(state, view, now)
+        return _damaged(state, view, now, labels)
     mine = own_pods(state, view)
     current = {p.index: p for p in mine if p.attempt == attempt and not p.deleting and p.index is not None}
     lost, not_ready = _node_trouble(state, set(placement.values()), now, settings.not_ready_grace)
@@ -62,6 +53,7 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     plan = Plan(f"job:{view.key}")
     changes = _changes(state, view, verdict, current, now)
     if any(view.raw.get(k) != v for k, v in changes.items()) or view.problems:
+        plan.then(*_usage_record(state, view, changes, now, labels))
         ok = "True" if verdict.phase in (Phase.RUNNING, Phase.SUCCEEDED) else "False"
         conditions = [(Condition.RUNNING, ok, verdict.reason or verdict.phase, verdict.message)]
         if verdict.phase in (Phase.SUCCEEDED, Phase.FAILED):
@@ -146,10 +138,50 @@ def _closing(state: ClusterState, view: JobView, now: float) -> dict:
             "gpuSeconds": round(finished, 3)}
 
 
-def _damaged(state: ClusterState, view: JobView, now: float) -> Plan:
+def _usage_record(state: ClusterState, view: JobView, changes: dict, now: float,
+                  labels: Callable[[JobView], Labels]) -> list[RecordUsage]:
+    """The GPUUsage record of the attempt the status write closes (none if its pods never ran): written before the
+    write, so a close that landed always has its record."""
+    attempt = view.status.attempt
+    if changes.get("accountedAttempts", 0) <= view.status.accountedAttempts:
+        return []
+    runs = [run for run in attempt_runs(state, view, attempt) if run.start is not None]
+    if not runs:
+        return []
+    used = changes["finishedGpuSeconds"] - view.status.finishedGpuSeconds
+    queue, namespace, flavor, service_class = labels(view)
+    record = Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, attempt,
+                    round(view.units * view.replicas, 4), min(run.start for run in runs),
+                    max(now if run.end is None else run.end for run in runs), round(max(0.0, used), 3))
+    return [RecordUsage(usage_object(record, view.uid))]
+
+
+def record_deleted(state: ClusterState, view: JobView, now: float, labels: Callable[[JobView], Labels]) -> Plan | None:
+    """The record of the open attempt of a placed job that was deleted (its pods go with it): usage up to now."""
+    status = view.status
+    if status.accountedAttempts >= status.attempt:
+        return None
+    used = attempt_usage(state, view, status.attempt, now)
+    changes = {"accountedAttempts": status.attempt, "finishedGpuSeconds": status.finishedGpuSeconds + used}
+    steps = _usage_record(state, view, changes, now, labels)
+    return Plan(f"usage:{view.uid}", list(steps)) if steps else None
+
+
+def _damaged(state: ClusterState, view: JobView, now: float, labels: Callable[[JobView], Labels]) -> Plan:
     """An active job whose placement cannot be read (a damaged status): accounted and requeued; its pods go."""
-    why = "status.placement is missing or damaged; the gang is requeued"
-    write = view.write({"phase": Phase.QUEUED, "reason": Reason.INTERNAL_ERROR, "message": why, "placement": None,
-                        "domain": None, "domains": None, "attemptStartTime": None, **_closing(state, view, now)},
-                       now, [(Condition.RUNNING, "False", Reason.INTERNAL_ERROR, why)])
-    return Plan(f"job:{view.key}", [write, view.emit("Warning", Reason.INTERNAL_ERROR, why)])
+    return requeue(state, view, now, Reason.INTERNAL_ERROR, "status.placement is missing or damaged; the gang is "
+                   "requeued", labels, "Warning")
+
+
+def requeue(state: ClusterState, view: JobView, now: float, reason: str, why: str,
+            labels: Callable[[JobView], Labels] = outside_queues, event: str = "Normal") -> Plan:
+    """Stop a placed gang and put it back in the queue: the attempt is closed (accounted and recorded) in the status
+    write, then its pods are deleted gracefully (pods left over are deleted while it waits)."""
+    changes = {"phase": Phase.QUEUED, "reason": reason, "message": why, "placement": None, "domain": None,
+               "domains": None, "attemptStartTime": None, **_closing(state, view, now)}
+    plan = Plan(f"job:{view.key}", [*_usage_record(state, view, changes, now, labels),
+                                    view.write(changes, now, [(Condition.RUNNING, "False", reason, why)]),
+                                    view.emit(event, reason, why)])
+    live = tuple(sorted((p.key, p.uid) for p in own_pods(state, view) if not p.deleting
+                        and p.phase not in POD_FINISHED))
+    return plan.then(DeletePods(live)) if live else plan

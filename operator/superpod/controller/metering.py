@@ -2,16 +2,18 @@
 Each cycle a job's usage so far (its ended attempts from status, its running attempt from its pods) is compared
 with what was already counted and the difference is added; a job deleted while running is counted up to its
 deletion. After a restart, counting resumes from each job's usage at that moment: what ran while no operator
-watched is in the job's status.gpuSeconds (the durable record, written when an attempt ends), not in the counter.
+watched is in the GPUUsage records and the jobs' status.gpuSeconds (written when an attempt ends), not in the
+counter.
 A job's labels are taken when it is first counted (its queue, the flavor it counts against, its service class)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
+from superpod.api import manifests
 from superpod.controller.jobs import JobView
-from superpod.controller.judge import attempt_usage
 from superpod.controller.state import ClusterState
+from superpod.core.accounting import Run, gpu_seconds
 from superpod.core.phases import ACTIVE
 from superpod.core.queues import ANY, SPOT
 from superpod.core.request import JobRequest
@@ -68,3 +70,22 @@ def usage(state: ClusterState, view: JobView, now: float) -> tuple[float, float]
                       and p.run.start is not None and p.run.end is None)
         rate = running * view.units
     return total, rate
+
+
+def attempt_runs(state: ClusterState, view: JobView, attempt: int) -> list[Run]:
+    """The runs of one attempt's pods: observed pods, and pods already gone (their recorded runs)."""
+    runs: list[Run] = []
+    prefix = f"{view.key.split('/', 1)[0]}/"
+    for i in range(view.replicas):
+        key = prefix + manifests.pod_name(view.obj["metadata"]["name"], attempt, i)
+        pod = state.pods.get(key)
+        if pod is not None and pod.owner == view.uid:
+            runs.append(pod.run)
+        elif key in state.ended and state.ended[key][:2] == (view.uid, attempt):
+            runs.append(state.ended[key][2])
+    return runs
+
+
+def attempt_usage(state: ClusterState, view: JobView, attempt: int, now: float) -> float:
+    """GPU-seconds of one attempt's pods so far."""
+    return gpu_seconds(attempt_runs(state, view, attempt), view.units, now)

@@ -28,6 +28,7 @@ import kopf
 import urllib3
 from kubernetes import client
 
+from superpod.api.convert import duration
 from superpod.api.manifests import SCHEDULER_NAME
 from superpod.controller.controller import Controller
 from superpod.controller.health import Health
@@ -201,6 +202,9 @@ def register(sub) -> None:
                    help="spec.schedulerName of the pods it creates (they are bound already; no other scheduler acts)")
     p.add_argument("--not-ready-grace", type=float, default=Settings.not_ready_grace,
                    help="seconds a placed node may be NotReady before its gang restarts elsewhere")
+    p.add_argument("--usage-half-life", type=duration, default=Settings.usage_half_life,
+                   help="how fast a GPUQueue's past usage is forgotten in the order of the surplus, e.g. 168h "
+                        "(it halves in this time)")
     p.add_argument("--lease-duration", type=float, default=LEASE_SECONDS, help="seconds; renew deadline and retry "
                    "period are 2/3 and 2/15 of it")
     p.add_argument("--identity", default=os.environ.get("POD_NAME"),
@@ -226,8 +230,9 @@ def run(args) -> int:
     _ensure_namespace(api_client, args.namespace)
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     api_client.user_agent = f"{AGENT}{identity}"  # the API server's audit log names each replica
+    settings = Settings(args.scheduler_name, args.not_ready_grace, usage_half_life=args.usage_half_life)
     op = Operator(KubeAPI(api_client, workers=args.api_workers), KubeAPI(api_client, workers=2), args.namespace,
-                  Metrics(), args.topology, Settings(args.scheduler_name, args.not_ready_grace), args.mig_configmap,
+                  Metrics(), args.topology, settings, args.mig_configmap,
                   args.mig_timeout, identity, args.lease_duration, args.resync, args.stall_timeout,
                   args.debug_slow_cycle)
     asyncio.run(_main(op, args.metrics_port))

@@ -1,26 +1,52 @@
 """GPUQueues in the cycle: the queue tree read from the cache (again only when a GPUQueue changed), the admission
-policy for one cycle (core/queues.py) on what the placed gangs hold, and each queue's status. A cluster without
-GPUQueues keeps the configured policy: single-tenant clusters work unchanged."""
+policy for one cycle (core/queues.py) on what the placed gangs hold and what the queues used (the GPUUsage records
+of ended attempts, plus the running attempts from their pods), and each queue's status. A cluster without GPUQueues
+keeps the configured policy: single-tenant clusters work unchanged.
+
+A budget's periods are counted from the GPUQueue's creation. The status's figures that grow with time (GPU-seconds,
+budget left) are taken as of the last whole minute, so a queue's status is rewritten at most once a minute for them."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from superpod.api.convert import queue_from_k8s
 from superpod.api.resources import ConvertError
 from superpod.api.status import condition
+from superpod.api.times import rfc3339, timestamp
 from superpod.controller.actions import Emit, Plan, WriteQueueStatus
 from superpod.controller.jobs import JobView
-from superpod.controller.metering import Labels, outside_queues
+from superpod.controller.metering import Labels, attempt_runs, outside_queues
 from superpod.controller.state import ClusterState
+from superpod.core.accounting import Run, gpu_seconds
 from superpod.core.cycle import Decision
 from superpod.core.model import Snapshot
 from superpod.core.phases import Condition, Reason
-from superpod.core.queues import FairQueues, QueueTree, Usage, capacity
+from superpod.core.queues import HOLD_AND_DRAIN, FairQueues, QueueTree, Usage, capacity
 from superpod.core.request import JobRequest
+from superpod.core.usage import period_of, runs_within
+
+STATUS_GRAIN = 60.0  # seconds: the status's usage figures are as of the last multiple of this
+
+
+@dataclass(frozen=True)
+class Open:
+    """A running attempt's usage so far: its leaf queue, flavor and class, its pods' runs and GPU units per pod."""
+
+    queue: str
+    flavor: str
+    service_class: str
+    runs: tuple[Run, ...]
+    units: float
 
 
 class QueueBook:
-    def __init__(self, state: ClusterState) -> None:
-        self.state = state
+    def __init__(self, state: ClusterState, half_life: float) -> None:
+        self.state, self.half_life = state, half_life
+        self.draining: set[str] = set()  # leaf queues whose running jobs stop: a HoldAndDrain budget is spent
+        self.open: list[Open] = []  # the running attempts in queues, as of the last policy()
         self._tree: tuple[int, QueueTree, dict[str, str]] | None = None  # (queue edits, tree, unreadable -> why)
 
     def tree(self) -> tuple[QueueTree, dict[str, str]]:
@@ -35,14 +61,56 @@ class QueueBook:
             self._tree = (self.state.queue_edits, QueueTree.of(queues), unreadable)
         return self._tree[1], self._tree[2]
 
-    def policy(self, snap: Snapshot, placed: list[JobRequest], inner=None) -> FairQueues | None:
-        """The admission policy for this cycle, or None when the cluster has no GPUQueue. `inner`: the configured
-        policy, whose placement runs under the queues."""
+    def policy(self, snap: Snapshot, placed: list[JobRequest], active: Iterable[JobView], now: float,
+               inner=None) -> FairQueues | None:
+        """The admission policy for this cycle, or None when the cluster has no GPUQueue. `active`: the placed jobs'
+        views (their running attempts count as used); `inner`: the configured policy, whose placement runs under
+        the queues."""
+        self.draining, self.open = set(), []
         if not self.state.queues:
             return None
         tree, _ = self.tree()
+        running = self.open = self.running(tree, active)
+        spent, renews = self.spent(tree, running, now)
+        past = {leaf: self.state.ledger.past(leaf, now, self.half_life) for leaf in tree.queues
+                if not tree.children[leaf]}
+        for attempt in running:
+            past[attempt.queue] += gpu_seconds(attempt.runs, attempt.units, now)
         flavors = {quota.flavor for queue in tree.queues.values() for quota in queue.quotas}
-        return FairQueues(tree, Usage(tree.running(placed)), capacity(snap.nodes, flavors), inner)
+        fair = FairQueues(tree, Usage(tree.running(placed), past, spent, renews), capacity(snap.nodes, flavors), inner)
+        for name, queue in tree.queues.items():
+            if queue.budget and queue.budget.on_exhausted == HOLD_AND_DRAIN and fair.exhausted(name) == name:
+                self.draining.update(tree.leaves[name])
+        return fair
+
+    def running(self, tree: QueueTree, active: Iterable[JobView]) -> list[Open]:
+        """The running attempts of the jobs in queues, not yet recorded."""
+        out = []
+        for view in active:
+            status = view.status
+            if status.accountedAttempts >= status.attempt or not isinstance(view.request, JobRequest):
+                continue
+            queue, flavor, problem = tree.classify(view.request)
+            if not problem:
+                out.append(Open(queue, flavor, view.request.service_class,
+                                tuple(attempt_runs(self.state, view, status.attempt)), view.units))
+        return out
+
+    def spent(self, tree: QueueTree, running: list[Open], now: float) -> tuple[dict[str, float], dict[str, float]]:
+        """Per queue with a budget: GPU-seconds of its subtree in the current period, and when the period ends."""
+        spent, starts, renews = {}, {}, {}
+        for name, queue in tree.queues.items():
+            if queue.budget is None:
+                continue
+            created = (self.state.queues[name].get("metadata") or {}).get("creationTimestamp")
+            starts[name], renews[name] = period_of(timestamp(created) if created else 0.0, queue.budget.period, now)
+            spent[name] = sum(self.state.ledger.spent(leaf, starts[name]) for leaf in tree.leaves[name])
+        if starts:
+            for attempt in running:
+                for name in tree.ancestors(attempt.queue):
+                    if name in starts:
+                        spent[name] += runs_within(attempt.runs, attempt.units, starts[name], now)
+        return spent, renews
 
     def labels(self, view: JobView) -> Labels:
         """The GPU-seconds counter's labels of a job: its queue and the flavor it counts against, when it has one."""
@@ -57,6 +125,7 @@ class QueueBook:
         if not self.state.queues:
             return []
         tree, unreadable = self.tree()
+        usage = self._usage_figures(tree, math.floor(now / STATUS_GRAIN) * STATUS_GRAIN)
         pending: dict[str, int] = {}
         if fair is not None:
             fair.count([d for d in decisions if d.placed])  # what the cycle placed after its last admission
@@ -72,7 +141,7 @@ class QueueBook:
                 new = {**status, "conditions": condition(status.get("conditions") or [], Condition.ACTIVE, "False",
                                                          Reason.QUEUE_REFUSED, problem, now)}
             else:
-                new = {**_figures(tree, fair, name, pending), "conditions": condition(
+                new = {**_figures(tree, fair, name, pending), **usage.get(name, {}), "conditions": condition(
                     status.get("conditions") or [], Condition.ACTIVE, "True", Reason.QUEUE_ACTIVE, "in force", now)}
             if new != status:
                 plan = Plan(f"queue:{name}", [WriteQueueStatus(name, new)])
@@ -80,6 +149,30 @@ class QueueBook:
                     plan.then(Emit(_ref(obj), "Warning", Reason.QUEUE_REFUSED, f"not in force: {problem}"))
                 plans.append(plan)
         return plans
+
+
+    def _usage_figures(self, tree: QueueTree, at: float) -> dict[str, dict]:
+        """Per queue: GPU-seconds per flavor and class, all time, and what is left of its budget, as of `at`."""
+        running = self.open
+        spent, renews = self.spent(tree, running, at)
+        used: dict[tuple[str, str, str], float] = dict(self.state.ledger.totals)
+        for attempt in running:
+            key = (attempt.queue, attempt.flavor, attempt.service_class)
+            used[key] = used.get(key, 0.0) + runs_within(attempt.runs, attempt.units, -math.inf, at)
+        mine: dict[str, dict[tuple[str, str], float]] = {name: {} for name in tree.queues}
+        for (leaf, flavor, service_class), seconds in used.items():
+            for name in tree.ancestors(leaf) if leaf in tree.queues else ():
+                mine[name][(flavor, service_class)] = mine[name].get((flavor, service_class), 0.0) + seconds
+        out = {}
+        for name, queue in tree.queues.items():
+            figures: dict = {"gpuSeconds": [{"flavor": flavor, "serviceClass": service_class,
+                                             "gpuSeconds": round(seconds, 1)}
+                                            for (flavor, service_class), seconds in sorted(mine[name].items())]}
+            if queue.budget:
+                figures["budgetRemaining"] = round(queue.budget.gpu_hours - spent[name] / 3600, 2)
+                figures["budgetRenews"] = rfc3339(renews[name])
+            out[name] = figures
+        return out
 
 
 def _figures(tree: QueueTree, fair: FairQueues | None, name: str, pending: dict[str, int]) -> dict:

@@ -15,7 +15,7 @@ import logging
 from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 
-from superpod.api.convert import node_from_k8s, pod_from_k8s, topology_from_k8s
+from superpod.api.convert import node_from_k8s, pod_from_k8s, record_from_k8s, topology_from_k8s
 from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
@@ -24,7 +24,18 @@ from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
 from superpod.core.mig_render import STATE_LABEL
 from superpod.core.model import Node, Pod, Topology
 from superpod.core.phases import KUBELET_DISRUPTIONS, POD_FINISHED
-from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES, PODS, SERVICES, TRAININGJOBS, Kind, object_key
+from superpod.core.usage import Ledger
+from superpod.k8s.api import (
+    CLUSTERTOPOLOGIES,
+    GPUQUEUES,
+    GPUUSAGES,
+    NODES,
+    PODS,
+    SERVICES,
+    TRAININGJOBS,
+    Kind,
+    object_key,
+)
 
 log = logging.getLogger(__name__)
 TOMBSTONES = 50_000  # deleted uids remembered, so their late events are ignored
@@ -108,6 +119,7 @@ class ClusterState:
         self.topologies: dict[str, dict] = {}
         self.queues: dict[str, dict] = {}  # GPUQueue name -> object
         self.queue_edits = 0  # bumped on every stored or deleted GPUQueue
+        self.ledger = Ledger()  # the GPUUsage records, by queue
         self.by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
@@ -183,6 +195,8 @@ class ClusterState:
         elif kind is GPUQUEUES:
             self.queues[key] = obj
             self.queue_edits += 1
+        elif kind is GPUUSAGES:
+            self._store_record(key, obj)
 
     def _forget(self, kind: Kind, key: str, uid: str, rv: int, now: float, obj: dict | None = None) -> None:
         self._changed(kind, key)
@@ -224,6 +238,8 @@ class ClusterState:
             self.queues.pop(key, None)
             self.queue_edits += 1
             self.gone.append(uid)
+        elif kind is GPUUSAGES:
+            self.ledger.remove(key)
 
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
         info = pod_info(obj)
@@ -238,6 +254,15 @@ class ClusterState:
             self.holding.pop(key, None)
         if info.job:
             self.by_job.setdefault(info.job, set()).add(key)
+
+    def _store_record(self, name: str, obj: dict) -> None:
+        self.ledger.remove(name)
+        try:
+            record = record_from_k8s(obj)
+        except ConvertError as e:  # the API server checks the schema: only a hand-edited CRD gets here
+            log.warning("GPUUsage %s is left out of the budgets: %s", name, e)
+            return
+        self.ledger.add(name, record)
 
     def _store_node(self, name: str, obj: dict, now: float) -> None:
         self.node_edits += 1

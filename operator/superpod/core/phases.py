@@ -48,6 +48,7 @@ class Reason(StrEnum):
     # GPUQueues
     QUEUE_ACTIVE = "InForce"  # the queue takes jobs
     QUEUE_REFUSED = "Refused"  # the queue cannot be read or does not fit the tree; its jobs wait
+    BUDGET_EXHAUSTED = "BudgetExhausted"  # the queue's budget is spent and it drains: the gang was stopped, it waits
 
 
 class Condition(StrEnum):

@@ -11,7 +11,7 @@ Admission (`admit`, on the usage at the start of the cycle plus what the cycle p
 - inside its guarantee a job is admitted (capacity permitting); a `reserved` job only there;
 - beyond it (`spot`, borrowing) only from the surplus: the flavor's capacity minus what runs minus what other queues
   keep — the part of their unused guarantee their waiting jobs need, and the part they do not lend (`lendingLimit`);
-- a queue whose budget for the period is spent admits nothing.
+- a queue whose budget for the period is spent, or whose ancestor's is, admits nothing.
 Order (`order`): demand inside guarantees first, then the surplus by priority, then lowest weighted dominant share,
 then decayed past usage, then submission time. Reservations are per queue (`group`), and work inside a guarantee
 does not keep off other queues' reservations (`blocking`): one tenant's giant gang never blocks another's guarantee.
@@ -20,7 +20,6 @@ does not keep off other queues' reservations (`blocking`): one tenant's giant ga
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -214,18 +213,14 @@ def capacity(nodes: Iterable[Node], flavors: Iterable[str]) -> dict[str, float]:
     return out
 
 
-def decayed(previous: float, added: float, elapsed: float, half_life: float) -> float:
-    """Past usage with exponential decay: what was there `elapsed` seconds ago halves every `half_life`."""
-    return previous * math.pow(0.5, elapsed / half_life) + added if half_life > 0 else previous + added
-
-
 @dataclass
 class Usage:
     """What the queues hold and have held, at the start of a cycle."""
 
     running: dict[tuple[str, str], float] = field(default_factory=dict)  # (leaf queue, flavor) -> GPU units
-    past: dict[str, float] = field(default_factory=dict)  # queue -> decayed GPU-seconds
-    spent: dict[str, float] = field(default_factory=dict)  # queue -> GPU-seconds in its budget's current period
+    past: dict[str, float] = field(default_factory=dict)  # leaf queue -> decayed GPU-seconds
+    spent: dict[str, float] = field(default_factory=dict)  # queue with a budget -> GPU-seconds (its subtree's) in
+    # the budget's current period
     renews: dict[str, float] = field(default_factory=dict)  # queue -> when its budget period ends
 
 
@@ -327,9 +322,10 @@ class FairQueues:
 
     def _refusal(self, job: JobRequest, queue: str, flavor: str) -> str | None:
         spec = self.tree.queues[queue]
-        if spec.budget and self.usage.spent.get(queue, 0.0) >= spec.budget.gpu_hours * 3600:
-            return (f"queue {queue} has spent its budget of {spec.budget.gpu_hours:g} GPU-hours for this period"
-                    f"{_renewal(self.usage.renews.get(queue))}")
+        if (spent := self.exhausted(queue)) is not None:
+            budget = self.tree.queues[spent].budget
+            return (f"queue {spent} has spent its budget of {budget.gpu_hours:g} GPU-hours for this period"
+                    f"{_renewal(self.usage.renews.get(spent))}")
         need = units(job)
         for name in self.tree.ancestors(queue):
             quota = self.tree.queues[name].quota(flavor)
@@ -349,6 +345,14 @@ class FairQueues:
         if need > surplus:
             return (f"queue {queue} is beyond its guarantee of {quota.guaranteed:g} {_gpus(flavor)} and may borrow "
                     f"{max(surplus, 0.0):g} now (the rest runs or is kept for other queues' guarantees)")
+        return None
+
+    def exhausted(self, queue: str) -> str | None:
+        """The queue or ancestor whose budget for the period is spent, if one is."""
+        for name in self.tree.ancestors(queue):
+            budget = self.tree.queues[name].budget
+            if budget and self.usage.spent.get(name, 0.0) >= budget.gpu_hours * 3600:
+                return name
         return None
 
     def surplus(self, flavor: str, borrower: str) -> float:

@@ -29,7 +29,9 @@ LEASES = Kind("coordination.k8s.io", "v1", "leases", True, "Lease")
 TRAININGJOBS = Kind("superpod.dev", "v1alpha1", "trainingjobs", True, "TrainingJob")
 CLUSTERTOPOLOGIES = Kind("superpod.dev", "v1alpha1", "clustertopologies", False, "ClusterTopology")
 GPUQUEUES = Kind("superpod.dev", "v1alpha1", "gpuqueues", False, "GPUQueue")
-WATCHED = (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES, GPUQUEUES)  # what the operator keeps in its cache
+GPUUSAGES = Kind("superpod.dev", "v1alpha1", "gpuusages", False, "GPUUsage")
+# what the operator keeps in its cache
+WATCHED = (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES, GPUQUEUES, GPUUSAGES)
 
 
 class ApiError(Exception):

@@ -1,0 +1,125 @@
+"""Recorded usage: one Record per ended attempt (a GPUUsage object), what tenants are billed from, and the sums the
+queues need of it — GPU-seconds in a budget period, and past usage decayed with a half-life. Pure: times are passed
+in.
+
+A record holds the attempt's GPU-seconds and its span (first pod start to last pod finish). A window that cuts the
+span counts the share of the span inside it (the GPUs are taken as held evenly over the span): exact for a window
+that holds the whole attempt, off by at most the pods' start skew otherwise."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from superpod.core.accounting import Run
+
+
+@dataclass(frozen=True)
+class Record:
+    queue: str  # "" outside queues
+    namespace: str
+    job: str
+    flavor: str
+    service_class: str
+    attempt: int
+    gpus: float  # GPU units the gang held
+    start: float
+    end: float
+    gpu_seconds: float
+
+    def within(self, since: float, until: float) -> float:
+        """Its GPU-seconds inside [since, until)."""
+        if self.end <= self.start:  # an instant: counted where it happened
+            return self.gpu_seconds if since <= self.start < until else 0.0
+        overlap = min(until, self.end) - max(since, self.start)
+        return self.gpu_seconds * max(0.0, overlap) / (self.end - self.start)
+
+
+def runs_within(runs: Iterable[Run], units: float, since: float, until: float) -> float:
+    """GPU-seconds of pod runs inside [since, until) (a run without an end runs until `until`)."""
+    total = 0.0
+    for run in runs:
+        if run.start is not None:
+            end = until if run.end is None else min(run.end, until)
+            total += max(0.0, end - max(run.start, since))
+    return units * total
+
+
+def period_of(anchor: float, length: float, now: float) -> tuple[float, float]:
+    """(start, end) of the budget period holding `now`: periods of `length` seconds counted from `anchor`."""
+    start = anchor + math.floor((now - anchor) / length) * length
+    return start, start + length
+
+
+def decay(elapsed: float, half_life: float) -> float:
+    """What is left of an amount after `elapsed` seconds (negative: what it was that long before)."""
+    return math.pow(0.5, elapsed / half_life) if half_life > 0 else 1.0
+
+
+COLUMNS = {"queue": ("queue",), "namespace": ("namespace",), "job": ("namespace", "job"),
+           "flavor": ("flavor", "service_class")}  # what `summarize` may group by -> the fields of a group
+
+
+def summarize(amounts: Iterable[tuple[Record, float]], by: str) -> dict[tuple[str, ...], tuple[float, int]]:
+    """GPU-seconds and attempts per group (`by`: a key of COLUMNS), of records with the amount each counts."""
+    fields = COLUMNS[by]
+    out: dict[tuple[str, ...], tuple[float, int]] = {}
+    for record, amount in amounts:
+        if amount > 0:
+            key = tuple(getattr(record, name) for name in fields)
+            seconds, attempts = out.get(key, (0.0, 0))
+            out[key] = (seconds + amount, attempts + 1)
+    return out
+
+
+@dataclass
+class Ledger:
+    """The records by queue, with the sums the queues read every cycle kept up to date as records come and go:
+    GPU-seconds since a period start (per queue and start asked for), and decayed past usage."""
+
+    by_queue: dict[str, dict[str, Record]] = field(default_factory=dict)  # queue -> record name -> record
+    queue_of: dict[str, str] = field(default_factory=dict)  # record name -> its queue
+    totals: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, flavor, class) -> all time
+    _spent: dict[tuple[str, float], float] = field(default_factory=dict)  # (queue, since) -> GPU-seconds after it
+    _past: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # queue -> (half-life, value, at)
+
+    def add(self, name: str, record: Record) -> None:
+        self.remove(name)
+        self.by_queue.setdefault(record.queue, {})[name] = record
+        self.queue_of[name] = record.queue
+        self._count(record, 1.0)
+
+    def remove(self, name: str) -> None:
+        if name in self.queue_of:
+            self._count(self.by_queue[self.queue_of.pop(name)].pop(name), -1.0)
+
+    def _count(self, record: Record, sign: float) -> None:
+        key = (record.queue, record.flavor, record.service_class)
+        self.totals[key] = self.totals.get(key, 0.0) + sign * record.gpu_seconds
+        for (queue, since) in self._spent:
+            if queue == record.queue:
+                self._spent[(queue, since)] += sign * record.within(since, math.inf)
+        if record.queue in self._past:
+            half_life, value, at = self._past[record.queue]
+            self._past[record.queue] = (half_life, value + sign * record.gpu_seconds
+                                        * decay(at - record.end, half_life), at)
+
+    def spent(self, queue: str, since: float) -> float:
+        """Recorded GPU-seconds of a queue after `since` (a budget period's start)."""
+        key = (queue, since)
+        if key not in self._spent:
+            for old in [k for k in self._spent if k[0] == queue]:  # a period that ended is not asked again
+                del self._spent[old]
+            self._spent[key] = sum(r.within(since, math.inf) for r in self.by_queue.get(queue, {}).values())
+        return self._spent[key]
+
+    def past(self, queue: str, now: float, half_life: float) -> float:
+        """Recorded GPU-seconds of a queue, each halving every `half_life` since its attempt ended."""
+        known = self._past.get(queue)
+        if known is None or known[0] != half_life or now < known[2]:
+            value = sum(r.gpu_seconds * decay(now - r.end, half_life) for r in self.by_queue.get(queue, {}).values())
+        else:
+            value = known[1] * decay(now - known[2], half_life)
+        self._past[queue] = (half_life, value, now)
+        return value

@@ -1,0 +1,129 @@
+"""Usage records and GPU-hour budgets through the controller on the in-memory API: each ended attempt leaves one
+GPUUsage record (also when the close is retried), a spent budget holds new jobs with words naming it, HoldAndDrain
+stops the running ones, the budget renews each period, and `superpod usage` sums the records and running attempts."""
+
+from __future__ import annotations
+
+import asyncio
+
+from superpod.k8s.api import GPUQUEUES, GPUUSAGES, TRAININGJOBS, ApiError
+from superpod.usage import gather, table
+from tests.unit.memory_cluster import MemoryCluster, run
+from tests.unit.test_controller_queues import finish, gpu_queue, message, phase, queue_status, submit
+
+
+def records(c: MemoryCluster) -> list[dict]:
+    return list(c.store.objects.get(GPUUSAGES, {}).values())
+
+
+def budgeted(c: MemoryCluster, gpu_hours: float, on_exhausted: str = "Hold", period: str = "720h") -> None:
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, budget={"gpuHours": gpu_hours, "period": period,
+                                                               "onExhausted": on_exhausted})))
+
+
+def test_an_ended_attempt_leaves_one_record_equal_to_the_jobs_accounting():
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16)))
+    submit(c, "a", "j")
+    c.settle(20)
+    finish(c, "a", "j")
+    c.settle(2)
+    status = c.job("j")["status"]
+    assert status["phase"] == "Succeeded"
+    [record] = records(c)
+    uid = c.job("j")["metadata"]["uid"]
+    assert record["metadata"]["name"] == f"{uid}-a1"
+    spec = record["spec"]
+    assert (spec["queue"], spec["namespace"], spec["job"], spec["flavor"], spec["serviceClass"], spec["gpus"]) == (
+        "a", "team-a", "j", "*", "spot", 8)
+    assert spec["gpuSeconds"] == status["gpuSeconds"] == status["finishedGpuSeconds"] > 8 * 15
+    assert queue_status(c, "a")["gpuSeconds"] == [{"flavor": "*", "serviceClass": "spot",
+                                                   "gpuSeconds": round(spec["gpuSeconds"], 1)}]
+
+
+def test_a_close_whose_status_write_failed_is_retried_without_a_second_record():
+    """The record is written before the status write that closes the attempt; when that write fails, the next
+    cycle's record meets AlreadyExists and the close goes through."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    submit(c, "a", "j")
+    c.settle(10)
+    failed = []
+
+    def fault(verb, kind, obj, writer):
+        closing = kind is TRAININGJOBS and verb == "update" and (obj.get("status") or {}).get("accountedAttempts")
+        if closing and not failed:
+            failed.append(len(records(c)))
+            raise ApiError(500, "InternalError", "etcd is having a bad day")
+
+    c.store.fault = fault
+    finish(c, "a", "j")
+    c.settle(3)
+    assert failed == [1], "the close failed after its record was written"
+    assert c.status("j")["phase"] == "Succeeded" and c.status("j")["accountedAttempts"] == 1
+    assert len(records(c)) == 1
+
+
+def test_a_spent_budget_holds_new_jobs_with_its_words_and_running_ones_go_on():
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    budgeted(c, 0.05)  # 180 GPU-seconds: an 8-GPU job spends it in 22.5 s
+    submit(c, "a", "first")
+    c.settle(40)
+    assert phase(c, "a", "first") == "Running", "Hold: the running job goes on past the budget"
+    submit(c, "a", "second")
+    c.settle(3)
+    assert phase(c, "a", "second") == "Queued"
+    assert message(c, "a", "second").startswith("queue a has spent its budget of 0.05 GPU-hours for this period; "
+                                                "it renews at ")
+    c.settle(60)
+    assert queue_status(c, "a")["budgetRemaining"] < 0
+    finish(c, "a", "first")
+    c.settle(3)
+    assert phase(c, "a", "second") == "Queued", "a record keeps the budget spent"
+
+
+def test_hold_and_drain_stops_the_running_jobs_and_the_budget_renews_each_period():
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    budgeted(c, 0.05, "HoldAndDrain", period="300s")
+    submit(c, "a", "j")
+    c.settle(40)
+    status = c.status("j")
+    assert status["phase"] == "Queued" and "queue a has spent its budget" in status["message"]
+    assert any(reason == "BudgetExhausted" and "HoldAndDrain" in text for reason, text in c.events("j"))
+    assert c.pods("j") == [], "its pods were deleted"
+    [record] = records(c)
+    assert 180 <= record["spec"]["gpuSeconds"] == status["finishedGpuSeconds"] <= 180 + 3 * 8
+    for _ in range(30):
+        c.settle(9, seconds=10.0)
+        if phase(c, "a", "j") in ("Starting", "Running"):
+            break
+    assert c.status("j")["attempt"] == 2, "it ran again once the period renewed"
+
+
+def test_usage_sums_records_and_running_attempts_by_queue_and_job():
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16)))
+    submit(c, "a", "done")
+    submit(c, "a", "running")
+    c.settle(20)
+    finish(c, "a", "done")
+    c.settle(10)
+    records_now, problems = asyncio.run(gather(c.store.client(), c.now))
+    assert problems == []
+    rows = {row["job"]: row for row in table(records_now, 0, c.now, "job")}
+    done = c.job("done")["status"]["gpuSeconds"]
+    assert rows["done"]["gpuSeconds"] == done
+    assert rows["running"]["gpuSeconds"] > done, "the running attempt counts up to now"
+    [queue] = table(records_now, 0, c.now, "queue")
+    assert queue["queue"] == "a" and queue["attempts"] == 2
+
+
+def test_a_placed_job_deleted_while_running_leaves_its_record():
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    submit(c, "a", "j")
+    c.settle(20)
+    uid = c.job("j")["metadata"]["uid"]
+    run(c.admin.delete(TRAININGJOBS, "j", "team-a"))
+    c.settle(2)
+    [record] = records(c)
+    assert record["metadata"]["name"] == f"{uid}-a1"
+    assert 8 * 15 <= record["spec"]["gpuSeconds"] <= 8 * 22
