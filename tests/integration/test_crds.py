@@ -126,6 +126,24 @@ def test_gpu_queue_is_accepted_with_defaults_and_listed_with_its_columns(crds):
         assert got["spec"]["weight"] == 1 and got["spec"]["budget"] == {"gpuHours": 100, "period": "720h",
                                                                           "onExhausted": "Hold"}
         header = crds.kubectl("get", "gq").stdout.splitlines()[0].split()
-        assert header == ["NAME", "GUARANTEED", "ALLOCATED", "BORROWED", "PENDING", "SHARE", "AGE"]
+        assert header == ["NAME", "GUARANTEED", "ALLOCATED", "BORROWED", "PENDING", "SHARE", "BUDGET", "LEFT", "AGE"]
     finally:
         crds.kubectl("delete", "gq", "team-a", "--wait=false")
+
+
+def test_a_usage_record_is_listed_and_cannot_change(crds):
+    record = yaml.safe_dump({
+        "apiVersion": "superpod.dev/v1alpha1", "kind": "GPUUsage", "metadata": {"name": "test-uid-a1"},
+        "spec": {"queue": "team-a", "namespace": "team-a", "job": "llm", "jobUid": "test-uid", "attempt": 1,
+                 "flavor": "*", "serviceClass": "spot", "gpus": 16, "start": "2026-11-30T10:00:00Z",
+                 "end": "2026-11-30T11:00:00Z", "gpuSeconds": 57600}})
+    crds.kubectl("apply", "-f", "-", input=record)
+    try:
+        row = crds.kubectl("get", "gu", "test-uid-a1").stdout.splitlines()
+        assert row[0].split()[:6] == ["NAME", "QUEUE", "NAMESPACE", "JOB", "GPUS", "GPU-SECONDS"]
+        assert row[1].split()[1:6] == ["team-a", "team-a", "llm", "16", "57600"]
+        out = crds.kubectl("patch", "gu", "test-uid-a1", "--type=merge", "-p", '{"spec": {"gpuSeconds": 1}}',
+                           check=False)
+        assert out.returncode != 0 and "a usage record does not change once written" in out.stderr, out.stderr
+    finally:
+        crds.kubectl("delete", "gu", "test-uid-a1", "--wait=false")

@@ -18,7 +18,7 @@ from typing import Protocol
 
 from superpod.core.explain import explain_solver
 from superpod.core.model import UNLABELLED, Snapshot
-from superpod.core.placement import Placement, Solver, solve, validate
+from superpod.core.placement import Placement, Solver, could_ever_hold, solve, validate
 from superpod.core.request import JobRequest, Shape
 
 RESERVED_NOTE = "reserved for it"  # ends the reason of the job that holds the reservation
@@ -147,7 +147,7 @@ def _reservation(sv: Solver) -> Reservation | None:
     levels = [min(sv.required_level, finest)] if sv.required_level else range(finest, -1, -1)
     chosen = None
     for level in levels:
-        domains = _could_ever_hold(sv, level)
+        domains = could_ever_hold(sv, level)
         if domains:  # closest to fitting: most room now, then most free GPUs (or the job's primary resource)
             chosen = max(domains, key=lambda d: (sv.room(d), sv.free_primary(d), -d))
             break
@@ -180,17 +180,6 @@ def _reservation(sv: Solver) -> Reservation | None:
     else:
         label = _many(f"{snap.levels[level].name} domain", names, snap.domain_label(chosen))
     return Reservation(job, domains=frozenset(picked), label=label)
-
-
-def _could_ever_hold(sv: Solver, level: int) -> list[int]:
-    """The domains of `level` that could hold the gang on an idle cluster (kept on the snapshot when nothing is
-    excluded: the answer reads only nodes and topology)."""
-    if sv.excluded_domains or sv.excluded_nodes:
-        return [d for d in sv.domains_at(level) if sv.could_ever_hold(d)]
-    key = ("could-ever-hold", sv.job.shape(), level)
-    if key not in sv.snap.idle_answers:
-        sv.snap.idle_answers[key] = [d for d in sv.domains_at(level) if sv.could_ever_hold(d)]
-    return sv.snap.idle_answers[key]
 
 
 def _many(what: str, names: list[str], where: str) -> str:

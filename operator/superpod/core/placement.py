@@ -548,6 +548,17 @@ def solve(sv: Solver) -> Placement | None:
     return placement_of(sv, best[1], best[2])
 
 
+def could_ever_hold(sv: Solver, level: int) -> list[int]:
+    """The domains of `level` that could hold the gang on an idle cluster (kept on the snapshot when nothing is
+    excluded: the answer reads only nodes and topology)."""
+    if sv.excluded_domains or sv.excluded_nodes:
+        return [d for d in sv.domains_at(level) if sv.could_ever_hold(d)]
+    key = ("could-ever-hold", sv.job.shape(), level)
+    if key not in sv.snap.idle_answers:
+        sv.snap.idle_answers[key] = [d for d in sv.domains_at(level) if sv.could_ever_hold(d)]
+    return sv.snap.idle_answers[key]
+
+
 def _domains_above(snap: Snapshot, d: int) -> list[int]:
     """Ancestors of domain `d`, excluding `d` and the root."""
     out = []

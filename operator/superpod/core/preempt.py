@@ -1,0 +1,327 @@
+"""Exact victim choice for a gang that does not fit: the running gangs to evict so that it can be placed.
+
+Among the sets of candidate gangs after whose eviction the preemptor can be placed (its required domain, slices,
+product and every request respected), the chosen set is the lexicographic minimum of (1) the highest priority among
+its gangs, (2) how many gangs, (3) GPUs evicted, (4) GPU-seconds of work lost; ties go to the set whose gang keys
+sort first. Victims are whole gangs. Who may be a candidate (lower priority, borrowed GPUs, not reserved, ...) is
+the caller's rule; this module only chooses among them. Pure: the snapshot is changed only for the final placement
+and given back as it was.
+
+How. The preemptor lands inside one domain of its required level (the whole cluster when it requires none), so each
+such domain is searched on its own, with only the candidates that have pods on its eligible nodes; the best domain
+wins. Inside a domain, `Room` says how many replicas fit given a set of evicted gangs — the same count as
+`Solver.room` (per-node slots by every request, slices rounded per slice domain), kept up to date as gangs are
+added and removed — and it only grows as gangs are added. The search:
+- the highest priority: the lowest candidate priority p such that evicting every candidate of priority <= p makes
+  room (monotone, so no smaller set of lower priority can);
+- then the count: for k from a lower bound up (the fewest gangs whose freed primary resource covers the shortfall),
+  a depth-first search over the candidates of priority <= p for a set of exactly k that makes room, with the GPUs
+  and work lost of the best set found as a bound, and the shortfall that the k - chosen largest remaining gangs
+  could cover as a second one.
+A search that visits more than `budget` sets stops with the best found and says `exact=False`. The placement is then
+computed by `placement.solve` on the snapshot without the victims' pods: exactly as a gang is placed on free
+capacity.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from superpod.core.model import Snapshot
+from superpod.core.placement import Placement, Solver, could_ever_hold, solve
+from superpod.core.request import GPU, JobRequest
+
+BUDGET = 200_000  # sets visited per domain before the search settles for the best found
+
+
+@dataclass(frozen=True)
+class Victim:
+    key: str  # namespace/name of the gang
+    priority: int
+    gpus: float  # GPUs it holds (MIG slices count g/7)
+    lost: float  # GPU-seconds of work lost if it is evicted now (since its attempt started)
+    pods: tuple[str, ...]  # keys of its pods in the snapshot
+
+
+@dataclass(frozen=True)
+class Preemption:
+    victims: tuple[Victim, ...]
+    placement: Placement
+    exact: bool = True
+
+    @property
+    def cost(self) -> tuple:
+        return cost_of(self.victims)
+
+
+def cost_of(victims) -> tuple:
+    """The order victim sets are chosen in: highest priority, gangs, GPUs, work lost, then their keys."""
+    victims = list(victims)
+    return (max((v.priority for v in victims), default=None), len(victims), round(sum(v.gpus for v in victims), 6),
+            round(sum(v.lost for v in victims), 6), tuple(sorted(v.key for v in victims)))
+
+
+def choose(snap: Snapshot, job: JobRequest, candidates: list[Victim], exclude_nodes: frozenset[int] = frozenset(),
+           budget: int = BUDGET) -> Preemption | None:
+    """The victims to evict and where the preemptor then goes; None if it fits already, or no candidate set makes
+    room (or it could not fit even on an idle cluster)."""
+    solver = Solver(snap, job, exclude_nodes=exclude_nodes)
+    if solve(solver) is not None:
+        return None
+    usable = _Usable(solver)
+    domains = _domains(solver)
+    on_node: dict[int, list[tuple[Victim, tuple, int]]] = {}  # node -> (candidate, a pod's requests, its primary)
+    pods, index, primary, amounts = snap.pods, snap.index, solver.primary, {}
+    for victim in candidates:
+        for key in victim.pods:
+            if (pod := pods.get(key)) is not None and (i := index.get(pod.node)) is not None:
+                amount = amounts.get(pod.requests)
+                if amount is None:
+                    amount = amounts[pod.requests] = dict(pod.requests).get(primary, 0)
+                entries = on_node.get(i)
+                if entries is None:
+                    entries = on_node[i] = []
+                entries.append((victim, pod.requests, amount))
+    best: tuple[tuple, list[Victim], bool] | None = None
+    for bound, domain in _ranked(solver, domains, on_node, usable):
+        if best is not None and bound > best[0][:4]:
+            break  # ranked by bound: no domain left can do better
+        room = Room(solver, domain, on_node, usable)
+        found = room.search(best[0] if best else None, budget) if room.victims else None
+        if found is not None and (best is None or cost_of(found[0]) < best[0]):
+            best = (cost_of(found[0]), found[0], found[1])
+    if best is None:
+        return None
+    placement = _place_without(snap, job, best[1], exclude_nodes)
+    return Preemption(tuple(sorted(best[1], key=lambda v: v.key)), placement, best[2]) if placement else None
+
+
+def _domains(solver: Solver) -> list[int]:
+    """The domains the preemptor may land in whole: of its required level (nodes when it requires one), else the
+    cluster; only those that could hold it with no pod running."""
+    snap, level = solver.snap, solver.required_level
+    if level == 0:
+        return [0] if solver.could_ever_hold(0) else []
+    if level == solver.node_level:
+        return [i for i in range(len(snap.nodes)) if solver.idle_slots(i) >= solver.replicas]
+    return could_ever_hold(solver, level)
+
+
+class _Usable:
+    """Whether a node could hold a replica of the preemptor with no pod running (asked once per node)."""
+
+    def __init__(self, solver: Solver) -> None:
+        self.solver = solver
+        self.known: dict[int, bool] = {}
+
+    def __call__(self, node: int) -> bool:
+        known = self.known.get(node)
+        if known is None:
+            known = self.known[node] = self.solver.idle_slots(node) > 0
+        return known
+
+
+def _ranked(solver: Solver, domains: list[int], on_node: dict[int, list[tuple[Victim, tuple, int]]],
+            usable: _Usable) -> list[tuple]:
+    """The domains with candidates, each with a lower bound on the cost of its best set — (highest priority, gangs,
+    GPUs, work lost): from what the candidates' freed primary resource must cover at least — best bound first."""
+    snap, level, primary = solver.snap, solver.required_level, solver.primary
+    wanted = set(domains)
+    freed: dict[int, dict[str, list]] = {}  # domain -> victim key -> [victim, primary units freed there]
+    ancestors, node_level = snap.ancestors, solver.node_level
+    for i, entries in on_node.items():
+        domain = i if level == node_level else ancestors[i][level] if level else 0
+        if domain not in wanted or not usable(i):
+            continue
+        mine = freed.get(domain)
+        if mine is None:
+            mine = freed[domain] = {}
+        for victim, _, amount in entries:
+            known = mine.get(victim.key)
+            if known is None:
+                mine[victim.key] = [victim, amount]
+            else:
+                known[1] += amount
+    need = solver.replicas * dict(solver.requests).get(primary, 0)
+    out = []
+    for domain, units in freed.items():
+        free = solver.node_free_primary(domain) if level == node_level else solver.free_primary(domain)
+        shortfall = need - free
+        covered, priority = 0, None
+        for victim, amount in sorted(units.values(), key=lambda entry: entry[0].priority):
+            if covered >= shortfall:
+                break
+            covered += amount
+            priority = victim.priority
+        if covered < shortfall:
+            continue  # even every candidate there could not make room
+        fewest, covered = 0, 0
+        for amount in sorted((entry[1] for entry in units.values()), reverse=True):
+            if covered >= shortfall:
+                break
+            covered += amount
+            fewest += 1
+        fewest = max(fewest, 1)
+        victims = [entry[0] for entry in units.values()]
+        low = min(v.priority for v in victims) if priority is None else priority
+        if fewest == 1:  # one gang alone: it must cover the shortfall, at a priority no higher than the bound's
+            victims = [v for v, amount in units.values() if amount >= shortfall and v.priority <= low]
+        gpus = max(max(shortfall, 0) if primary == GPU else 0, sum(sorted(v.gpus for v in victims)[:fewest]))
+        lost = sum(sorted(v.lost for v in victims)[:fewest])
+        out.append(((low, fewest, round(gpus, 6), round(lost, 6)), domain))
+    return sorted(out)
+
+
+def _place_without(snap: Snapshot, job: JobRequest, victims: list[Victim],
+                   exclude_nodes: frozenset[int]) -> Placement | None:
+    """Where the preemptor goes once the victims' pods are gone; the snapshot is given back unchanged."""
+    pods = [snap.pods[key] for victim in victims for key in victim.pods if key in snap.pods]
+    for pod in pods:
+        snap.remove_pod(pod.key)
+    try:
+        return solve(Solver(snap, job, exclude_nodes=exclude_nodes))
+    finally:
+        for pod in pods:
+            snap.add_pod(pod)
+
+
+@dataclass
+class Room:
+    """Replicas of the preemptor that fit inside one domain (`node` index when the domain is a node), as gangs are
+    evicted and given back."""
+
+    solver: Solver
+    domain: int
+    on_node: dict[int, list[tuple[Victim, tuple, int]]]  # node -> (candidate, a pod's requests, its primary)
+    usable: _Usable
+    victims: list[Victim] = field(default_factory=list)  # the candidates with pods on the domain's usable nodes
+    visited: int = 0
+
+    def __post_init__(self) -> None:
+        sv, snap = self.solver, self.solver.snap
+        nodes = [self.domain] if sv.required_level == sv.node_level else snap.nodes_under(self.domain)
+        usable = {i for i in nodes if self.usable(i)}
+        self.requests = sv.requests
+        self.free = {i: {r: snap.free[i].get(r, 0) for r, _ in self.requests} for i in usable}
+        self.freed: dict[str, list[tuple[int, tuple[tuple[str, int], ...]]]] = {}  # victim key -> (node, requests)
+        for i in sorted(usable):
+            for victim, requests, _ in self.on_node.get(i, ()):
+                if victim.key not in self.freed:
+                    self.freed[victim.key] = []
+                    self.victims.append(victim)
+                self.freed[victim.key].append((i, requests))
+        self.group = {i: self._group(i) for i in usable}  # node -> its slice group (None: no slices)
+        self.slots = {i: self._slots(i) for i in usable}
+        self.per_group: Counter = Counter()
+        for i, k in self.slots.items():
+            self.per_group[self.group[i]] += k
+        primary = sv.primary
+        self.need = sv.replicas * dict(self.requests).get(primary, 0)
+        self.units = {v.key: sum(dict(req).get(primary, 0) for _, req in self.freed[v.key]) for v in self.victims}
+        self.base = sum(max(free.get(primary, 0), 0) for free in self.free.values())
+
+    def _group(self, node: int):
+        sv = self.solver
+        if sv.slice_level is None:
+            return None
+        if sv.slice_level == sv.node_level:
+            return ("node", node)
+        return sv.snap.ancestors[node][sv.slice_level]
+
+    def _slots(self, node: int) -> int:
+        free, k = self.free[node], self.solver.replicas
+        for r, v in self.requests:
+            k = min(k, max(free.get(r, 0), 0) // v)
+        return k
+
+    def room(self) -> int:
+        size = self.solver.slice_size
+        if self.solver.slice_level is None:
+            total = self.per_group[None]
+        else:
+            total = sum(count // size * size for count in self.per_group.values())
+        return min(total, self.solver.replicas)
+
+    def fits(self) -> bool:
+        return self.room() >= self.solver.replicas
+
+    def evict(self, victim: Victim, sign: int = 1) -> None:
+        """Count the victim's pods as gone (sign 1) or back (sign -1)."""
+        for node, requests in self.freed[victim.key]:
+            free = self.free[node]
+            for r, amount in requests:
+                if r in free:
+                    free[r] += sign * amount
+            before, self.slots[node] = self.slots[node], self._slots(node)
+            self.per_group[self.group[node]] += self.slots[node] - before
+
+    # ---- the search -----------------------------------------------------------------------------------------------
+    def search(self, bound: tuple | None, budget: int) -> tuple[list[Victim], bool] | None:
+        """The best set inside this domain (and whether the search finished), unless none beats `bound`."""
+        evicted: list[Victim] = []
+        by_priority = sorted(self.victims, key=lambda v: v.priority)
+        for priority in sorted({v.priority for v in self.victims}):
+            if bound is not None and priority > bound[0]:
+                break
+            for victim in by_priority[len(evicted):]:
+                if victim.priority > priority:
+                    break
+                self.evict(victim)
+                evicted.append(victim)
+            if self.fits():
+                for victim in evicted:
+                    self.evict(victim, -1)
+                return self._fewest(evicted, bound, budget)
+        for victim in evicted:
+            self.evict(victim, -1)
+        return None
+
+    def _fewest(self, allowed: list[Victim], bound: tuple | None, budget: int) -> tuple[list[Victim], bool] | None:
+        order = sorted(allowed, key=lambda v: (-self.units[v.key], v.gpus, v.lost, v.key))
+        units = [self.units[v.key] for v in order]
+        shortfall = self.need - self.base
+        fewest, covered = 0, 0
+        for amount in sorted(units, reverse=True):  # the fewest gangs whose freed resource covers the shortfall
+            if covered >= shortfall:
+                break
+            covered += amount
+            fewest += 1
+        for count in range(max(fewest, 1), len(order) + 1):
+            if bound is not None and (bound[0], bound[1]) < (max(v.priority for v in allowed), count):
+                return None
+            self.best: tuple | None = None
+            self.complete = True
+            self.budget = budget
+            self._depth(order, units, count, 0, [], shortfall)
+            if self.best is not None:
+                return self.best[1], self.complete
+        return None
+
+    def _depth(self, order: list[Victim], units: list[int], count: int, start: int, chosen: list[Victim],
+               shortfall: float) -> None:
+        self.visited += 1
+        self.budget -= 1
+        if len(chosen) == count:
+            if self.fits():
+                key = cost_of(chosen)[2:]
+                if self.best is None or key < self.best[0]:
+                    self.best = (key, list(chosen))
+            return
+        left = count - len(chosen)
+        if len(order) - start < left or sum(sorted(units[start:], reverse=True)[:left]) < shortfall:
+            return  # not enough gangs left, or the largest left cannot cover the shortfall
+        if self.best is not None:
+            gpus = sum(v.gpus for v in chosen) + sum(sorted(v.gpus for v in order[start:])[:left])
+            if round(gpus, 6) > self.best[0][0]:
+                return
+        for j in range(start, len(order)):
+            if self.budget <= 0:
+                self.complete = False
+                return
+            victim = order[j]
+            self.evict(victim)
+            chosen.append(victim)
+            self._depth(order, units, count, j + 1, chosen, shortfall - units[j])
+            chosen.pop()
+            self.evict(victim, -1)
