@@ -201,27 +201,28 @@ class Room:
     def __post_init__(self) -> None:
         sv, snap = self.solver, self.solver.snap
         nodes = [self.domain] if sv.required_level == sv.node_level else snap.nodes_under(self.domain)
-        usable = {i for i in nodes if self.usable(i)}
-        self.requests = sv.requests
-        self.free = {i: {r: snap.free[i].get(r, 0) for r, _ in self.requests} for i in usable}
+        usable = [i for i in nodes if self.usable(i)]
+        self.requests, primary = sv.requests, sv.primary
+        self.free: dict[int, dict[str, int]] = {}  # node -> free of each request, once a victim there is evicted
         self.freed: dict[str, list[tuple[int, tuple[tuple[str, int], ...]]]] = {}  # victim key -> (node, requests)
-        for i in sorted(usable):
-            for victim, requests, _ in self.on_node.get(i, ()):
+        self.units: dict[str, int] = {}  # victim key -> primary resource it frees here
+        for i in usable:
+            for victim, requests, amount in self.on_node.get(i, ()):
                 if victim.key not in self.freed:
-                    self.freed[victim.key] = []
+                    self.freed[victim.key], self.units[victim.key] = [], 0
                     self.victims.append(victim)
                 self.freed[victim.key].append((i, requests))
-        self.group = {i: self._group(i) for i in usable}  # node -> its slice group (None: no slices)
-        self.slots = {i: self._slots(i) for i in usable}
+                self.units[victim.key] += amount
+        self.slots = {i: sv.slots(i) for i in usable}
         self.per_group: Counter = Counter()
         for i, k in self.slots.items():
-            self.per_group[self.group[i]] += k
-        primary = sv.primary
+            if k:
+                self.per_group[self._group(i)] += k
         self.need = sv.replicas * dict(self.requests).get(primary, 0)
-        self.units = {v.key: sum(dict(req).get(primary, 0) for _, req in self.freed[v.key]) for v in self.victims}
-        self.base = sum(max(free.get(primary, 0), 0) for free in self.free.values())
+        self.base = sum(max(snap.free[i].get(primary, 0), 0) for i in usable)
 
     def _group(self, node: int):
+        """The slice group of a node: None without slices, the node itself, or its domain at the slice level."""
         sv = self.solver
         if sv.slice_level is None:
             return None
@@ -249,12 +250,16 @@ class Room:
     def evict(self, victim: Victim, sign: int = 1) -> None:
         """Count the victim's pods as gone (sign 1) or back (sign -1)."""
         for node, requests in self.freed[victim.key]:
-            free = self.free[node]
+            free = self.free.get(node)
+            if free is None:
+                snap_free = self.solver.snap.free[node]
+                free = self.free[node] = {r: snap_free.get(r, 0) for r, _ in self.requests}
             for r, amount in requests:
                 if r in free:
                     free[r] += sign * amount
             before, self.slots[node] = self.slots[node], self._slots(node)
-            self.per_group[self.group[node]] += self.slots[node] - before
+            if self.slots[node] != before:
+                self.per_group[self._group(node)] += self.slots[node] - before
 
     # ---- the search -----------------------------------------------------------------------------------------------
     def search(self, bound: tuple | None, budget: int) -> tuple[list[Victim], bool] | None:
