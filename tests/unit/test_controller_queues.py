@@ -3,6 +3,7 @@ capacity frees, surplus-only tenants, queue status, and clear words for jobs no 
 
 from __future__ import annotations
 
+from superpod.controller.judge import Settings
 from superpod.k8s.api import GPUQUEUES
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
@@ -38,7 +39,8 @@ def finish(c: MemoryCluster, tenant: str, name: str) -> None:
 
 
 def test_borrowing_up_to_a_limit_then_guaranteed_work_first_as_capacity_frees():
-    c = MemoryCluster(nodes=12, nodes_per_unit=4)  # 96 GPUs
+    """Without preemption: a lent guarantee comes back as borrowers finish."""
+    c = MemoryCluster(nodes=12, nodes_per_unit=4, settings=Settings(not_ready_grace=300, preemption=False))  # 96 GPUs
     for body in (gpu_queue("a", 32, limit=80), gpu_queue("b", 32), gpu_queue("c", 0)):
         run(c.admin.create(GPUQUEUES, body))
     for i in range(12):

@@ -77,7 +77,7 @@ def test_reserved_nodes_are_never_repartitioned():
     c.submit(h100_job("blocker", 2, 8))
     c.cycle()
     c.settle(2)
-    c.submit(h100_job("big", 2, 8, priority=10))  # cannot fit: both H100s are busy; it reserves them
+    c.submit(h100_job("big", 2, 8))  # cannot fit: both H100s are busy; it reserves them (no higher priority)
     c.submit(mig_job("slices", 1))
     c.cycle()
     assert "reserved for it" in c.status("big")["message"]

@@ -99,7 +99,15 @@ class TrainingJobSpec(_Spec):
         None, max_length=253, description="The GPUQueue this job runs in (default: the queue that owns its namespace)."
     )
     serviceClass: Literal["reserved", "spot"] = Field(
-        "spot", description="reserved: admitted only inside its queue's guarantee; spot: may borrow idle GPUs."
+        "spot", description="reserved: admitted only inside its queue's guarantee, never preempted; spot: may borrow "
+        "idle GPUs, may be preempted."
+    )
+    preemptionGracePeriodSeconds: int = Field(
+        30, ge=0, le=86_400, description="When the gang is preempted: seconds between SIGTERM and SIGKILL."
+    )
+    minRuntimeSeconds: int | None = Field(
+        None, ge=0, le=30 * 86_400,
+        description="Not preempted until each attempt has run this long (default: its GPUQueue's, else 0).",
     )
 
     @model_validator(mode="after")
@@ -129,6 +137,13 @@ class Failure(BaseModel):
     time: datetime = Field(description="RFC 3339 time the operator saw it.")
 
 
+class Nomination(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    nodes: list[str] = Field(default_factory=list, description="The nodes held for this job while its victims stop.")
+    victims: list[str] = Field(default_factory=list, description="The gangs it preempted (namespace/name).")
+    time: datetime = Field(description="RFC 3339 time it preempted them.")
+
+
 class TrainingJobStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
     phase: Phase | None = Field(None, description="Queued, Starting, Running, Succeeded, Failed or Invalid.")
@@ -156,6 +171,13 @@ class TrainingJobStatus(BaseModel):
     gpuSeconds: float = Field(
         0, ge=0, description="GPU-seconds used by all attempts, from pod start to finish (MIG slices count g/7); the "
         "running attempt up to the last status write."
+    )
+    nomination: Nomination | None = Field(
+        None, description="Set while gangs this job preempted stop: the nodes held for it and the victims."
+    )
+    preemptions: int = Field(0, ge=0, description="Times this job's running gang was preempted.")
+    preemptedAt: list[datetime] = Field(
+        default_factory=list, description="RFC 3339 times of its last preemptions (at most 4), oldest first."
     )
     finishedGpuSeconds: float = Field(0, ge=0, description="GPU-seconds of the attempts that have ended.")
     accountedAttempts: int = Field(0, ge=0, description="Attempts whose GPU-seconds are in finishedGpuSeconds.")
@@ -250,6 +272,10 @@ class GPUQueueSpec(_Spec):
         default_factory=list, max_length=64, description="Guarantee, limit and lending per flavor."
     )
     weight: float = Field(1, gt=0, description="Share of the surplus among queues beyond their guarantee.")
+    minRuntimeSeconds: int = Field(
+        0, ge=0, le=30 * 86_400, description="Its jobs' gangs are not preempted before running this long (a job's "
+        "own spec.minRuntimeSeconds wins)."
+    )
     budget: QueueBudget | None = Field(None, description="GPU-hours per period; absent: no budget.")
 
     @model_validator(mode="after")

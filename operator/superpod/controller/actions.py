@@ -51,9 +51,11 @@ class CreatePods:
 
 @dataclass(frozen=True)
 class DeletePods:
-    """Graceful deletion (each pod's own grace period), each only while it is still the object with that uid."""
+    """Graceful deletion (each pod's own grace period, or `grace` seconds), each only while it is still the object
+    with that uid."""
 
     pods: tuple[tuple[str, str], ...]  # (namespace/name, uid)
+    grace: int | None = None
 
 
 @dataclass(frozen=True)

@@ -248,7 +248,7 @@ class Applier:
         async def delete(key: str, uid: str) -> None:
             self._check()
             namespace, name = key.split("/", 1)
-            self._see(PODS, await self.api.delete(PODS, name, namespace, uid or None))
+            self._see(PODS, await self.api.delete(PODS, name, namespace, uid or None, step.grace))
 
         results = await asyncio.gather(*(delete(k, u) for k, u in step.pods), return_exceptions=True)
         for r in results:

@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 
+from superpod.controller import preemption
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
 from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, wait_plans
@@ -33,6 +34,7 @@ from superpod.controller.state import ClusterState
 from superpod.controller.waiting import WaitingRoom
 from superpod.core.cycle import Decision, PriorityFifo
 from superpod.core.phases import Phase, Reason
+from superpod.core.preempt import Preempting, lower_priority
 from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
@@ -118,9 +120,12 @@ class Controller:
         snap = self.snapshots.build(self.state, holdings(self.state, placed, self._assumed))
         fair = self._guarded("queues", lambda: self.queues.policy(
             snap, [gang[0] for gang in placed.values()], self.reader.active.values(), now, self.policy), None)
+        policy = fair or self.policy or PriorityFifo()
+        if self.settings.preemption:
+            policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
+            plans += self._guarded("preemption", lambda: preemption.expired(self.reader, now), [])
         started = time.perf_counter()
-        self.visited, self.parked, start_plans = self.room.decide(self.state, snap, now, self.settings,
-                                                                  fair or self.policy or PriorityFifo(),
+        self.visited, self.parked, start_plans = self.room.decide(self.state, snap, now, self.settings, policy,
                                                                   self.offered(), self._may_park())
         self.invalid = {key: why for key, why in self.room.invalid.items() if why}
         self.held_back = waiting.reasons
@@ -130,11 +135,15 @@ class Controller:
         if self.mig:
             mig_plans, mig, notes = self._guarded("mig", lambda: self._mig(placed, now), ([], {}, {}))
             plans += mig_plans
+        if isinstance(policy, Preempting):
+            plans += self._guarded("preemption", lambda: preemption.plans(
+                policy, self.visited, self.reader, self.state, now, self.queues.labels), [])
         plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
         by_key = self.reader.by_key
         budget = self._rewrite_budget(now)
         passed = self.room.to_tell(self.parked)
-        waits, rewrites = wait_plans(self.visited + passed, by_key, mig, notes, now, self.said, int(budget),
+        waiting = [decision for decision in self.visited if not decision.preempts] + passed  # preemptions: above
+        waits, rewrites = wait_plans(waiting, by_key, mig, notes, now, self.said, int(budget),
                                      frozenset(decision.job.key for decision in passed))
         plans += waits
         self._rewrites = (budget - rewrites, now)
@@ -157,6 +166,18 @@ class Controller:
             return self.visited
         passed = [decision for run in self.parked for decision in run.decisions()]
         return sorted(self.visited + passed, key=lambda decision: decision.job.fifo_key)
+
+    def _preempting(self, policy, fair, snap, now: float) -> Preempting:
+        """The policy in force with preemption: the placed gangs as candidates, the nominations in force."""
+        def running(allowed):
+            return preemption.running(self.state, self.reader, snap, now, self.queues.min_runtime, allowed)
+
+        def hopeless(job) -> bool:  # no lower priority placed, and no guarantee to take back
+            lowest = self.reader.lowest_priority()
+            return (lowest is None or lowest >= job.priority) and not (fair is not None and fair.inside.get(job.key))
+
+        return Preempting(policy, running, preemption.nominations(self.state, self.reader, now),
+                          fair.may_evict if fair is not None else lower_priority, hopeless)
 
     def _may_park(self) -> bool:
         """Jobs may be passed over unless the MIG flow must see every waiting job (slices to give back)."""

@@ -245,7 +245,7 @@ def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]],
     write = view.write({"phase": Phase.STARTING, "attempt": attempt, "placement": assignments, "domains": domains,
                         "domain": domain, "attemptStartTime": rfc3339(now), "reason": Reason.PLACED,
                         "message": message, "gpus": view.holdings(), "ready": f"0/{view.replicas}",
-                        "notBefore": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now)},
+                        "notBefore": None, "nomination": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now)},
                        now, [(Condition.SCHEDULABLE, "True", Reason.PLACED, message)])
     nodes = {int(i): node for node, ranks in assignments.items() for i in ranks}
     pods = tuple(manifests.pod(view.obj, attempt, i, nodes[i], settings.scheduler_name, settings.writer)

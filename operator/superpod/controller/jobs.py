@@ -3,6 +3,7 @@ version of what it depends on), and the status writes every decision ends in."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -132,7 +133,13 @@ class JobReader:
         self.damaged: set[str] = set()  # keys of the jobs whose status has fields that did not read
         self.active: dict[str, JobView] = {}  # the jobs placed (phase in ACTIVE), by key
         self.gangs: dict[str, tuple[JobRequest, str, int, dict[int, str]]] = {}  # JobView.gang of those placed
+        self.priorities: Counter = Counter()  # priority -> how many gangs of it are placed
+        self.nominated: dict[str, JobView] = {}  # the jobs whose status holds a nomination (core/preempt.py)
         self.deleted_placed: list[JobView] = []  # the last views of placed jobs deleted since the caller took them
+
+    def lowest_priority(self) -> int | None:
+        """The lowest priority of a placed gang (None when none is placed)."""
+        return min((p for p, count in self.priorities.items() if count > 0), default=None)
 
     def read(self, state: ClusterState) -> None:
         """Read the jobs stored or deleted since the last read."""
@@ -167,10 +174,17 @@ class JobReader:
                 self.active[key] = view
             else:
                 self.active.pop(key, None)
-            if key in self.active and view.gang:
-                self.gangs[key] = view.gang
+            if view is not None and view.status.nomination is not None:
+                self.nominated[key] = view
             else:
-                self.gangs.pop(key, None)
+                self.nominated.pop(key, None)
+            if key in self.active and view.gang:
+                if key in self.gangs:
+                    self.priorities[self.gangs[key][0].priority] -= 1
+                self.gangs[key] = view.gang
+                self.priorities[view.gang[0].priority] += 1
+            elif key in self.gangs:
+                self.priorities[self.gangs.pop(key)[0].priority] -= 1
 
 
 def _view(key: str, obj: dict) -> JobView:

@@ -26,6 +26,7 @@ class Settings:
     not_ready_grace: float = lifecycle.NOT_READY_GRACE  # seconds a placed node may be NotReady before the restart
     writer: str = ""  # who writes (identity/term), stamped on the pods
     usage_half_life: float = 7 * 86400.0  # seconds: a queue's past usage halves in this (the surplus order)
+    preemption: bool = True  # a blocked job may evict lower-priority or borrowing gangs (core/preempt.py)
 
 
 def own_pods(state: ClusterState, view: JobView) -> list[PodInfo]:
@@ -174,14 +175,17 @@ def _damaged(state: ClusterState, view: JobView, now: float, labels: Callable[[J
 
 
 def requeue(state: ClusterState, view: JobView, now: float, reason: str, why: str,
-            labels: Callable[[JobView], Labels] = outside_queues, event: str = "Normal") -> Plan:
+            labels: Callable[[JobView], Labels] = outside_queues, event: str = "Normal", grace: int | None = None,
+            more: dict | None = None, conditions: tuple = ()) -> Plan:
     """Stop a placed gang and put it back in the queue: the attempt is closed (accounted and recorded) in the status
-    write, then its pods are deleted gracefully (pods left over are deleted while it waits)."""
+    write, then its pods are deleted gracefully (`grace` seconds, else each pod's own; pods left over are deleted
+    while it waits). `more`: other status fields; `conditions`: other conditions (type, status, reason, message)."""
     changes = {"phase": Phase.QUEUED, "reason": reason, "message": why, "placement": None, "domain": None,
-               "domains": None, "attemptStartTime": None, **_closing(state, view, now)}
+               "domains": None, "attemptStartTime": None, **_closing(state, view, now), **(more or {})}
     plan = Plan(f"job:{view.key}", [*_usage_record(state, view, changes, now, labels),
-                                    view.write(changes, now, [(Condition.RUNNING, "False", reason, why)]),
+                                    view.write(changes, now, [(Condition.RUNNING, "False", reason, why),
+                                                              *conditions]),
                                     view.emit(event, reason, why)])
     live = tuple(sorted((p.key, p.uid) for p in own_pods(state, view) if not p.deleting
                         and p.phase not in POD_FINISHED))
-    return plan.then(DeletePods(live)) if live else plan
+    return plan.then(DeletePods(live, grace)) if live else plan

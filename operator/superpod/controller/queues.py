@@ -112,6 +112,14 @@ class QueueBook:
                         spent[name] += runs_within(attempt.runs, attempt.units, starts[name], now)
         return spent, renews
 
+    def min_runtime(self, view: JobView) -> int:
+        """Seconds a job's gang runs before it may be preempted: its own minRuntimeSeconds, else its queue's."""
+        own = view.obj["spec"].get("minRuntimeSeconds")
+        if own is not None or not self.state.queues or not isinstance(view.request, JobRequest):
+            return int(own or 0)
+        queue = self.tree()[0].classify(view.request)[0]
+        return int(self.tree()[0].queues[queue].min_runtime) if queue else 0
+
     def labels(self, view: JobView) -> Labels:
         """The GPU-seconds counter's labels of a job: its queue and the flavor it counts against, when it has one."""
         outside = outside_queues(view)

@@ -32,6 +32,7 @@ class Decision:
     reserved: str | None = None  # what this job holds a reservation on, e.g. "leaf su-2"
     reserved_nodes: tuple[str, ...] = ()  # every node inside that reservation
     error: str | None = None  # a bug met while deciding this job (the others were decided all the same)
+    preempts: tuple[str, ...] = ()  # the running gangs (namespace/name) it evicts to start (core/preempt.py)
 
     @property
     def placed(self) -> bool:
@@ -94,10 +95,11 @@ class Reservation:
     domains: frozenset[int] = frozenset()
     nodes: frozenset[int] = frozenset()
     label: str = ""
+    pinned: bool = False  # held for a preemptor while its victims stop: every job keeps off it, whatever its group
 
     @cached_property
     def identity(self) -> tuple:
-        return (self.holder.key, self.holder.priority, self.domains, self.nodes, self.label)
+        return (self.holder.key, self.holder.priority, self.domains, self.nodes, self.label, self.pinned)
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Reservation) and self.identity == other.identity
@@ -117,17 +119,30 @@ class Held:
     def __init__(self) -> None:
         self.by_group: dict[str, Reservation] = {}
         self.all: frozenset[Reservation] = frozenset()
+        self.pinned: frozenset[Reservation] = frozenset()
         self._only: dict[str, frozenset[Reservation]] = {}
 
     def add(self, group: str, reservation: Reservation) -> None:
-        self.by_group[group] = reservation
-        self.all = frozenset(self.by_group.values())
+        """A reservation the group's first blocked job took; a pinned one (a preemptor's nodes) is kept off by every
+        job, and takes the group's turn only when the group has none."""
+        if not reservation.pinned or group not in self.by_group:
+            self.by_group[group] = reservation
+        if reservation.pinned and reservation not in self.pinned:
+            self.pinned = self.pinned | {reservation}
+            self._only = {}
+        self.all = frozenset(self.by_group.values()) | self.pinned
+
+    def pin(self, reservation: Reservation) -> None:
+        """A preemptor's nodes held from the start of the cycle (its nomination): no group's turn."""
+        self.pinned = self.pinned | {reservation}
+        self._only = {}
+        self.all = frozenset(self.by_group.values()) | self.pinned
 
     def only(self, group: str) -> frozenset[Reservation]:
-        """The group's own reservation, if it has one."""
+        """The group's own reservation, if it has one, and the pinned ones."""
         if group not in self._only:
             mine = self.by_group.get(group)
-            self._only[group] = frozenset([mine]) if mine else frozenset()
+            self._only[group] = (frozenset([mine]) if mine else frozenset()) | self.pinned
         return self._only[group]
 
 
@@ -234,9 +249,12 @@ def decide_isolated(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed
 
 
 def unfit_key(job: JobRequest, policy: QueuePolicy, held: Held) -> tuple[Shape, frozenset[Reservation], bool]:
-    """What a search for `job` reads besides the snapshot: its shape, the reservations it keeps off, whether it
-    may take one."""
-    return job.shape(), policy.blocking(job, held), policy.reserves and policy.group(job) not in held.by_group
+    """What a search for `job` reads besides the snapshot: its shape, the reservations it keeps off (never its own
+    pinned nodes), whether it may take one."""
+    blocking = policy.blocking(job, held)
+    if held.pinned and any(r.holder.key == job.key for r in held.pinned):
+        blocking = frozenset(r for r in blocking if r.holder.key != job.key)
+    return job.shape(), blocking, policy.reserves and policy.group(job) not in held.by_group
 
 
 def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: frozenset[Reservation],
@@ -250,6 +268,11 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
     if p is not None:
         snap.assume(job, p.assignments)
         return Decision(job, p, None), None
+    if (preempt := getattr(policy, "preempt", None)) is not None:  # core/preempt.py: Preempting
+        found = preempt(snap, job, lambda: frozenset(sv.excluded_nodes).union(
+            *(snap.child_nodes[d] for d in sv.excluded_domains)), may_reserve)
+        if found is not None:
+            return found
     anywhere = Solver(snap, job) if blocking else sv
     if blocking and policy.place(anywhere) is not None:
         holders = "; ".join(f"{r.label}, reserved for {r.holder.key} (priority {r.holder.priority})"
@@ -272,6 +295,8 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     out: list[Decision] = []
     placed: list[Decision] = []
     held = Held()  # group -> the reservation its first blocked job holds
+    for reservation in getattr(policy, "nominated", lambda *_: ())(snap, jobs):  # core/preempt.py: Preempting
+        held.pin(reservation)
     failed: dict[Shape, str] = {}  # shape -> why it is invalid, or ""
     for job in policy.order(jobs):
         decision, taken = decide_isolated(snap, job, policy, placed, held, failed)

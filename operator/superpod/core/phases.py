@@ -48,6 +48,9 @@ class Reason(StrEnum):
     # GPUQueues
     QUEUE_ACTIVE = "InForce"  # the queue takes jobs
     QUEUE_REFUSED = "Refused"  # the queue cannot be read or does not fit the tree; its jobs wait
+    PREEMPTING = "Preempting"  # it evicts lower-priority (or borrowing) gangs and waits for them to stop
+    PREEMPTED = "Preempted"  # its gang was stopped for a higher-priority job or a queue's guarantee; it waits
+    NOMINATION_EXPIRED = "NominationExpired"  # the gangs it preempted did not free its nodes in time: decided again
     BUDGET_EXHAUSTED = "BudgetExhausted"  # the queue's budget is spent and it drains: the gang was stopped, it waits
 
 
@@ -61,6 +64,7 @@ class Condition(StrEnum):
     INVALID = "Invalid"
     OPERATOR_ERROR = "OperatorError"  # True while a bug of the operator's keeps it from deciding for this job
     ACTIVE = "Active"  # a GPUQueue in force
+    PREEMPTED = "Preempted"  # True once its gang was preempted (the message names by whom)
 
 
 # What a pod's status.phase says once it has finished (a Kubernetes fact, not ours).

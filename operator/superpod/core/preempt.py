@@ -26,10 +26,13 @@ capacity.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from superpod.core.cycle import Decision, Reservation
 from superpod.core.model import Snapshot
 from superpod.core.placement import Placement, Solver, could_ever_hold, solve
+from superpod.core.queues import RESERVED
 from superpod.core.request import GPU, JobRequest
 
 BUDGET = 200_000  # sets visited per domain before the search settles for the best found
@@ -330,3 +333,111 @@ class Room:
             self._depth(order, units, count, j + 1, chosen, shortfall - units[j])
             chosen.pop()
             self.evict(victim, -1)
+
+
+# ---- preemption in the cycle -------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Running:
+    """A placed gang, as a possible victim."""
+
+    request: JobRequest
+    gpus: float
+    lost: float  # GPU-seconds of work lost if it is evicted now
+    pods: tuple[str, ...]  # keys of what it holds in the snapshot
+    protected: str = ""  # why it may not be preempted now (e.g. it started less than minRuntimeSeconds ago)
+
+
+@dataclass(frozen=True)
+class Nomination:
+    """A preemptor's nodes, held while the gangs it evicted stop."""
+
+    nodes: tuple[str, ...]
+    victims: tuple[str, ...]  # the victims that still hold capacity
+
+
+def lower_priority(job: JobRequest, victim: JobRequest) -> bool:
+    """Who may preempt whom without queues: strictly lower priority, never a reserved gang."""
+    return victim.priority < job.priority and victim.service_class != RESERVED
+
+
+class Preempting:
+    """The QueuePolicy in force, plus preemption: a job that does not fit and is the first blocked one of its group
+    evicts the cheapest set of `running` gangs `may_evict` allows (choose), and holds the nodes it will start on
+    (a pinned reservation) while they stop; a job `nominations` holds nodes for waits for its victims and chooses
+    no others. Everything else is the inner policy's."""
+
+    def __init__(self, inner, running: Callable[[Callable[[JobRequest], bool]], list[Running]],
+                 nominations: dict[str, Nomination],
+                 may_evict: Callable[[JobRequest, JobRequest], bool] = lower_priority,
+                 hopeless: Callable[[JobRequest], bool] = lambda job: False) -> None:
+        """`running(allowed)`: the placed gangs whose request `allowed` accepts (asked only when a job may
+        preempt); `hopeless(job)`: true when no placed gang can be its victim (a cheap test, asked first)."""
+        self.inner, self._running, self.nominations, self.may_evict = inner, running, nominations, may_evict
+        self.hopeless = hopeless
+        self.reserves = inner.reserves
+        self.parks = inner.parks and not nominations  # a nominated job must be visited to be placed
+        self.chosen: dict[str, Preemption] = {}  # preemptor key -> what it evicts this cycle
+        self._taken: set[str] = set()  # victims chosen this cycle
+
+    def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
+        return self.inner.order(jobs)
+
+    def admit(self, job: JobRequest, placed: list) -> str | None:
+        return self.inner.admit(job, placed)
+
+    def place(self, solver: Solver) -> Placement | None:
+        return self.inner.place(solver)
+
+    def group(self, job: JobRequest) -> str:
+        return self.inner.group(job)
+
+    def blocking(self, job: JobRequest, held):
+        return self.inner.blocking(job, held)
+
+    def nominated(self, snap: Snapshot, jobs: list[JobRequest]) -> list[Reservation]:
+        """The nominations of these waiting jobs as pinned reservations, held from the start of the cycle."""
+        out = []
+        for job in jobs:
+            if (nomination := self.nominations.get(job.key)) is not None:
+                nodes = frozenset(snap.index[name] for name in nomination.nodes if name in snap.index)
+                if nodes:
+                    out.append(Reservation(job, nodes=nodes, label=_nodes_label(nomination.nodes), pinned=True))
+        return out
+
+    def preempt(self, snap: Snapshot, job: JobRequest, taken: Callable[[], frozenset[int]], head: bool):
+        """(decision, pinned reservation) of a job that does not fit: waiting for its victims, or evicting new ones;
+        None when neither. `taken`: the nodes other jobs hold (reservations); `head`: the first blocked job of its
+        group."""
+        nomination = self.nominations.get(job.key)
+        if nomination is not None:
+            nodes = frozenset(snap.index[name] for name in nomination.nodes if name in snap.index)
+            label = _nodes_label(nomination.nodes)
+            stopping = f"{len(nomination.victims)} gang(s) it preempted to stop ({', '.join(nomination.victims)})" \
+                if nomination.victims else "the room its preempted gangs left"
+            reason = f"waiting for {stopping}; {label} {'are' if len(nodes) > 1 else 'is'} reserved for it"
+            return (Decision(job, None, reason, reserved=label, reserved_nodes=tuple(sorted(nomination.nodes))),
+                    Reservation(job, nodes=nodes, label=label, pinned=True))
+        if not head or self.hopeless(job):
+            return None
+        running = self._running(lambda victim: victim.key not in self._taken and self.may_evict(job, victim))
+        candidates = [Victim(r.request.key, r.request.priority, r.gpus, r.lost, r.pods) for r in running
+                      if not r.protected]
+        found = choose(snap, job, candidates, taken()) if candidates else None
+        if found is None:
+            return None
+        self.chosen[job.key] = found
+        self._taken.update(v.key for v in found.victims)
+        names = tuple(sorted(found.placement.assignments))
+        label = _nodes_label(names)
+        gangs = ", ".join(f"{v.key} (priority {v.priority})" for v in found.victims)
+        reason = f"preempting {gangs} to start on {label}"
+        nodes = frozenset(snap.index[name] for name in names)
+        return (Decision(job, None, reason, reserved=label, reserved_nodes=names,
+                         preempts=tuple(v.key for v in found.victims)),
+                Reservation(job, nodes=nodes, label=label, pinned=True))
+
+
+def _nodes_label(names) -> str:
+    names = sorted(names)
+    return f"node {names[0]}" if len(names) == 1 else (
+        f"nodes {', '.join(names)}" if len(names) <= 3 else f"{len(names)} nodes ({names[0]}, ...)")

@@ -59,6 +59,7 @@ class Queue:
     quotas: tuple[Quota, ...] = ()
     weight: float = 1.0
     budget: Budget | None = None
+    min_runtime: float = 0.0  # seconds its gangs run before they may be preempted (a job may say otherwise)
 
     def quota(self, flavor: str) -> Quota | None:
         return next((q for q in self.quotas if q.flavor == flavor), None)
@@ -346,6 +347,23 @@ class FairQueues:
             return (f"queue {queue} is beyond its guarantee of {quota.guaranteed:g} {_gpus(flavor)} and may borrow "
                     f"{max(surplus, 0.0):g} now (the rest runs or is kept for other queues' guarantees)")
         return None
+
+    def may_evict(self, job: JobRequest, victim: JobRequest) -> bool:
+        """Who may preempt whom under queues: in its own queue, a gang of strictly lower priority; across queues
+        (reclaim), a job inside its guarantee takes back what another queue borrows, never pushing that queue below
+        its own guarantee. Never a reserved gang."""
+        if victim.service_class == RESERVED:
+            return False
+        queue, flavor, problem = self.where_of(job)
+        theirs, their_flavor, their_problem = self.where_of(victim)
+        if problem or their_problem:
+            return False
+        if theirs == queue:
+            return victim.priority < job.priority
+        if not self.inside.get(job.key) or their_flavor != flavor:
+            return False
+        quota = self.tree.queues[theirs].quota(their_flavor)
+        return self.used.get((theirs, their_flavor), 0.0) - units(victim) >= quota.guaranteed
 
     def exhausted(self, queue: str) -> str | None:
         """The queue or ancestor whose budget for the period is spent, if one is."""

@@ -97,7 +97,8 @@ class ClusterAPI(Protocol):
         """JSON merge patch (null deletes a key)."""
         ...
 
-    async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None) -> dict | None:
-        """Graceful delete (the object's own grace period); `uid`: only if it is still that object. Returns the
-        object marked for deletion, or None once gone."""
+    async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None,
+                     grace: int | None = None) -> dict | None:
+        """Graceful delete (the object's own grace period, or `grace` seconds); `uid`: only if it is still that
+        object. Returns the object marked for deletion, or None once gone."""
         ...

@@ -52,10 +52,13 @@ class KubeAPI:
     async def patch(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
         return await self._run(self._call, "PATCH", _path(kind, namespace, name), patch, content_type=MERGE_PATCH)
 
-    async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None) -> dict | None:
-        options = {"apiVersion": "v1", "kind": "DeleteOptions"}
+    async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None,
+                     grace: int | None = None) -> dict | None:
+        options: dict = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if uid:
             options["preconditions"] = {"uid": uid}
+        if grace is not None:
+            options["gracePeriodSeconds"] = grace
         try:
             out = await self._run(self._call, "DELETE", _path(kind, namespace, name), options)
         except ApiError as e:

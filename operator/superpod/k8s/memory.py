@@ -209,7 +209,8 @@ class MemoryClient:
         self.store._log(self.writer, "patch", kind, key)
         return _answer(out, lose)
 
-    async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None) -> dict | None:
+    async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None,
+                     grace: int | None = None) -> dict | None:
         await self._send()
         key = f"{namespace}/{name}" if kind.namespaced else name
         lose = self.store._check_fault("delete", kind, key, self.writer)
@@ -220,7 +221,8 @@ class MemoryClient:
         if _graceful(kind, cur):
             if cur["metadata"].get("deletionTimestamp"):
                 return _answer(_clone(cur), lose)
-            grace = cur["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE)
+            if grace is None:
+                grace = cur["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE)
             return _answer(self.store._mark_deleting(kind, cur, int(grace)), lose)
         self.store._remove(kind, key)
         return _answer(None, lose)

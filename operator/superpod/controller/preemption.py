@@ -1,0 +1,130 @@
+"""Preemption in the cycle (the choice itself is core/preempt.py):
+- the candidates: every placed gang, with what it holds in the snapshot, the work it would lose (its attempt's
+  GPU-seconds so far) and what protects it — minRuntimeSeconds (the job's, else its queue's) not yet run, or
+  preempted twice within PINGPONG_WINDOW and not yet run PINGPONG_RUN since;
+- the nominations: a preemptor's status.nomination holds its nodes (pinned: no other job, MIG repartition or
+  backfill takes them) until it starts, is deleted, or NOMINATION_TIMEOUT passes (then it is decided again);
+- the writes: one plan per preemption, the preemptor's nomination first (the commit point: once it is written, a
+  crash or a lost Lease never leads to a second set of victims for the same job), then each victim stopped and
+  requeued (its attempt closed and recorded, condition Preempted, pods deleted with its
+  preemptionGracePeriodSeconds). A victim still placed while its preemptor's nomination holds is stopped again (a
+  write that failed, a leader that died between the two)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from superpod.api.times import rfc3339
+from superpod.controller.actions import Plan
+from superpod.controller.jobs import JobReader, JobView
+from superpod.controller.judge import requeue
+from superpod.controller.metering import Labels, attempt_usage
+from superpod.controller.snapshot import assumed_key
+from superpod.controller.state import ClusterState
+from superpod.core.cycle import Decision
+from superpod.core.model import Snapshot
+from superpod.core.phases import POD_FINISHED, Condition, Phase, Reason
+from superpod.core.preempt import Nomination, Preempting, Running
+from superpod.core.request import JobRequest
+
+PINGPONG_WINDOW = 3600.0  # seconds: a gang preempted twice within this ...
+PINGPONG_RUN = 600.0  # ... is not chosen again before its attempt has run this long
+NOMINATION_TIMEOUT = 600.0  # seconds a preemptor holds its nodes while its victims stop
+KEPT_PREEMPTIONS = 4  # times kept in status.preemptedAt
+
+
+def running(state: ClusterState, reader: JobReader, snap: Snapshot, now: float,
+            min_runtime: Callable[[JobView], int], allowed: Callable[[JobRequest], bool]) -> list[Running]:
+    """The placed gangs `allowed` accepts, as candidates (those a nomination already evicts left out)."""
+    evicting = {victim for view in reader.nominated.values() if view.phase == Phase.QUEUED
+                for victim in view.status.nomination.victims}
+    out = []
+    for key, (request, uid, attempt, nodes) in reader.gangs.items():
+        view = reader.active.get(key)
+        if view is None or key in evicting or not allowed(request):
+            continue
+        pods = [pod.key for pod in state.pods_of(key) if pod.owner == uid and pod.attempt == attempt
+                and pod.key in snap.pods]
+        pods += [assumed for index in nodes if (assumed := assumed_key(key, index)) in snap.pods]
+        out.append(Running(request, view.units * view.replicas, attempt_usage(state, view, attempt, now),
+                           tuple(pods), _protected(view, now, min_runtime(view))))
+    return out
+
+
+def _protected(view: JobView, now: float, min_runtime: int) -> str:
+    """Why a placed gang may not be preempted now ("" if it may)."""
+    started = view.time(view.status.attemptStartTime) or now
+    ran = now - started
+    if ran < min_runtime:
+        return f"it has run {ran:.0f}s of its minRuntimeSeconds {min_runtime}"
+    times = [t.timestamp() for t in view.status.preemptedAt]
+    if len(times) >= 2 and times[-1] - times[-2] <= PINGPONG_WINDOW and ran < PINGPONG_RUN:
+        return f"it was preempted twice within {PINGPONG_WINDOW:.0f}s and has run {ran:.0f}s since"
+    return ""
+
+
+def nominations(state: ClusterState, reader: JobReader, now: float) -> dict[str, Nomination]:
+    """The waiting jobs' nominations in force, each with the victims that still hold capacity."""
+    out = {}
+    for key, view in reader.nominated.items():
+        nomination = view.status.nomination
+        if view.phase != Phase.QUEUED or now - nomination.time.timestamp() > NOMINATION_TIMEOUT:
+            continue
+        holding = tuple(victim for victim in nomination.victims if victim in reader.active or any(
+            pod.phase not in POD_FINISHED for pod in state.pods_of(victim)))
+        out[key] = Nomination(tuple(nomination.nodes), holding)
+    return out
+
+
+def expired(reader: JobReader, now: float) -> list[Plan]:
+    """Nominations past NOMINATION_TIMEOUT, dropped: the job is decided again."""
+    plans = []
+    for view in reader.nominated.values():
+        nomination = view.status.nomination
+        if (view.phase != Phase.QUEUED
+                                       or now - nomination.time.timestamp() > NOMINATION_TIMEOUT):
+            why = (f"the gangs it preempted did not free its nodes within {NOMINATION_TIMEOUT:.0f}s; decided again"
+                   if view.phase == Phase.QUEUED else "")
+            write = view.write({"nomination": None, **({"reason": Reason.NOMINATION_EXPIRED, "message": why}
+                                                       if why else {})}, now)
+            plans.append(Plan(f"job:{view.key}", [write]))
+    return plans
+
+
+def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, state: ClusterState, now: float,
+          labels: Callable[[JobView], Labels]) -> list[Plan]:
+    """The writes of this cycle's preemptions, and of victims a nomination still finds placed."""
+    out = []
+    by_key, active = reader.by_key, reader.active
+    for decision in decisions:
+        found = policy.chosen.get(decision.job.key)
+        view = by_key.get(decision.job.key)
+        if not decision.preempts or found is None or view is None:
+            continue
+        nodes = sorted(found.placement.assignments)
+        nomination = {"nodes": nodes, "victims": list(decision.preempts), "time": rfc3339(now)}
+        plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination)
+        for victim in decision.preempts:
+            if (victim_view := active.get(victim)) is not None:
+                plan.steps += _stop(state, victim_view, view, now, labels).steps
+        out.append(plan)
+    chosen = set(policy.chosen)
+    for key, nomination in policy.nominations.items():
+        preemptor = by_key.get(key)
+        for victim in nomination.victims:
+            if key not in chosen and preemptor is not None and (victim_view := active.get(victim)) is not None:
+                out.append(_stop(state, victim_view, preemptor, now, labels))
+    return out
+
+
+def _stop(state: ClusterState, victim: JobView, preemptor: JobView, now: float,
+          labels: Callable[[JobView], Labels]) -> Plan:
+    request = preemptor.request
+    priority = request.priority if isinstance(request, JobRequest) else "?"
+    why = f"preempted by {preemptor.key} (priority {priority}); it waits to run again"
+    times = [rfc3339(t.timestamp()) for t in victim.status.preemptedAt][-(KEPT_PREEMPTIONS - 1):] + [rfc3339(now)]
+    plan = requeue(state, victim, now, Reason.PREEMPTED, why, labels, "Warning",
+                   int(victim.spec("preemptionGracePeriodSeconds")),
+                   {"preemptions": victim.status.preemptions + 1, "preemptedAt": times},
+                   ((Condition.PREEMPTED, "True", Reason.PREEMPTED, why),))
+    return plan.then(preemptor.emit("Normal", Reason.PREEMPTING, f"preempted {victim.key} to start"))
