@@ -3,7 +3,8 @@
 Input: a Kubernetes List or multi-document YAML with Nodes, Pods, at most one ClusterTopology (else: nodes only) and
 TrainingJobs, as `kubectl get nodes,pods,clustertopologies,trainingjobs -A -o yaml` prints. Bound non-terminal pods
 take capacity; TrainingJobs without a phase or in phase Queued, Pending or Invalid are planned, in scheduling order,
-by the operator's own cycle.
+by the operator's own cycle. Running TrainingJobs (with their pods) are the candidates for preemption: a job that
+needs victims is `"placed": false`, its `reason` names them and `preempts` lists them.
 """
 
 from __future__ import annotations
@@ -82,8 +83,11 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
         d = decided.get(job.key)
         assign = d.placement.assignments if d and d.placement else {}
         reason = d.reason if d else controller.invalid.get(job.key) or controller.held_back.get(job.key)
+        preempts = [dict(zip(("namespace", "name"), key.split("/", 1), strict=True)) for key in d.preempts] \
+            if d else []
         out.append({"namespace": job.namespace, "name": job.name, "placed": bool(assign),
-                    "assignments": {k: assign[k] for k in sorted(assign)}, "reason": None if assign else reason})
+                    "assignments": {k: assign[k] for k in sorted(assign)}, "reason": None if assign else reason,
+                    "preempts": preempts})
     return {"jobs": out}
 
 

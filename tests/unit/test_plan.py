@@ -61,7 +61,7 @@ def dgx_dump() -> list[dict]:
 def test_plan_on_simulated_dgx_h100_superpod():
     out = plan_objects(dgx_dump()[0]["items"])
     assert [j["name"] for j in out["jobs"]] == ["pretrain", "finetune", "eval", "sweep"]
-    assert set(out["jobs"][0]) == {"namespace", "name", "placed", "assignments", "reason"}
+    assert set(out["jobs"][0]) == {"namespace", "name", "placed", "assignments", "reason", "preempts"}
     pre, fine, ev, sweep = out["jobs"]
     assert not pre["placed"] and pre["assignments"] == {}
     assert pre["reason"].startswith("needs 64 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf")
@@ -122,3 +122,28 @@ def test_plan_without_topology_places_on_nodes_only():
         "no node has GPU product 'NVIDIA-B200' (nvidia.com/gpu.product here: NVIDIA-A100-SXM4-80GB, "
         "NVIDIA-H100-80GB-HBM3, NVIDIA-H200)"
     )
+
+
+def running(job: dict, nodes: list[str], uid: str) -> list[dict]:
+    """A Running TrainingJob (placed an hour before the plan) and its running pods, as a dump holds them."""
+    from superpod.api import manifests
+
+    job["metadata"]["uid"] = uid
+    job["status"] = {"phase": "Running", "attempt": 1, "attemptStartTime": "2026-11-30T04:00:00Z",
+                     "placement": {node: [i] for i, node in enumerate(nodes)}}
+    pods = [manifests.pod(job, 1, i, node, manifests.SCHEDULER_NAME, "") for i, node in enumerate(nodes)]
+    for pod in pods:
+        pod["status"] = {"phase": "Running", "startTime": "2026-11-30T04:00:00Z"}
+    return [job, *pods]
+
+
+def test_plan_names_the_running_gangs_a_job_would_preempt():
+    nodes = ready(preset_nodes("dgx-h100", 2, nodes_per_unit=2))
+    names = sorted(n["metadata"]["name"] for n in nodes)
+    items = [*nodes, TOPOLOGY, *running(trainingjob("low", 2, 8), names, "uid-low"),
+             trainingjob("urgent", 2, 8, priority=100, minute=5)]
+    now = 1_796_022_000.0  # 2026-11-30T05:40:00Z
+    [urgent] = plan_objects(items, now)["jobs"]
+    assert urgent["name"] == "urgent" and not urgent["placed"] and urgent["assignments"] == {}
+    assert urgent["preempts"] == [{"namespace": "team-a", "name": "low"}]
+    assert urgent["reason"].startswith("preempting team-a/low (priority 0) to start on nodes ")

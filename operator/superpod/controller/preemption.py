@@ -1,7 +1,8 @@
 """Preemption in the cycle (the choice itself is core/preempt.py):
-- the candidates: every placed gang, with what it holds in the snapshot, the work it would lose (its attempt's
-  GPU-seconds so far) and what protects it — minRuntimeSeconds (the job's, else its queue's) not yet run, or
-  preempted twice within PINGPONG_WINDOW and not yet run PINGPONG_RUN since;
+- the candidates: every placed gang, with what it holds in the snapshot, the work it would lose (its GPUs times
+  the time since its attempt started, status.attemptStartTime) and what protects it: minRuntimeSeconds (the
+  job's, else its queue's) not yet run, or preempted twice within PINGPONG_WINDOW and not yet run PINGPONG_RUN
+  since;
 - the nominations: a preemptor's status.nomination holds its nodes (pinned: no other job, MIG repartition or
   backfill takes them) until it starts, is deleted, or NOMINATION_TIMEOUT passes (then it is decided again);
 - the writes: one plan per preemption, the preemptor's nomination first (the commit point: once it is written, a
@@ -18,7 +19,7 @@ from superpod.api.times import rfc3339
 from superpod.controller.actions import Plan
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import requeue
-from superpod.controller.metering import Labels, attempt_usage
+from superpod.controller.metering import Labels
 from superpod.controller.snapshot import assumed_key
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
@@ -46,8 +47,10 @@ def running(state: ClusterState, reader: JobReader, snap: Snapshot, now: float,
         pods = [pod.key for pod in state.pods_of(key) if pod.owner == uid and pod.attempt == attempt
                 and pod.key in snap.pods]
         pods += [assumed for index in nodes if (assumed := assumed_key(key, index)) in snap.pods]
-        out.append(Running(request, view.units * view.replicas, attempt_usage(state, view, attempt, now),
-                           tuple(pods), _protected(view, now, min_runtime(view))))
+        gpus = view.units * view.replicas
+        started = view.time(view.status.attemptStartTime) or now
+        out.append(Running(request, gpus, gpus * max(0.0, now - started), tuple(pods),
+                           _protected(view, now, min_runtime(view))))
     return out
 
 
