@@ -124,7 +124,8 @@ def test_the_same_command_twice_gives_byte_identical_summaries(tmp_path):
     workload.write_jobs_csv(mixed_jobs(30), trace)
     outputs = []
     for run in ("first", "second"):
-        args = argparse.Namespace(preset="dgx-h100", nodes=16, cluster=None, trace=str(trace), format="jobs",
+        args = argparse.Namespace(preset="dgx-h100", nodes=16, cluster=None, priorities=None, trace=str(trace),
+                              format="jobs",
                                   limit=None, window=None, load="0.9", policy=",".join(POLICIES), seed=5,
                                   slowdown=None, startup_delay=0.0, out=str(tmp_path / run), no_plots=True,
                                   workers=1, progress=False, queues=None)
@@ -137,7 +138,8 @@ def test_the_same_command_twice_gives_byte_identical_summaries(tmp_path):
 def test_a_bad_trace_is_refused_with_its_line(tmp_path, capsys):
     trace = tmp_path / "bad.csv"
     trace.write_text("submit,name,namespace,replicas,gpus,required,priority,duration\n0,a,ns,1,eight,,0,10\n")
-    args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, trace=str(trace), format="jobs", limit=None,
+    args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, priorities=None, trace=str(trace),
+                              format="jobs", limit=None,
                               window=None, load=None, policy="superpod", seed=0, slowdown=None, startup_delay=0.0,
                               out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False, queues=None)
     assert cli.run(args) == 2
@@ -235,9 +237,23 @@ def test_a_bad_queue_file_is_refused_with_what_is_wrong(tmp_path, capsys):
     queues = tmp_path / "queues.yaml"
     queues.write_text("apiVersion: superpod.dev/v1alpha1\nkind: GPUQueue\nmetadata: {name: a}\n"
                       "spec: {namespaces: [a], weight: 0}\n")
-    args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, trace=str(trace), format="jobs", limit=None,
+    args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, priorities=None, trace=str(trace),
+                              format="jobs", limit=None,
                               window=None, load=None, policy="superpod", seed=0, slowdown=None, startup_delay=0.0,
                               out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False,
                               queues=str(queues))
     assert cli.run(args) == 2
     assert "spec.weight" in capsys.readouterr().err
+
+
+def test_preemption_shortens_the_wait_of_high_priority_gangs_and_counts_the_work_lost():
+    """A full cluster of long low-priority jobs, then high-priority gangs: with preemption they start at once and
+    the victims' work so far is counted lost; without, they wait for the long jobs to end."""
+    low = [TraceJob(float(i), f"low-{i}", "batch", 4, 8, 10 * 3600.0) for i in range(4)]  # 128 GPUs, 10 h
+    high = [TraceJob(3600.0 + i, f"high-{i}", "prod", 2, 8, 3600.0, priority=100) for i in range(2)]
+    results = {policy: simulate(low + high, policy)[1]["metrics"] for policy in ("superpod", "superpod-nopreempt")}
+    on, off = results["superpod"], results["superpod-nopreempt"]
+    assert on["queueing_by_priority"]["100"]["p99"] < 60 < 8 * 3600 <= off["queueing_by_priority"]["100"]["p99"]
+    assert on["preempted"]["attempts"] == 1 and 31 < on["preempted"]["gpu_hours_lost"] <= 32, "one 32-GPU gang, 1 h"
+    assert off["preempted"] == {"attempts": 0, "gpu_hours_lost": 0.0}
+    assert on["never_ended"] == off["never_ended"] == 0, "the victims ran again to the end"

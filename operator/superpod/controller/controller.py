@@ -121,7 +121,7 @@ class Controller:
         fair = self._guarded("queues", lambda: self.queues.policy(
             snap, [gang[0] for gang in placed.values()], self.reader.active.values(), now, self.policy), None)
         policy = fair or self.policy or PriorityFifo()
-        if self.settings.preemption:
+        if self.settings.preemption and getattr(self.policy or PriorityFifo, "preempts", False):
             policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
             plans += self._guarded("preemption", lambda: preemption.expired(self.reader, now), [])
         started = time.perf_counter()

@@ -2,8 +2,10 @@
 QueuePolicy (core/cycle.py); the queue order is superpod's (priority, then submission), so only placement and the
 reservation differ.
 
+- `superpod-nopreempt`: superpod without preemption: a blocked gang waits for running ones to end.
 - `superpod-nobackfill`: superpod's exact placement with no reservation: every job that fits now is placed in
   order, a blocked big gang holds nothing (greedy list scheduling; big gangs can starve behind small ones).
+The baselines do not preempt (`preempts = False`).
 - `gang-spread`: kube-scheduler with the coscheduling plugin: all-or-nothing, each replica in turn on the node with
   the most free GPUs (least-allocated scoring over nvidia.com/gpu, ties by node order), no topology.
 - `gang-firstfit`: all-or-nothing, replicas fill nodes in node order, no topology.
@@ -22,14 +24,20 @@ from superpod.core.cycle import PriorityFifo, QueuePolicy
 from superpod.core.placement import Placement, Solver, placement_of
 
 
+class NoPreemption(PriorityFifo):
+    preempts = False
+
+
 class NoBackfill(PriorityFifo):
     reserves = False
+    preempts = False
 
 
 class _Greedy(PriorityFifo):
     """Gang all-or-nothing, one replica at a time on the node `choose` picks among those with room."""
 
     reserves = False
+    preempts = False
 
     def place(self, solver: Solver) -> Placement | None:
         job = replace(solver.job, required=None, preferred=None, slice_size=None, slice_required=None)
@@ -73,6 +81,7 @@ class RandomFit(_Greedy):
 
 POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
     "superpod": lambda seed: PriorityFifo(),
+    "superpod-nopreempt": lambda seed: NoPreemption(),
     "superpod-nobackfill": lambda seed: NoBackfill(),
     "gang-spread": lambda seed: GangSpread(),
     "gang-firstfit": lambda seed: GangFirstFit(),

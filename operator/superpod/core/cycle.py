@@ -69,7 +69,7 @@ class PriorityFifo:
 
     reserves = True
     parks = True
-
+    preempts = True  # the operator may add preemption (core/preempt.py) to it
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return sorted(jobs, key=attrgetter("fifo_key"))
 

@@ -111,6 +111,8 @@ def load_jobs(args: Any, capacity: int) -> dict[str, list[TraceJob]]:
         jobs = jobs[:args.limit]
     if args.window:
         jobs = workload.window(jobs, *workload.parse_window(args.window))
+    if args.priorities:
+        jobs = workload.with_priorities(jobs, args.priorities, args.seed)
     if not jobs:
         raise ValueError(f"{args.trace}: no job to replay (window {args.window or 'none'})")
     if not args.load:
@@ -201,6 +203,17 @@ def _table(result: dict, seconds: list[float]) -> None:
               f"{_hours(metrics['jct']['mean']):>10} {_hours(metrics['jct']['p99']):>10} "
               f"{_hours(metrics['p99_queueing_32_plus']):>13} {leaves:>14} {metrics['restarts']:>8} "
               f"{metrics['never_started']:>7} {wall:>6.0f}s", flush=True)
+    if any(len(policy["metrics"]["queueing_by_priority"]) > 1 or policy["metrics"]["preempted"]["attempts"]
+           for policy in result["policies"].values()):
+        print("queueing delay by priority (mean / p99), and work lost to preemption:")
+        for name, policy in result["policies"].items():
+            metrics = policy["metrics"]
+            waits = ", ".join(f"{priority}: {_hours(stats['mean'])} / {_hours(stats['p99'])}"
+                              for priority, stats in sorted(metrics["queueing_by_priority"].items(),
+                                                            key=lambda item: -int(item[0])))
+            lost = metrics["preempted"]
+            print(f"  {name:<20} {waits}; {lost['attempts']} attempts preempted, "
+                  f"{lost['gpu_hours_lost']:.1f} GPU-hours lost", flush=True)
 
 
 def _hours(seconds: float | None) -> str:
@@ -232,7 +245,9 @@ def register(sub: Any) -> None:
     p.add_argument("--window", help="a slice of the trace by submit time, e.g. 14d:28d (s, m, h, d)")
     p.add_argument("--load", help="rescale arrivals to this offered load; several (0.5,0.8) make a sweep")
     p.add_argument("--policy", default=",".join(POLICIES), help=f"comma-separated, of: {', '.join(POLICIES)}")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random baseline and of --priorities")
+    p.add_argument("--priorities", help="give jobs priorities, seeded: priority:share,... (e.g. 100:0.1 makes one job "
+                                        "in ten priority 100)")
     p.add_argument("--queues", help="GPUQueues (YAML) the operator admits under: tenants, guarantees, weights")
     p.add_argument("--slowdown", help="runtime factors per level crossed, e.g. leaf=1.3,spine=1.2")
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds from a gang's start to useful work")

@@ -40,6 +40,16 @@ def by_size_class(jobs: dict, measure: Callable[[dict], float | None]) -> dict[s
     return {name: sorted(values) for name, values in grouped.items()}
 
 
+def by_priority(jobs: dict, measure: Callable[[dict], float | None]) -> dict[int, list[float]]:
+    """The measure of each job that has one, grouped by priority, sorted."""
+    grouped: dict[int, list[float]] = {}
+    for job in jobs.values():
+        value = measure(job)
+        if value is not None:
+            grouped.setdefault(job.get("priority", 0), []).append(value)
+    return {priority: sorted(values) for priority, values in grouped.items()}
+
+
 def fewest_leaves_share(jobs: dict) -> tuple[float | None, int]:
     """Share of multi-node jobs placed on the fewest leaves possible, and how many multi-node jobs there were (none
     when the topology has no leaf level)."""

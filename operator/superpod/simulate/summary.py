@@ -11,23 +11,32 @@ Keys (stable; times in simulated seconds from the trace's first submit):
   `queueing` per size class ("1", "2-8", "9-64", ">64") {jobs, mean, p50, p99} over jobs that started;
   `p99_queueing_32_plus` (gangs of 32 GPUs or more); `largest_gang_wait` {gpus, wait, never_started} (the longest
   wait among the jobs of the largest GPU count, and how many of them never started); `restarts` (attempts after
-  the first); `fewest_leaves_share` {share, of} (multi-node jobs whose last attempt used the fewest leaves
-  possible); `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by
-  verb.
+  the first); `queueing_by_priority` {priority: {jobs, mean, p50, p99}}; `preempted` {attempts, gpu_hours_lost}
+  (attempts stopped before their end, and the GPU-hours they had run: a trace job starts over);
+  `fewest_leaves_share` {share, of} (multi-node jobs whose last attempt used the fewest leaves possible);
+  `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by verb.
 - `queues` (with `--queues`): per leaf GPUQueue {guaranteed, weight, gpu_hours, mean_held, mean_borrowed,
   below_guarantee_share, surplus_share, weight_share, namespaces, series}, as `simulate/tenants.py` defines them.
 - `series` {time, busy_gpus, free_gpus, unusable_gpus}: step series (each value holds until the next time).
   busy: GPUs of gangs that run; free: GPUs no pod holds; unusable: free GPUs while some job waits (one that could
   run on this cluster when idle and is not in a restart backoff).
-- `jobs` {"<namespace>/<name>": {submit, start, end, namespace, gpus, duration, nodes, leaves, fewest_leaves,
-  attempts}}:
+- `jobs` {"<namespace>/<name>": {submit, start, end, namespace, priority, gpus, duration, nodes, leaves,
+  fewest_leaves, attempts}}:
   `start` the first attempt's start, `end` the final end (null if never), `nodes` the last attempt's
   {node: replicas}, `attempts` [{start, end, nodes, outcome}]."""
 
 from __future__ import annotations
 
 from superpod.simulate.engine import Sample, Simulation
-from superpod.simulate.metrics import SIZE_CLASSES, by_size_class, fewest_leaves_share, jct, percentile, queueing_delay
+from superpod.simulate.metrics import (
+    SIZE_CLASSES,
+    by_priority,
+    by_size_class,
+    fewest_leaves_share,
+    jct,
+    percentile,
+    queueing_delay,
+)
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.tenants import queue_figures
 from superpod.simulate.trace import TraceJob
@@ -83,7 +92,8 @@ def _job(record, runtime: RuntimeModel) -> dict:
     nodes = attempts[-1]["nodes"] if attempts else {}
     leaf = runtime.depth("leaf")
     return {"submit": job.submit, "start": attempts[0]["start"] if attempts else None, "end": record.end,
-            "namespace": job.namespace, "gpus": job.total_gpus, "duration": job.duration, "nodes": nodes,
+            "namespace": job.namespace, "priority": job.priority, "gpus": job.total_gpus, "duration": job.duration,
+            "nodes": nodes,
             "leaves": runtime.domains_used(list(nodes), leaf) if leaf is not None and nodes else None,
             "fewest_leaves": runtime.fewest_domains(job, leaf) if leaf is not None else None,
             "attempts": attempts}
@@ -116,6 +126,9 @@ def _metrics(jobs: dict, simulation: Simulation) -> dict:
         "largest_gang_wait": {"gpus": largest, "wait": max((w for w in largest_waits if w is not None), default=None),
                               "never_started": sum(w is None for w in largest_waits)},
         "restarts": sum(max(0, len(job["attempts"]) - 1) for job in jobs.values()),
+        "queueing_by_priority": {str(priority): _stats(values)
+                                 for priority, values in sorted(by_priority(jobs, queueing_delay).items())},
+        "preempted": _preempted(jobs, simulation.now),
         "fewest_leaves_share": {"share": None if share is None else round(share, 6), "of": multi_node},
         "never_started": sum(job["start"] is None for job in jobs.values()),
         "never_ended": sum(job["end"] is None for job in jobs.values()),
@@ -123,6 +136,14 @@ def _metrics(jobs: dict, simulation: Simulation) -> dict:
         "cycles": simulation.cycles,
         "api_writes": dict(sorted(simulation.writes.items())),
     }
+
+
+def _preempted(jobs: dict, now: float) -> dict:
+    """Attempts stopped before their end (preempted: the simulator fails no node) and the GPU-hours they had run:
+    work lost, since a trace job starts over."""
+    lost = [job["gpus"] * ((attempt["end"] if attempt["end"] is not None else now) - attempt["start"])
+            for job in jobs.values() for attempt in job["attempts"] if attempt["outcome"] == "Interrupted"]
+    return {"attempts": len(lost), "gpu_hours_lost": round(sum(lost) / 3600, 3)}
 
 
 def _series(samples: list[Sample]) -> dict:

@@ -199,3 +199,28 @@ def _seconds(bound: str, text: str) -> float:
         raise ValueError(f"window {text!r}: {bound!r} is not a duration (a number with optional unit s, m, h or d)")
     number, unit = match.groups()
     return float(number) * UNIT_SECONDS[unit]
+
+
+def with_priorities(jobs: list[TraceJob], text: str, seed: int) -> list[TraceJob]:
+    """The jobs with priorities drawn per job, seeded: `text` is `priority:share,...` (e.g. "100:0.1": one job in ten
+    at priority 100); the rest keep theirs."""
+    levels = []
+    for part in text.split(","):
+        priority, _, share = part.partition(":")
+        try:
+            levels.append((int(priority), float(share)))
+        except ValueError:
+            raise ValueError(f"priorities {text!r}: expected priority:share,... e.g. 100:0.1") from None
+    if any(not 0 <= share <= 1 for _, share in levels) or sum(share for _, share in levels) > 1:
+        raise ValueError(f"priorities {text!r}: shares must be in [0, 1] and add up to at most 1")
+    stream = random.Random(seed)
+    out = []
+    for job in jobs:
+        draw, bound = stream.random(), 0.0
+        for priority, share in levels:
+            bound += share
+            if draw < bound:
+                job = replace(job, priority=priority)
+                break
+        out.append(job)
+    return out
