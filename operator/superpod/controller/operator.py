@@ -12,6 +12,7 @@ The cache is filled by a full list before the first cycle, so no decision is mad
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import itertools
@@ -205,6 +206,9 @@ def register(sub) -> None:
     p.add_argument("--usage-half-life", type=duration, default=Settings.usage_half_life,
                    help="how fast a GPUQueue's past usage is forgotten in the order of the surplus, e.g. 168h "
                         "(it halves in this time)")
+    p.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=Settings.preemption,
+                   help="a blocked job may evict lower-priority gangs, and a queue below its guarantee what others "
+                        "borrow")
     p.add_argument("--lease-duration", type=float, default=LEASE_SECONDS, help="seconds; renew deadline and retry "
                    "period are 2/3 and 2/15 of it")
     p.add_argument("--identity", default=os.environ.get("POD_NAME"),
@@ -230,7 +234,8 @@ def run(args) -> int:
     _ensure_namespace(api_client, args.namespace)
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     api_client.user_agent = f"{AGENT}{identity}"  # the API server's audit log names each replica
-    settings = Settings(args.scheduler_name, args.not_ready_grace, usage_half_life=args.usage_half_life)
+    settings = Settings(args.scheduler_name, args.not_ready_grace, usage_half_life=args.usage_half_life,
+                        preemption=args.preemption)
     op = Operator(KubeAPI(api_client, workers=args.api_workers), KubeAPI(api_client, workers=2), args.namespace,
                   Metrics(), args.topology, settings, args.mig_configmap,
                   args.mig_timeout, identity, args.lease_duration, args.resync, args.stall_timeout,
