@@ -1,8 +1,8 @@
-"""GPUQueues on the real control plane: three tenants on their own 96 simulated GPUs — one borrows up to its limit,
-a surplus-only tenant runs on what is left, and when capacity frees the tenant with waiting guaranteed work gets it
-first, ahead of a higher-priority borrower; a tenant whose GPU-hour budget is spent waits with the budget in its
-message, and `superpod usage` agrees with the pods' run times. The queues are deleted at the end: with none in the
-cluster, the other tests' jobs are admitted as before."""
+"""GPUQueues on the real control plane: three tenants on their own 96 simulated GPUs (guarantees 32/32/0) — one
+borrows up to its limit, a surplus-only tenant runs on what is left, and when the second tenant submits, its
+guaranteed work starts at once on GPUs taken back from the borrower (its lowest-priority gangs first); a tenant
+whose GPU-hour budget is spent waits with the budget in its message, and `superpod usage` agrees with the pods' run
+times. The queues are deleted at the end: with none in the cluster, the other tests' jobs are admitted as before."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from tests.integration.operator_env import GROUP, VERSION, Jobs, sim_cluster, tr
 from tests.integration.wait import wait_for
 
 
-def test_borrowing_limits_and_guaranteed_work_first_as_capacity_frees(cluster, operator):
+def test_borrowing_limits_surplus_and_a_guarantee_taken_back(cluster, operator):
     sim, _ = sim_cluster(cluster.api, "dgx-h100", 12, nodes_per_unit=4)  # 96 GPUs of this test's own
     core, custom = client.CoreV1Api(cluster.api), client.CustomObjectsApi(cluster.api)
     run = uuid.uuid4().hex[:6]
@@ -51,18 +51,19 @@ def test_borrowing_limits_and_guaranteed_work_first_as_capacity_frees(cluster, o
         for i in range(3):
             jobs["b"].create(training_job(f"b{i}", sim, 1, gpus=8))
         jobs["c"].create(training_job("c2", sim, 1, gpus=8, priority=10))
-        jobs["b"].wait_message("b0", "GPU")  # the cluster is full: b waits for room
-        jobs["c"].wait_phase("c2", "Queued", 30)
-        assert jobs["b"].phase("b0") == "Queued"
-        custom.delete_namespaced_custom_object(GROUP, VERSION, tenants["a"], "trainingjobs", "a00")
-        jobs["b"].wait_phase("b0", "Running", 60)  # guaranteed work first, ahead of the priority-10 borrower
-        assert jobs["c"].phase("c2") == "Queued"
-        wait_for(lambda: queue("b").get("allocated") == 8 and queue("b").get("pending") == 2, 30,
-                 "b's status: 8 allocated, 2 pending")
+        for i in range(3):  # the cluster is full: b takes its guarantee back from what a borrows
+            jobs["b"].wait_phase(f"b{i}", "Running", 90)
+        preempted = [f"a{i:02d}" for i in range(12) if jobs["a"].status(f"a{i:02d}").get("preemptions")]
+        assert len(preempted) == 3, preempted
+        assert jobs["c"].phase("c0") == jobs["c"].phase("c1") == "Running", "a's priority-0 gangs went first"
+        jobs["c"].wait_message("c2", "may borrow 0 now")
+        wait_for(lambda: (queue("b").get("allocated"), queue("b").get("pending"), queue("a").get("allocated"),
+                          queue("a").get("borrowed")) == (24, 0, 56, 24), 30,
+                 "b's status: 24 allocated, none pending; a's: 56 allocated, 24 borrowed")
         header = cluster.kubectl("get", "gq", tenants["b"]).stdout.splitlines()
         assert header[0].split() == ["NAME", "GUARANTEED", "ALLOCATED", "BORROWED", "PENDING", "SHARE", "BUDGET",
                                      "LEFT", "AGE"]
-        assert header[1].split()[1:5] == ["32", "8", "0", "2"], header
+        assert header[1].split()[1:5] == ["32", "24", "0", "0"], header
     finally:
         for namespace in tenants.values():
             custom.delete_cluster_custom_object(GROUP, VERSION, "gpuqueues", namespace)
