@@ -123,3 +123,42 @@ def test_a_queue_below_its_guarantee_reclaims_what_another_queue_borrows():
     preempted = [i for i in range(4) if (c.job(f"a{i}", "team-a")["status"].get("preemptions") or 0)]
     assert len(preempted) == 2
     assert queue_status(c, "a")["allocated"] == 16 and queue_status(c, "b")["allocated"] == 16
+
+
+def test_a_long_grace_period_keeps_the_nomination_and_no_second_set_is_chosen():
+    """The victims take an hour to stop: past NOMINATION_TIMEOUT the preemptor still holds its nodes and evicts
+    no one else."""
+    c = MemoryCluster(nodes=4, nodes_per_unit=2)
+    for name, priority in (("v1", 0), ("v2", 0), ("w1", 10), ("w2", 10)):
+        c.submit(job(name, priority=priority, preemptionGracePeriodSeconds=3600))
+    c.settle(5)
+    c.tick(100)
+    c.submit(job("big", replicas=2, priority=100, topology={"required": "leaf"}))
+    c.cycle()
+    assert c.status("big")["nomination"]["victims"] == ["team-a/v1", "team-a/v2"]
+    for seconds in (300, 301, 1, 1):
+        c.tick(seconds)
+        c.cycle()
+    assert live_pods(c, "v1") and c.status("big")["phase"] == "Queued", "the victims still stop, 603 s on"
+    assert c.status("big")["nomination"]["victims"] == ["team-a/v1", "team-a/v2"]
+    assert c.status("w1")["phase"] == c.status("w2")["phase"] == "Running", "no second set of victims"
+
+
+def test_a_victim_placed_again_elsewhere_is_not_stopped_a_second_time():
+    c = MemoryCluster(nodes=4, nodes_per_unit=2)
+    for name, priority in (("v", 0), ("x1", 50), ("w", 50), ("x2", 50)):
+        c.submit(job(name, priority=priority, preemptionGracePeriodSeconds=20))
+    c.settle(5)
+    leaf = {name: next(iter(c.status(name)["placement"])).split("-n")[0] for name in ("v", "x1", "w", "x2")}
+    assert leaf["v"] != leaf["w"], "layout: v and w on different leaves, each with one of x1, x2"
+    for name in ("x1", "x2"):
+        run(c.admin.delete(TRAININGJOBS, name, "team-a"))
+    c.settle(3)
+    c.tick(100)
+    c.submit(job("big", replicas=2, priority=100, topology={"required": "leaf"}))
+    for _ in range(12):
+        c.cycle()
+        c.tick(1)
+    victim = c.status("v")
+    assert victim["attempt"] == 2 and victim["phase"] == "Running", "placed again on the other leaf"
+    assert victim["preemptions"] == 1, "its new attempt is not the one that was preempted"

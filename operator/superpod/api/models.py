@@ -141,6 +141,7 @@ class Nomination(BaseModel):
     model_config = ConfigDict(extra="allow")
     nodes: list[str] = Field(default_factory=list, description="The nodes held for this job while its victims stop.")
     victims: list[str] = Field(default_factory=list, description="The gangs it preempted (namespace/name).")
+    attempts: dict[str, int] = Field(default_factory=dict, description="Each victim's attempt that was preempted.")
     time: datetime = Field(description="RFC 3339 time it preempted them.")
 
 

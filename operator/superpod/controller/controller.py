@@ -123,7 +123,7 @@ class Controller:
         policy = fair or self.policy or PriorityFifo()
         if self.settings.preemption and getattr(self.policy or PriorityFifo, "preempts", False):
             policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
-            plans += self._guarded("preemption", lambda: preemption.expired(self.reader, now), [])
+            plans += self._guarded("preemption", lambda: preemption.expired(self.state, self.reader, now), [])
         started = time.perf_counter()
         self.visited, self.parked, start_plans = self.room.decide(self.state, snap, now, self.settings, policy,
                                                                   self.offered(), self._may_park())

@@ -66,56 +66,82 @@ def _protected(view: JobView, now: float, min_runtime: int) -> str:
     return ""
 
 
+def _unstopped(reader: JobReader, victim: str, attempt: int | None) -> JobView | None:
+    """The victim, if the attempt that was preempted still runs (a later attempt is a new placement)."""
+    view = reader.active.get(victim)
+    return view if view is not None and view.status.attempt == attempt else None
+
+
+def _holding(state: ClusterState, reader: JobReader, victim: str, attempt: int | None) -> bool:
+    """Whether a victim still holds what it was preempted for: not stopped yet, or its pods still terminate."""
+    return _unstopped(reader, victim, attempt) is not None or any(
+        pod.deleting and pod.phase not in POD_FINISHED for pod in state.pods_of(victim))
+
+
+def _in_force(state: ClusterState, reader: JobReader, view: JobView, now: float) -> tuple[str, ...] | None:
+    """The victims still holding, if the job's nomination is in force: it waits, and its victims still hold or it
+    is younger than NOMINATION_TIMEOUT (a long grace period keeps it: never a second set for the same need)."""
+    nomination = view.status.nomination
+    if view.phase != Phase.QUEUED:
+        return None
+    holding = tuple(victim for victim in nomination.victims
+                    if _holding(state, reader, victim, nomination.attempts.get(victim)))
+    return holding if holding or now - nomination.time.timestamp() <= NOMINATION_TIMEOUT else None
+
+
 def nominations(state: ClusterState, reader: JobReader, now: float) -> dict[str, Nomination]:
     """The waiting jobs' nominations in force, each with the victims that still hold capacity."""
     out = {}
     for key, view in reader.nominated.items():
-        nomination = view.status.nomination
-        if view.phase != Phase.QUEUED or now - nomination.time.timestamp() > NOMINATION_TIMEOUT:
-            continue
-        holding = tuple(victim for victim in nomination.victims if victim in reader.active or any(
-            pod.phase not in POD_FINISHED for pod in state.pods_of(victim)))
-        out[key] = Nomination(tuple(nomination.nodes), holding)
+        holding = _in_force(state, reader, view, now)
+        if holding is not None:
+            out[key] = Nomination(tuple(view.status.nomination.nodes), holding)
     return out
 
 
-def expired(reader: JobReader, now: float) -> list[Plan]:
-    """Nominations past NOMINATION_TIMEOUT, dropped: the job is decided again."""
+def expired(state: ClusterState, reader: JobReader, now: float) -> list[Plan]:
+    """Nominations no longer in force, dropped: a job placed or gone from the queue, or one whose victims have all
+    stopped and that still did not start within NOMINATION_TIMEOUT (it is decided again)."""
     plans = []
     for view in reader.nominated.values():
-        nomination = view.status.nomination
-        if (view.phase != Phase.QUEUED
-                                       or now - nomination.time.timestamp() > NOMINATION_TIMEOUT):
-            why = (f"the gangs it preempted did not free its nodes within {NOMINATION_TIMEOUT:.0f}s; decided again"
-                   if view.phase == Phase.QUEUED else "")
-            write = view.write({"nomination": None, **({"reason": Reason.NOMINATION_EXPIRED, "message": why}
-                                                       if why else {})}, now)
-            plans.append(Plan(f"job:{view.key}", [write]))
+        if _in_force(state, reader, view, now) is not None:
+            continue
+        why = (f"the gangs it preempted stopped but its nodes were not free within {NOMINATION_TIMEOUT:.0f}s; "
+               "decided again" if view.phase == Phase.QUEUED else "")
+        write = view.write({"nomination": None, **({"reason": Reason.NOMINATION_EXPIRED, "message": why}
+                                                   if why else {})}, now)
+        plans.append(Plan(f"job:{view.key}", [write]))
     return plans
 
 
 def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, state: ClusterState, now: float,
           labels: Callable[[JobView], Labels]) -> list[Plan]:
-    """The writes of this cycle's preemptions, and of victims a nomination still finds placed."""
+    """The writes of this cycle's preemptions, and of victims a nomination in force finds still running the
+    attempt it preempted (its stop was not written)."""
     out = []
-    by_key, active = reader.by_key, reader.active
+    by_key = reader.by_key
     for decision in decisions:
         found = policy.chosen.get(decision.job.key)
         view = by_key.get(decision.job.key)
         if not decision.preempts or found is None or view is None:
             continue
         nodes = sorted(found.placement.assignments)
-        nomination = {"nodes": nodes, "victims": list(decision.preempts), "time": rfc3339(now)}
+        attempts = {victim: reader.active[victim].status.attempt for victim in decision.preempts
+                    if victim in reader.active}
+        nomination = {"nodes": nodes, "victims": list(decision.preempts), "attempts": attempts,
+                      "time": rfc3339(now)}
         plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination)
         for victim in decision.preempts:
-            if (victim_view := active.get(victim)) is not None:
+            if (victim_view := reader.active.get(victim)) is not None:
                 plan.steps += _stop(state, victim_view, view, now, labels).steps
         out.append(plan)
-    chosen = set(policy.chosen)
-    for key, nomination in policy.nominations.items():
-        preemptor = by_key.get(key)
+    placed = {decision.job.key for decision in decisions if decision.placed}
+    for key in policy.nominations.keys() - placed - policy.chosen.keys():
+        if (preemptor := by_key.get(key)) is None:
+            continue
+        nomination = preemptor.status.nomination
         for victim in nomination.victims:
-            if key not in chosen and preemptor is not None and (victim_view := active.get(victim)) is not None:
+            if (victim_view := _unstopped(reader, victim, nomination.attempts.get(victim))) is not None:
                 out.append(_stop(state, victim_view, preemptor, now, labels))
     return out
 
