@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any
 
-from superpod.api.convert import duration, record_from_k8s
+from superpod.api.convert import duration, record_from_k8s, usage_name
 from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller.jobs import JobReader
@@ -47,11 +47,11 @@ async def gather(api: ClusterAPI, now: float, running: bool = True) -> tuple[lis
         except ConvertError as e:
             problems.append(str(e))
     if running:
-        records += await _running(api, now)
+        records += await _running(api, now, {obj["metadata"]["name"] for obj in objs})
     return records, problems
 
 
-async def _running(api: ClusterAPI, now: float) -> list[Record]:
+async def _running(api: ClusterAPI, now: float, recorded: set[str]) -> list[Record]:
     state = ClusterState()
     for kind in (GPUQUEUES, TRAININGJOBS, PODS):
         items, version = await api.list(kind)
@@ -62,7 +62,7 @@ async def _running(api: ClusterAPI, now: float) -> list[Record]:
     for view in reader.active.values():
         status = view.status
         runs = [run for run in attempt_runs(state, view, status.attempt) if run.start is not None]
-        if status.accountedAttempts >= status.attempt or not runs:
+        if status.accountedAttempts >= status.attempt or not runs or usage_name(view.uid, status.attempt) in recorded:
             continue
         queue, namespace, flavor, service_class = book.labels(view)
         out.append(Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, status.attempt,

@@ -27,16 +27,17 @@ def cluster(leaves: int, per_leaf: int, gpus: int = 8, nvlink: int = 0):
     return snapshot(nodes, TOPO3 if nvlink else TOPO)
 
 
-def run_gangs(snap, gangs) -> list[Victim]:
-    """Bind each gang's pods ({node: gpus}) into the snapshot; the gangs as candidates."""
+def run_gangs(snap, gangs, groups=None) -> list[Victim]:
+    """Bind each gang's pods ({node: gpus}) into the snapshot; the gangs as candidates (in `groups`' groups)."""
     out = []
-    for name, priority, lost, pods in gangs:
+    for index, (name, priority, lost, pods) in enumerate(gangs):
         keys = []
         for i, (where, gpus) in enumerate(pods):
             key = f"ns/{name}-{i}"
             snap.add_pod(Pod(key, where, ((GPU, gpus),)))
             keys.append(key)
-        out.append(Victim(f"ns/{name}", priority, float(sum(g for _, g in pods)), float(lost), tuple(keys)))
+        group = groups[index % len(groups)] if groups else ""
+        out.append(Victim(f"ns/{name}", priority, float(sum(g for _, g in pods)), float(lost), tuple(keys), group))
     return out
 
 
@@ -51,10 +52,19 @@ def fits_without(snap, preemptor, victims) -> bool:
             snap.add_pod(pod)
 
 
-def brute_force(snap, preemptor, candidates):
+def within(chosen, limits) -> bool:
+    given = {}
+    for victim in chosen:
+        given[victim.group] = given.get(victim.group, 0) + victim.gpus
+    return all(given.get(group, 0) <= most for group, most in limits.items())
+
+
+def brute_force(snap, preemptor, candidates, limits=None):
     best = None
     for size in range(1, len(candidates) + 1):
         for chosen in combinations(candidates, size):
+            if not within(chosen, limits or {}):
+                continue
             if fits_without(snap, preemptor, chosen) and (best is None or cost_of(chosen) < best):
                 best = cost_of(chosen)
     return best
@@ -88,27 +98,28 @@ def scenarios(draw):
         preemptor = preemptor.required(level)
     if nvlink and replicas % 2 == 0 and draw(st.booleans()):
         preemptor = preemptor.slices(2, "nvlink")
-    return snap, gangs, preemptor.build()
+    limits = draw(st.sampled_from([{}, {}, {"q1": 8.0}, {"q1": 16.0, "q2": 4.0}]))
+    return snap, gangs, preemptor.build(), limits
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios())
 def test_the_chosen_victims_are_the_brute_force_minimum_and_make_room(scenario):
-    snap, gangs, preemptor = scenario
-    candidates = run_gangs(snap, gangs)
+    snap, gangs, preemptor, limits = scenario
+    candidates = run_gangs(snap, gangs, ["", "q1", "q2"] if limits else None)
     free_before = [dict(f) for f in snap.free]
-    found = choose(snap, preemptor, candidates)
+    found = choose(snap, preemptor, candidates, limits=limits)
     assert [dict(f) for f in snap.free] == free_before, "the snapshot is given back unchanged"
     if solve(Solver(snap, preemptor)) is not None:
         assert found is None, "a gang that fits evicts nobody"
         return
-    expected = brute_force(snap, preemptor, candidates)
+    expected = brute_force(snap, preemptor, candidates, limits)
     if expected is None:
         assert found is None
         return
     assert found is not None and found.exact
     assert found.cost == expected
-    assert fits_without(snap, preemptor, found.victims)
+    assert fits_without(snap, preemptor, found.victims) and within(found.victims, limits)
     assert sum(len(ranks) for ranks in found.placement.assignments.values()) == preemptor.replicas
 
 
@@ -123,3 +134,39 @@ def test_a_gang_that_needs_a_whole_leaf_frees_the_cheapest_leaf():
     found = choose(snap, preemptor, candidates)
     assert [v.key for v in found.victims] == ["ns/b1"], "one gang of priority 0 beats two, and any of priority 2"
     assert set(found.placement.assignments) == {f"l1n{i}" for i in range(4)}
+
+
+def test_a_queue_gives_back_only_what_it_holds_beyond_its_guarantee():
+    """Queue a holds 24 GPUs with a guarantee of 16: a reclaim may take 8 of them, not two 8-GPU gangs."""
+    from superpod.core.cycle import schedule
+    from superpod.core.preempt import Preempting, Running
+    from superpod.core.queues import ANY, FairQueues, Queue, QueueTree, Quota, Usage, capacity
+
+    snap = snapshot([node(f"n{i}").gpus(8).spine("s").leaf(f"l{i // 2}") for i in range(4)], TOPO)
+    tree = QueueTree.of([Queue(name, None, (name,), (Quota(ANY, 16),)) for name in ("a", "b")])
+    gangs = []
+    for name, where, gpus, priority in (("a1", "n0", 8, 0), ("a2", "n1", 8, 0), ("a3", "n2", 4, 5),
+                                        ("a4", "n3", 4, 5)):
+        snap.add_pod(Pod(f"a/{name}#0", where, ((GPU, gpus),)))
+        gangs.append(Running(job(name, "a").gpus(gpus).priority(priority).build(), float(gpus), 100.0,
+                             (f"a/{name}#0",)))
+    fair = FairQueues(tree, Usage(tree.running([g.request for g in gangs])), capacity(snap.nodes, [ANY]))
+    policy = Preempting(fair, lambda allowed: [g for g in gangs if allowed(g.request)], {}, fair.may_evict,
+                        bound=fair.reclaim_bound)
+    whole_leaf = job("b1", "b").replicas(2).gpus(8).required("leaf").build()
+    [decision] = schedule(snap, [whole_leaf], policy)
+    assert decision.preempts == ("a/a3", "a/a4"), "a1 and a2 (priority 0) would take 16 of the 8 a may give back"
+    one = job("b2", "b").gpus(8).build()
+    [decision] = schedule(snap, [one], Preempting(fair, lambda allowed: [g for g in gangs if allowed(g.request)],
+                                                  {}, fair.may_evict, bound=fair.reclaim_bound))
+    assert len(decision.preempts) == 1 and decision.preempts[0] in ("a/a1", "a/a2")
+
+
+def test_a_search_cut_short_by_its_budget_says_it_is_not_exact():
+    snap = cluster(1, 2)
+    candidates = run_gangs(snap, [(f"g{i}", 0, 100 + i, [(f"l0n{i // 8}", 1)]) for i in range(16)])
+    preemptor = job("four").gpus(4).priority(10).build()
+    full = choose(snap, preemptor, candidates)
+    assert full.exact and full.cost[1] == 4 and full.cost[3] == 100 + 101 + 102 + 103, "the four least lost"
+    cut = choose(snap, preemptor, candidates, budget=3)
+    assert cut is None or not cut.exact

@@ -200,3 +200,18 @@ def test_a_job_may_name_only_a_queue_of_its_own_namespace_and_capacity_counts_us
     ready, cordoned = node("r").gpus(8).build(), node("c").gpus(8).build()
     cordoned = type(cordoned)(**{**cordoned.__dict__, "unschedulable": True})
     assert capacity([ready, cordoned], [ANY]) == {ANY: 8.0}
+
+
+def test_a_queues_later_jobs_keep_off_the_reservation_its_head_took_in_the_same_cycle():
+    """Defect: Held.add kept a stale answer of `only(group)`, so a queue's own later job inside its guarantee
+    backfilled into the leaf its blocked head had just reserved."""
+    snap = snapshot([node(f"n{i}").gpus(8).spine("s").leaf(f"l{i // 2}") for i in range(4)], TOPO,
+                    used={"n0": 8, "n2": 8})
+    tree = QueueTree.of([Queue("g", None, ("g",), (Quota(ANY, 32),))])
+    fair = FairQueues(tree, Usage({}), capacity(snap.nodes, [ANY]))
+    big = job("big", "g").replicas(2).gpus(8).required("leaf").priority(5).build()
+    small = job("small", "g").replicas(1).gpus(8).priority(1, submitted=1).build()
+    held, placed = schedule(snap, [big, small], fair)
+    assert held.reserved and not held.placed
+    reserved = set(held.reserved_nodes)
+    assert placed.placed and not reserved & set(placed.placement.assignments)

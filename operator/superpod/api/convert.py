@@ -135,6 +135,9 @@ def queue_from_k8s(obj: dict) -> Queue:
                  spec.weight, budget, spec.minRuntimeSeconds)
 
 
+LABEL_VALUE_MAX = 63  # characters of a Kubernetes label value
+
+
 def record_from_k8s(obj: dict) -> Record:
     """The core Record of a GPUUsage object."""
     spec = _validate(GPUUsage, obj).spec
@@ -142,11 +145,18 @@ def record_from_k8s(obj: dict) -> Record:
                   spec.start.timestamp(), spec.end.timestamp(), spec.gpuSeconds)
 
 
+def usage_name(job_uid: str, attempt: int) -> str:
+    """The GPUUsage record of an attempt: one name, so it is written once whoever closes the attempt."""
+    return f"{job_uid}-a{attempt}"
+
+
 def usage_object(record: Record, job_uid: str) -> dict:
     """The GPUUsage object of an ended attempt, named <job uid>-a<attempt>: written once, whoever closes it."""
+    labels = {"superpod.dev/namespace": record.namespace}
+    if len(record.queue) <= LABEL_VALUE_MAX:  # a longer queue name is in the spec only (label values stop at 63)
+        labels["superpod.dev/queue"] = record.queue
     return {"apiVersion": API_VERSION, "kind": "GPUUsage",
-            "metadata": {"name": f"{job_uid}-a{record.attempt}",
-                         "labels": {"superpod.dev/queue": record.queue, "superpod.dev/namespace": record.namespace}},
+            "metadata": {"name": usage_name(job_uid, record.attempt), "labels": labels},
             "spec": {"queue": record.queue, "namespace": record.namespace, "job": record.job, "jobUid": job_uid,
                      "attempt": record.attempt, "flavor": record.flavor, "serviceClass": record.service_class,
                      "gpus": record.gpus, "start": rfc3339(record.start, micro=True),

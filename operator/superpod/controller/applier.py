@@ -258,10 +258,16 @@ class Applier:
                 log.warning("pod delete failed: %s (retried next cycle)", r)
 
     async def _record_usage(self, step: RecordUsage) -> None:
+        """A refused record (invalid) is logged and counted, and the close goes on: a job must not stay open
+        because its bill cannot be written; any other failure stops the close, which is retried."""
         try:
             self._see(GPUUSAGES, await self.api.create(GPUUSAGES, step.usage), "ADDED")
         except ApiError as e:
-            if not e.conflict:  # AlreadyExists: an earlier try of the same close wrote it
+            if e.invalid:
+                log.error("usage record %s refused, the attempt is closed without it: %s",
+                          step.usage["metadata"]["name"], e)
+                self._count("refused", step)
+            elif not e.conflict:  # AlreadyExists: an earlier try of the same close wrote it
                 raise
 
     async def _create_service(self, step: CreateService) -> None:

@@ -176,8 +176,11 @@ class Controller:
             lowest = self.reader.lowest_priority()
             return (lowest is None or lowest >= job.priority) and not (fair is not None and fair.inside.get(job.key))
 
-        return Preempting(policy, running, preemption.nominations(self.state, self.reader, now),
-                          fair.may_evict if fair is not None else lower_priority, hopeless)
+        if fair is None:
+            return Preempting(policy, running, preemption.nominations(self.state, self.reader, now),
+                              lower_priority, hopeless)
+        return Preempting(policy, running, preemption.nominations(self.state, self.reader, now), fair.may_evict,
+                          hopeless, fair.reclaim_bound)
 
     def _may_park(self) -> bool:
         """Jobs may be passed over unless the MIG flow must see every waiting job (slices to give back)."""

@@ -12,7 +12,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from superpod.api.convert import queue_from_k8s
+from superpod.api.convert import queue_from_k8s, usage_name
 from superpod.api.resources import ConvertError
 from superpod.api.status import condition
 from superpod.api.times import rfc3339, timestamp
@@ -86,9 +86,11 @@ class QueueBook:
     def running(self, tree: QueueTree, active: Iterable[JobView]) -> list[Open]:
         """The running attempts of the jobs in queues, not yet recorded."""
         out = []
+        recorded = self.state.ledger.queue_of
         for view in active:
             status = view.status
-            if status.accountedAttempts >= status.attempt or not isinstance(view.request, JobRequest):
+            if status.accountedAttempts >= status.attempt or not isinstance(view.request, JobRequest) \
+                    or usage_name(view.uid, status.attempt) in recorded:  # its close was recorded, not written
                 continue
             queue, flavor, problem = tree.classify(view.request)
             if not problem:

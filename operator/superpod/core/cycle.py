@@ -127,9 +127,9 @@ class Held:
         job, and takes the group's turn only when the group has none."""
         if not reservation.pinned or group not in self.by_group:
             self.by_group[group] = reservation
-        if reservation.pinned and reservation not in self.pinned:
+        if reservation.pinned:
             self.pinned = self.pinned | {reservation}
-            self._only = {}
+        self._only = {}
         self.all = frozenset(self.by_group.values()) | self.pinned
 
     def pin(self, reservation: Reservation) -> None:

@@ -45,6 +45,7 @@ class Victim:
     gpus: float  # GPUs it holds (MIG slices count g/7)
     lost: float  # GPU-seconds of work lost if it is evicted now (since its attempt started)
     pods: tuple[str, ...]  # keys of its pods in the snapshot
+    group: str = ""  # victims of one group give back at most `limits[group]` GPUs together ("" : no bound)
 
 
 @dataclass(frozen=True)
@@ -66,9 +67,10 @@ def cost_of(victims) -> tuple:
 
 
 def choose(snap: Snapshot, job: JobRequest, candidates: list[Victim], exclude_nodes: frozenset[int] = frozenset(),
-           budget: int = BUDGET) -> Preemption | None:
+           budget: int = BUDGET, limits: dict[str, float] | None = None) -> Preemption | None:
     """The victims to evict and where the preemptor then goes; None if it fits already, or no candidate set makes
-    room (or it could not fit even on an idle cluster)."""
+    room (or it could not fit even on an idle cluster). `limits`: group -> the most GPUs its victims may hold
+    together (a queue gives back only what it holds beyond its guarantee)."""
     solver = Solver(snap, job, exclude_nodes=exclude_nodes)
     if solve(solver) is not None:
         return None
@@ -86,18 +88,20 @@ def choose(snap: Snapshot, job: JobRequest, candidates: list[Victim], exclude_no
                 if entries is None:
                     entries = on_node[i] = []
                 entries.append((victim, pod.requests, amount))
-    best: tuple[tuple, list[Victim], bool] | None = None
+    best: tuple[tuple, list[Victim]] | None = None
+    exact = True  # every domain searched to the end
     for bound, domain in _ranked(solver, domains, on_node, usable):
         if best is not None and bound > best[0][:4]:
             break  # ranked by bound: no domain left can do better
-        room = Room(solver, domain, on_node, usable)
+        room = Room(solver, domain, on_node, usable, limits or {})
         found = room.search(best[0] if best else None, budget) if room.victims else None
-        if found is not None and (best is None or cost_of(found[0]) < best[0]):
-            best = (cost_of(found[0]), found[0], found[1])
+        exact = exact and room.complete
+        if found is not None and (best is None or cost_of(found) < best[0]):
+            best = (cost_of(found), found)
     if best is None:
         return None
     placement = _place_without(snap, job, best[1], exclude_nodes)
-    return Preemption(tuple(sorted(best[1], key=lambda v: v.key)), placement, best[2]) if placement else None
+    return Preemption(tuple(sorted(best[1], key=lambda v: v.key)), placement, exact) if placement else None
 
 
 def _domains(solver: Solver) -> list[int]:
@@ -198,8 +202,10 @@ class Room:
     domain: int
     on_node: dict[int, list[tuple[Victim, tuple, int]]]  # node -> (candidate, a pod's requests, its primary)
     usable: _Usable
+    limits: dict[str, float] = field(default_factory=dict)  # group -> GPUs its victims may hold together
     victims: list[Victim] = field(default_factory=list)  # the candidates with pods on the domain's usable nodes
     visited: int = 0
+    complete: bool = True  # False once a search ran out of budget: the answer may not be the minimum
 
     def __post_init__(self) -> None:
         sv, snap = self.solver, self.solver.snap
@@ -265,8 +271,11 @@ class Room:
                 self.per_group[self._group(node)] += self.slots[node] - before
 
     # ---- the search -----------------------------------------------------------------------------------------------
-    def search(self, bound: tuple | None, budget: int) -> tuple[list[Victim], bool] | None:
-        """The best set inside this domain (and whether the search finished), unless none beats `bound`."""
+    def search(self, bound: tuple | None, budget: int) -> list[Victim] | None:
+        """The best set inside this domain, unless none beats `bound` (`complete` says whether the search
+        finished). The lowest priority threshold at which evicting every candidate up to it makes room is where the
+        minimum lies, unless the limits forbid every such set: then the next threshold."""
+        self.budget = budget
         evicted: list[Victim] = []
         by_priority = sorted(self.victims, key=lambda v: v.priority)
         for priority in sorted({v.priority for v in self.victims}):
@@ -280,12 +289,16 @@ class Room:
             if self.fits():
                 for victim in evicted:
                     self.evict(victim, -1)
-                return self._fewest(evicted, bound, budget)
+                found = self._fewest(list(evicted), bound)
+                if found is not None or not self.limits:
+                    return found
+                for victim in evicted:
+                    self.evict(victim)
         for victim in evicted:
             self.evict(victim, -1)
         return None
 
-    def _fewest(self, allowed: list[Victim], bound: tuple | None, budget: int) -> tuple[list[Victim], bool] | None:
+    def _fewest(self, allowed: list[Victim], bound: tuple | None) -> list[Victim] | None:
         order = sorted(allowed, key=lambda v: (-self.units[v.key], v.gpus, v.lost, v.key))
         units = [self.units[v.key] for v in order]
         shortfall = self.need - self.base
@@ -299,15 +312,13 @@ class Room:
             if bound is not None and (bound[0], bound[1]) < (max(v.priority for v in allowed), count):
                 return None
             self.best: tuple | None = None
-            self.complete = True
-            self.budget = budget
-            self._depth(order, units, count, 0, [], shortfall)
+            self._depth(order, units, count, 0, [], shortfall, {})
             if self.best is not None:
-                return self.best[1], self.complete
+                return self.best[1]
         return None
 
     def _depth(self, order: list[Victim], units: list[int], count: int, start: int, chosen: list[Victim],
-               shortfall: float) -> None:
+               shortfall: float, given: dict[str, float]) -> None:
         self.visited += 1
         self.budget -= 1
         if len(chosen) == count:
@@ -319,20 +330,27 @@ class Room:
         left = count - len(chosen)
         if len(order) - start < left or sum(sorted(units[start:], reverse=True)[:left]) < shortfall:
             return  # not enough gangs left, or the largest left cannot cover the shortfall
-        if self.best is not None:
-            gpus = sum(v.gpus for v in chosen) + sum(sorted(v.gpus for v in order[start:])[:left])
-            if round(gpus, 6) > self.best[0][0]:
+        if self.best is not None:  # what the cheapest completion would cost at least: GPUs, then work lost
+            rest = order[start:]
+            gpus = round(sum(v.gpus for v in chosen) + sum(sorted(v.gpus for v in rest)[:left]), 6)
+            lost = round(sum(v.lost for v in chosen) + sum(sorted(v.lost for v in rest)[:left]), 6)
+            if (gpus, lost) > self.best[0][:2]:
                 return
         for j in range(start, len(order)):
             if self.budget <= 0:
                 self.complete = False
                 return
             victim = order[j]
+            group = victim.group
+            if group in self.limits and given.get(group, 0.0) + victim.gpus > self.limits[group] + 1e-9:
+                continue  # its group would give back more than it may
+            given[group] = given.get(group, 0.0) + victim.gpus
             self.evict(victim)
             chosen.append(victim)
-            self._depth(order, units, count, j + 1, chosen, shortfall - units[j])
+            self._depth(order, units, count, j + 1, chosen, shortfall - units[j], given)
             chosen.pop()
             self.evict(victim, -1)
+            given[group] -= victim.gpus
 
 
 # ---- preemption in the cycle -------------------------------------------------------------------------------------
@@ -369,11 +387,16 @@ class Preempting:
     def __init__(self, inner, running: Callable[[Callable[[JobRequest], bool]], list[Running]],
                  nominations: dict[str, Nomination],
                  may_evict: Callable[[JobRequest, JobRequest], bool] = lower_priority,
-                 hopeless: Callable[[JobRequest], bool] = lambda job: False) -> None:
+                 hopeless: Callable[[JobRequest], bool] = lambda job: False,
+                 bound: Callable[[JobRequest, JobRequest], tuple[str, float] | None] = lambda job, victim: None) \
+            -> None:
         """`running(allowed)`: the placed gangs whose request `allowed` accepts (asked only when a job may
-        preempt); `hopeless(job)`: true when no placed gang can be its victim (a cheap test, asked first)."""
+        preempt); `hopeless(job)`: true when no placed gang can be its victim (a cheap test, asked first);
+        `bound(job, victim)`: (group, GPUs) when the victims of that group may give back at most so many GPUs
+        together (a queue above its guarantee), counted over the whole cycle."""
         self.inner, self._running, self.nominations, self.may_evict = inner, running, nominations, may_evict
-        self.hopeless = hopeless
+        self.hopeless, self.bound = hopeless, bound
+        self._given: dict[str, float] = {}  # group -> GPUs its victims gave back this cycle
         self.reserves = inner.reserves
         self.parks = inner.parks and not nominations  # a nominated job must be visited to be placed
         self.chosen: dict[str, Preemption] = {}  # preemptor key -> what it evicts this cycle
@@ -420,13 +443,23 @@ class Preempting:
         if not head or self.hopeless(job):
             return None
         running = self._running(lambda victim: victim.key not in self._taken and self.may_evict(job, victim))
-        candidates = [Victim(r.request.key, r.request.priority, r.gpus, r.lost, r.pods) for r in running
-                      if not r.protected]
-        found = choose(snap, job, candidates, taken()) if candidates else None
+        candidates, limits = [], {}
+        for gang in running:
+            if gang.protected:
+                continue
+            group, most = self.bound(job, gang.request) or ("", 0.0)
+            if group:
+                limits[group] = most - self._given.get(group, 0.0)
+            candidates.append(Victim(gang.request.key, gang.request.priority, gang.gpus, gang.lost, gang.pods,
+                                     group))
+        found = choose(snap, job, candidates, taken(), limits=limits) if candidates else None
         if found is None:
             return None
         self.chosen[job.key] = found
         self._taken.update(v.key for v in found.victims)
+        for victim in found.victims:
+            if victim.group:
+                self._given[victim.group] = self._given.get(victim.group, 0.0) + victim.gpus
         names = tuple(sorted(found.placement.assignments))
         label = _nodes_label(names)
         gangs = ", ".join(f"{v.key} (priority {v.priority})" for v in found.victims)

@@ -362,8 +362,17 @@ class FairQueues:
             return victim.priority < job.priority
         if not self.inside.get(job.key) or their_flavor != flavor:
             return False
-        quota = self.tree.queues[theirs].quota(their_flavor)
-        return self.used.get((theirs, their_flavor), 0.0) - units(victim) >= quota.guaranteed
+        return units(victim) <= self.reclaim_bound(job, victim)[1]
+
+    def reclaim_bound(self, job: JobRequest, victim: JobRequest) -> tuple[str, float] | None:
+        """For a gang of another queue: (that queue and flavor, the GPUs it holds beyond its guarantee), which its
+        victims may give back at most, together (core/preempt.py); None for a gang of the job's own queue."""
+        queue = self.where_of(job)[0]
+        theirs, flavor, _ = self.where_of(victim)
+        if theirs is None or theirs == queue:
+            return None
+        quota = self.tree.queues[theirs].quota(flavor)
+        return f"{theirs}/{flavor}", self.used.get((theirs, flavor), 0.0) - quota.guaranteed
 
     def exhausted(self, queue: str) -> str | None:
         """The queue or ancestor whose budget for the period is spent, if one is."""
