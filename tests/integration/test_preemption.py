@@ -2,7 +2,7 @@
 evicts exactly the cheapest set of priority-0 gangs (the leaf with one gang, not the leaf with two, nor the leaf with
 a reserved gang), starts once they are gone, and its victim runs again later; a queue below its guarantee reclaims
 what another queue borrows. Throughout, a sampler checks that no node holds more GPUs than it has and that no
-Running job has fewer live pods than replicas."""
+Running job has fewer pods (not being deleted) than replicas."""
 
 from __future__ import annotations
 
@@ -41,13 +41,13 @@ class Sampler:
             jobs = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "trainingjobs")["items"]
             held: Counter = Counter()
             live: Counter = Counter()
-            for pod in pods:
+            for pod in pods:  # read before the jobs: a job is Running only once all its pods run
+                labels = pod.metadata.labels or {}
+                if not pod.metadata.deletion_timestamp:  # a pod that finished still counts for its gang
+                    live[(labels.get("superpod.dev/job-name"), labels.get("superpod.dev/attempt"))] += 1
                 if pod.spec.node_name and pod.status.phase not in ("Succeeded", "Failed"):
                     held[pod.spec.node_name] += sum(int((c.resources.requests or {}).get("nvidia.com/gpu", 0))
                                                     for c in pod.spec.containers)
-                    labels = pod.metadata.labels or {}
-                    if not pod.metadata.deletion_timestamp:
-                        live[(labels.get("superpod.dev/job-name"), labels.get("superpod.dev/attempt"))] += 1
             for node, gpus in held.items():
                 if gpus > self.gpus_per_node:
                     self.violations.append(f"node {node} holds {gpus} GPUs")
@@ -56,7 +56,7 @@ class Sampler:
                 if status.get("phase") == "Running":
                     have = live[(job["metadata"]["name"], str(status.get("attempt")))]
                     if have < job["spec"]["replicas"]:
-                        self.violations.append(f"{job['metadata']['name']} Running with {have} live pods")
+                        self.violations.append(f"{job['metadata']['name']} Running with {have} pods")
             self.samples += 1
 
 
