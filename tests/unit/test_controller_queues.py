@@ -104,3 +104,24 @@ def test_gpu_seconds_are_counted_by_queue_flavor_and_class():
     c.settle(10)
     counted = c.controller.meter.counter.labels("a", "team-a", "*", "reserved")._value.get()
     assert 8 * 8 <= counted <= 8 * 10
+
+
+def test_each_queue_and_flavor_has_gauges_of_its_gpus_until_the_queue_is_gone():
+    from prometheus_client import CollectorRegistry
+
+    from superpod.controller.metrics import Metrics
+
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    registry = CollectorRegistry()
+    c.controller.queues.metrics = Metrics(registry)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 4)))
+    submit(c, "a", "j")
+    c.settle(3)
+
+    def gauge(kind: str):
+        return registry.get_sample_value("superpod_queue_gpus", {"queue": "a", "flavor": "*", "kind": kind})
+
+    assert (gauge("guaranteed"), gauge("allocated"), gauge("borrowed")) == (4, 8, 4)
+    run(c.admin.delete(GPUQUEUES, "a"))
+    c.settle(1)
+    assert gauge("allocated") is None

@@ -257,3 +257,15 @@ def test_preemption_shortens_the_wait_of_high_priority_gangs_and_counts_the_work
     assert on["preempted"]["attempts"] == 1 and 31 < on["preempted"]["gpu_hours_lost"] <= 32, "one 32-GPU gang, 1 h"
     assert off["preempted"] == {"attempts": 0, "gpu_hours_lost": 0.0}
     assert on["never_ended"] == off["never_ended"] == 0, "the victims ran again to the end"
+
+
+def test_queues_come_from_the_cluster_dump_when_no_queue_file_is_given(tmp_path):
+    import yaml
+
+    dump = tmp_path / "dump.yaml"
+    queue = {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
+             "spec": {"namespaces": ["a"], "resources": [{"flavor": "*", "guaranteed": 8}]}}
+    dump.write_text(yaml.safe_dump_all([*small_cluster()[:2], queue]))
+    assert [q["metadata"]["name"] for q in cli.load_queues(str(dump), required=False)] == ["a"]
+    dump.write_text(yaml.safe_dump_all(small_cluster()[:2]))
+    assert cli.load_queues(str(dump), required=False) == []

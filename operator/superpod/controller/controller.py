@@ -50,7 +50,7 @@ class Controller:
         self.applier = Applier(api, state, leading, metrics, writer=self.settings.writer, clock=clock)
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
-        self.queues = QueueBook(state, self.settings.usage_half_life)
+        self.queues = QueueBook(state, self.settings.usage_half_life, metrics)
         self.room = WaitingRoom()
         self.meter = Meter(metrics.gpu_seconds if metrics else None, self.queues.labels)
         # The last cycle's findings on the waiting jobs (for `superpod plan`, explanations and tests):

@@ -43,8 +43,9 @@ class Open:
 
 
 class QueueBook:
-    def __init__(self, state: ClusterState, half_life: float) -> None:
-        self.state, self.half_life = state, half_life
+    def __init__(self, state: ClusterState, half_life: float, metrics=None) -> None:
+        self.state, self.half_life, self.metrics = state, half_life, metrics
+        self._exported: set[tuple[str, str]] = set()  # (queue, flavor) of the superpod_queue_gpus series set
         self.draining: set[str] = set()  # leaf queues whose running jobs stop: a HoldAndDrain budget is spent
         self.open: list[Open] = []  # the running attempts in queues, as of the last policy()
         self._tree: tuple[int, QueueTree, dict[str, str]] | None = None  # (queue edits, tree, unreadable -> why)
@@ -133,6 +134,7 @@ class QueueBook:
     def status_plans(self, fair: FairQueues | None, decisions: list[Decision], now: float) -> list[Plan]:
         """Each GPUQueue's status, written when it changed; a Warning on a queue that is not in force."""
         if not self.state.queues:
+            self._unexport(set())
             return []
         tree, unreadable = self.tree()
         usage = self._usage_figures(tree, math.floor(now / STATUS_GRAIN) * STATUS_GRAIN)
@@ -143,7 +145,7 @@ class QueueBook:
                 queue = fair.where_of(decision.job)[0]
                 if queue and not decision.placed:
                     pending[queue] = pending.get(queue, 0) + 1
-        plans = []
+        plans, exported = [], set()
         for name, obj in sorted(self.state.queues.items()):
             problem = unreadable.get(name) or tree.problems.get(name)
             status = dict(obj.get("status") or {})
@@ -153,12 +155,30 @@ class QueueBook:
             else:
                 new = {**_figures(tree, fair, name, pending), **usage.get(name, {}), "conditions": condition(
                     status.get("conditions") or [], Condition.ACTIVE, "True", Reason.QUEUE_ACTIVE, "in force", now)}
+            exported |= self._export(name, new.get("flavors") or [])
             if new != status:
                 plan = Plan(f"queue:{name}", [WriteQueueStatus(name, new)])
                 if problem:
                     plan.then(Emit(_ref(obj), "Warning", Reason.QUEUE_REFUSED, f"not in force: {problem}"))
                 plans.append(plan)
+        self._unexport(exported)
         return plans
+
+    def _export(self, queue: str, flavors: list[dict]) -> set[tuple[str, str]]:
+        """The queue's figures per flavor as gauges; the (queue, flavor) series set."""
+        if self.metrics is None:
+            return set()
+        for figures in flavors:
+            for kind in ("guaranteed", "allocated", "borrowed"):
+                self.metrics.queue_gpus.labels(queue, figures["flavor"], kind).set(figures[kind])
+        return {(queue, figures["flavor"]) for figures in flavors}
+
+    def _unexport(self, exported: set[tuple[str, str]]) -> None:
+        """Series of queues or flavors that are gone are removed."""
+        for queue, flavor in self._exported - exported:
+            for kind in ("guaranteed", "allocated", "borrowed"):
+                self.metrics.queue_gpus.remove(queue, flavor, kind)
+        self._exported = exported
 
 
     def _usage_figures(self, tree: QueueTree, at: float) -> dict[str, dict]:

@@ -90,14 +90,15 @@ def load_cluster(args: Any) -> tuple[list[dict], dict, str]:
     return nodes, presets.topology(), f"preset {args.preset}"
 
 
-def load_queues(path: str | None) -> list[dict]:
-    """GPUQueues from a YAML file (documents or a List); each is checked as the operator reads it."""
+def load_queues(path: str | None, required: bool = True) -> list[dict]:
+    """GPUQueues from a YAML file (documents or a List: a --queues file, or the --cluster dump when no --queues is
+    given); each is checked as the operator reads it."""
     if not path:
         return []
     with open(path, encoding="utf-8") as handle:
         objects = [o for o in items_of(list(yaml.safe_load_all(handle))) if isinstance(o, dict)]
     queues = [o for o in objects if o.get("kind") == GPUQUEUES.kind]
-    if not queues:
+    if not queues and required:
         raise ValueError(f"{path}: no GPUQueue in it")
     for queue in queues:
         queue_from_k8s(queue)  # a clear error now, not a queue silently out of force later
@@ -125,7 +126,7 @@ def run(args: Any) -> int:
         nodes, topology, source = load_cluster(args)
         capacity = RuntimeModel.of(topology, nodes).capacity
         traces = load_jobs(args, capacity)
-        queues = load_queues(args.queues)
+        queues = load_queues(args.queues) if args.queues else load_queues(args.cluster, required=False)
         factors = parse_factors(args.slowdown or "")
         policies = args.policy.split(",")
         unknown = [p for p in policies if p not in POLICIES]
@@ -248,7 +249,8 @@ def register(sub: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the random baseline and of --priorities")
     p.add_argument("--priorities", help="give jobs priorities, seeded: priority:share,... (e.g. 100:0.1 makes one job "
                                         "in ten priority 100)")
-    p.add_argument("--queues", help="GPUQueues (YAML) the operator admits under: tenants, guarantees, weights")
+    p.add_argument("--queues", help="GPUQueues (YAML) the operator admits under: tenants, guarantees, weights "
+                                    "(default: those in the --cluster dump, if any)")
     p.add_argument("--slowdown", help="runtime factors per level crossed, e.g. leaf=1.3,spine=1.2")
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds from a gang's start to useful work")
     p.add_argument("--out", default="simulation", help="folder for summary.json and the plots (overwritten)")
