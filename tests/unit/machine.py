@@ -29,7 +29,7 @@ from superpod.controller.controller import Controller
 from superpod.controller.judge import Settings
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
-from superpod.k8s.api import LEASES, NODES, PODS, TRAININGJOBS, WATCHED, ApiError
+from superpod.k8s.api import GPUUSAGES, LEASES, NODES, PODS, TRAININGJOBS, WATCHED, ApiError
 from superpod.k8s.lease import LeaderLease
 from tests.unit.memory_cluster import MemoryCluster
 
@@ -275,6 +275,7 @@ class World:
         self._capacity()
         self._one_attempt()
         self._gpu_seconds()
+        self._usage_records()
         if settled:
             self._whole_gangs()
 
@@ -366,6 +367,26 @@ class World:
                     raise Violation(f"job {job['metadata']['name']} billed {billed} GPU-s, its pods ran {truth}")
                 if accounted:
                     self.checks["GPU-seconds exact"] += 1
+
+    def _usage_records(self) -> None:
+        """The GPUUsage records of a job's accounted attempts never bill more than its status closed (a record is
+        written before the close; a retried close may count a little longer than the record that stands)."""
+        recorded: dict[str, float] = defaultdict(float)
+        for record in self.store.objects.get(GPUUSAGES, {}).values():
+            recorded[record["spec"]["jobUid"]] += record["spec"]["gpuSeconds"]
+        for job in self.store.objects.get(TRAININGJOBS, {}).values():
+            st = job.get("status") or {}
+            uid = job["metadata"]["uid"]
+            if st.get("preemptions"):
+                self.checks["preempted gangs"] += 1
+            if uid in recorded and recorded[uid] > float(st.get("finishedGpuSeconds") or 0) + 0.01 * (
+                    int(st.get("accountedAttempts") or 0) + 1) and int(st.get("accountedAttempts") or 0) >= max(
+                    (r["spec"]["attempt"] for r in self.store.objects.get(GPUUSAGES, {}).values()
+                     if r["spec"]["jobUid"] == uid), default=0):
+                raise Violation(f"job {job['metadata']['name']}: records bill {recorded[uid]} GPU-s, its status "
+                                f"closed {st.get('finishedGpuSeconds')}")
+            if uid in recorded:
+                self.checks["usage records within the closed GPU-seconds"] += 1
 
     # ---- settling -------------------------------------------------------------------------------------------------
     def settle(self) -> None:

@@ -24,7 +24,8 @@ STEPS = int(os.environ.get("SUPERPOD_MACHINE_STEPS", "40"))
 # or the process dying right there.
 FAULTS = st.one_of(st.just(None), st.fixed_dictionaries({
     "what": st.sampled_from(["fail", "conflict", "crash", "lose-lease", "lose-answer"]),
-    "on": st.sampled_from(["create pods", "update trainingjobs", "delete pods", "create services", "create events"]),
+    "on": st.sampled_from(["create pods", "update trainingjobs", "delete pods", "create services", "create events",
+                           "create gpuusages"]),
     "skip": st.integers(0, 3)}))
 
 
