@@ -19,7 +19,8 @@ from superpod.controller.jobs import JobReader
 from superpod.controller.metering import attempt_runs
 from superpod.controller.queues import QueueBook
 from superpod.controller.state import ClusterState
-from superpod.core.usage import COLUMNS, Record, runs_within, summarize
+from superpod.core.accounting import gpu_seconds
+from superpod.core.usage import COLUMNS, Record, summarize
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, PODS, TRAININGJOBS, ClusterAPI
 
 
@@ -67,7 +68,7 @@ async def _running(api: ClusterAPI, now: float, recorded: set[str]) -> list[Reco
         queue, namespace, flavor, service_class = book.labels(view)
         out.append(Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, status.attempt,
                           view.units * view.replicas, min(run.start for run in runs), now,
-                          runs_within(runs, view.units, -float("inf"), now)))
+                          gpu_seconds(runs, view.units, now)))
     return out
 
 

@@ -204,7 +204,6 @@ class Room:
     usable: _Usable
     limits: dict[str, float] = field(default_factory=dict)  # group -> GPUs its victims may hold together
     victims: list[Victim] = field(default_factory=list)  # the candidates with pods on the domain's usable nodes
-    visited: int = 0
     complete: bool = True  # False once a search ran out of budget: the answer may not be the minimum
 
     def __post_init__(self) -> None:
@@ -319,7 +318,6 @@ class Room:
 
     def _depth(self, order: list[Victim], units: list[int], count: int, start: int, chosen: list[Victim],
                shortfall: float, given: dict[str, float]) -> None:
-        self.visited += 1
         self.budget -= 1
         if len(chosen) == count:
             if self.fits():
