@@ -23,10 +23,14 @@ def test_lint_and_template_are_clean(cluster):
     lint = cluster.helm("lint", CHART, "--strict")
     assert "0 chart(s) failed" in lint.stdout
     out = cluster.helm("template", RELEASE, CHART, "-n", NS, "--kube-version", "1.37.2",
-                       "--set", "topology.create=true", "--set", "metrics.serviceMonitor.enabled=true").stdout
+                       "--set", "topology.create=true", "--set", "metrics.serviceMonitor.enabled=true",
+                       "--set", "grafana.dashboard.enabled=true").stdout
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out) if d)
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-                            "Deployment", "ClusterTopology", "ServiceMonitor"])
+                            "Deployment", "ClusterTopology", "ServiceMonitor", "ConfigMap"])
+    board = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ConfigMap")
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert json.loads(board["data"]["superpod-scheduler.json"])["uid"] == "superpod-scheduler"
     rules = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ClusterRole")["rules"]
     assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules), "no wildcards"
     deploy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")

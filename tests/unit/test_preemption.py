@@ -162,3 +162,19 @@ def test_a_victim_placed_again_elsewhere_is_not_stopped_a_second_time():
     victim = c.status("v")
     assert victim["attempt"] == 2 and victim["phase"] == "Running", "placed again on the other leaf"
     assert victim["preemptions"] == 1, "its new attempt is not the one that was preempted"
+
+
+def test_preemptions_are_counted_by_kind_once_written():
+    from prometheus_client import CollectorRegistry
+
+    from superpod.controller.metrics import Metrics
+
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    registry = CollectorRegistry()
+    c.controller.metrics = Metrics(registry)
+    c.submit(job("low"))
+    c.settle(3)
+    c.submit(job("big", replicas=2, priority=100))
+    c.cycle()
+    assert registry.get_sample_value("superpod_preemptions_total", {"kind": "priority"}) == 1
+    assert registry.get_sample_value("superpod_preemptions_total", {"kind": "reclaim"}) == 0

@@ -69,6 +69,7 @@ class Controller:
         self._assumed: dict[str, tuple[int, list]] = {}  # snapshot.holdings' memo of each placed gang's replicas
         self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
         self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
+        self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -86,6 +87,10 @@ class Controller:
         outcome = await self.applier.apply(plans)
         for key in outcome.done:
             self.unrecorded.pop(key, None)
+            if self.metrics and key in self.preempting:  # a preemption whose writes all landed
+                for kind, count in self.preempting[key].items():
+                    self.metrics.preemptions.labels(kind).inc(count)
+        self.preempting = {}
         if outcome.stopped:
             log.warning("the Lease was lost while writing: %d of %d plans stopped; the next leader finishes or "
                         "rolls back from what it observes", len(plans) - len(outcome.done), len(plans))
@@ -138,6 +143,9 @@ class Controller:
         if isinstance(policy, Preempting):
             plans += self._guarded("preemption", lambda: preemption.plans(
                 policy, self.visited, self.reader, self.state, now, self.queues.labels), [])
+            self.preempting = {f"job:{key}": {"reclaim": sum(1 for v in found.victims if v.group),
+                                              "priority": sum(1 for v in found.victims if not v.group)}
+                               for key, found in policy.chosen.items()}
         plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
         by_key = self.reader.by_key
         budget = self._rewrite_budget(now)

@@ -44,11 +44,16 @@ class Metrics:
         self.writes = PromCounter("superpod_writes", "Writes the applier made, by action and outcome",
                                   ["action", "outcome"], registry=r)
         self.leading = Gauge("superpod_leader", "1 while this replica holds the Lease", registry=r)
+        self.preemptions = PromCounter("superpod_preemptions", "Gangs preempted, by kind: priority (a job of higher "
+                                       "priority in the same queue) or reclaim (a queue taking its guarantee back)",
+                                       ["kind"], registry=r)
         self.queue_gpus = Gauge("superpod_queue_gpus", "GPUs of a GPUQueue per flavor: guaranteed, allocated (held by "
                                 "its jobs and its children's) and borrowed (allocated beyond the guarantee)",
                                 ["queue", "flavor", "kind"], registry=r)
         for cause in ("failure", "interruption"):  # every series exists from the start, at 0
             self.gang_restarts.labels(cause)
+        for kind in ("priority", "reclaim"):
+            self.preemptions.labels(kind)
         for stage in ("cycle", "lease", "resync"):
             self.cycle_errors.labels(stage)
         for stage in ("judge", "decide", "apply", "mig", "metering"):
