@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="superpod", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    from superpod import demo, plan, usage
+    from superpod import demo, plan, top, usage
     from superpod.controller import operator as operator_cli
     from superpod.localcluster import cli as cluster_cli
     from superpod.sim import cli as sim_cli
@@ -22,6 +22,7 @@ def main(argv: list[str] | None = None) -> int:
     simulate_cli.register(sub)
     demo.register(sub)
     usage.register(sub)
+    top.register(sub)
     args = parser.parse_args(argv)
     return int(args.func(args) or 0)
 

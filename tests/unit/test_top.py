@@ -1,0 +1,42 @@
+"""`superpod top`: a 128-node SuperPOD fits 120 columns, node by node, with the jobs holding each node, the nodes out
+of placement flagged and the queues against their guarantees; a larger fleet is one line per domain."""
+
+from __future__ import annotations
+
+import yaml
+
+from superpod.k8s.api import GPUQUEUES, NODES
+from superpod.top import load_dump, render
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
+from tests.unit.test_controller_queues import gpu_queue, submit
+
+
+def test_a_superpod_node_by_node_in_120_columns():
+    c = MemoryCluster(nodes=128)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 64, budget={"gpuHours": 100})))
+    submit(c, "a", "train-0")
+    body = training_job("big-llm", 16, 8)
+    c.submit(body)
+    c.update_node("dgx-su02-n01", lambda node: node.setdefault("spec", {}).update({"unschedulable": True}))
+    c.settle(3)
+    out = render(c.state)
+    lines = out.splitlines()
+    assert lines[0] == "128 nodes, 136 of 1024 GPUs in use"
+    assert max(len(line) for line in lines) <= 120
+    assert "spine dgx-spine-1 / leaf su-2: 136/256 GPUs, 1 node(s) out of placement" in lines, "best fit"
+    assert "spine dgx-spine-1 / leaf su-1: 0/256 GPUs" in lines
+    assert sum("big-llm" in line for line in lines) == 6, "16 nodes, three to a row"
+    assert any("dgx-su02-n01x░░░░░░░░" in line for line in lines), "cordoned"
+    assert any(line.startswith("a ") and line.split()[1:5] == ["64", "136", "72", "0"] for line in lines)
+
+
+def test_a_larger_fleet_is_one_line_per_domain_and_a_dump_reads_the_same():
+    c = MemoryCluster(nodes=160)
+    c.settle(1)
+    dump = yaml.safe_dump_all(list(c.store.objects[NODES].values()) + [
+        {"apiVersion": "superpod.dev/v1alpha1", "kind": "ClusterTopology", "metadata": {"name": "default"},
+         "spec": {"levels": [{"name": "spine", "nodeLabel": "superpod.dev/spine"},
+                             {"name": "leaf", "nodeLabel": "superpod.dev/leaf"}]}}])
+    lines = render(load_dump(dump)).splitlines()
+    assert lines[0] == "160 nodes, 0 of 1280 GPUs in use"
+    assert len(lines) == 1 + 5 and lines[1].endswith("leaf su-1: 0/256 GPUs")
