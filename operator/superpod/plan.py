@@ -99,14 +99,17 @@ def plan_text(text: str) -> dict:
     return plan_objects(items_of(docs))
 
 
+def read_input(path: str) -> str:
+    """A file's text, or standard input's for '-'."""
+    if path == "-":
+        return sys.stdin.read()
+    with open(path, encoding="utf-8") as f:
+        return f.read()
+
+
 def run(args: Any) -> int:
     try:
-        if args.file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(args.file, encoding="utf-8") as f:
-                text = f.read()
-        result = plan_text(text)
+        result = plan_text(read_input(args.file))
     except OSError as e:
         print(f"superpod plan: {e}", file=sys.stderr)
         return 2

@@ -18,7 +18,7 @@ from superpod.api.convert import ConvertError
 from superpod.controller.state import ClusterState, NodeEntry
 from superpod.core.request import GPU, MIG_PREFIX
 from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES, PODS, TRAININGJOBS
-from superpod.plan import items_of
+from superpod.plan import items_of, read_input
 
 KINDS = (NODES, PODS, TRAININGJOBS, GPUQUEUES, CLUSTERTOPOLOGIES)
 PER_NODE_UP_TO = 128  # nodes shown one by one; above this, one line per domain
@@ -145,12 +145,7 @@ def run(args) -> int:
     while True:
         try:
             if args.file:
-                if args.file == "-":
-                    text = sys.stdin.read()
-                else:
-                    with open(args.file, encoding="utf-8") as handle:
-                        text = handle.read()
-                state = load_dump(text)
+                state = load_dump(read_input(args.file))
             else:
                 from superpod.k8s.client import load
                 from superpod.k8s.kube import KubeAPI
