@@ -40,7 +40,7 @@ def _get(obj: dict, path: str, kind: type, default: Any = None) -> Any:
     return cur
 
 
-def _resources(obj: dict, field: str, raw: Any) -> dict[str, int]:
+def resources_of(obj: dict, field: str, raw: Any) -> dict[str, int]:
     if not isinstance(raw, dict):
         raise ConvertError(describe(obj), field, "expected a mapping of quantities")
     return {str(r): quantity(v, str(r), describe(obj), f"{field}.{r}") for r, v in raw.items()}
@@ -60,7 +60,7 @@ def node_from_k8s(obj: dict) -> Node:
     return Node(
         name=name,
         labels={str(k): str(v) for k, v in _get(obj, "metadata.labels", dict, {}).items()},
-        allocatable=_resources(obj, "status.allocatable", _get(obj, "status.allocatable", dict, {})),
+        allocatable=resources_of(obj, "status.allocatable", _get(obj, "status.allocatable", dict, {})),
         taints=taints,
         unschedulable=bool(_get(obj, "spec.unschedulable", bool, False)),
         ready=ready,
@@ -73,7 +73,7 @@ def pod_from_k8s(obj: dict) -> Pod | None:
     if not node or _get(obj, "status.phase", str) in POD_FINISHED:
         return None
     key = f"{_get(obj, 'metadata.namespace', str, 'default')}/{_get(obj, 'metadata.name', str, '')}"
-    reqs = pod_requests(_get(obj, "spec", dict, {}), lambda field, raw: _resources(obj, field, raw))
+    reqs = pod_requests(_get(obj, "spec", dict, {}), lambda field, raw: resources_of(obj, field, raw))
     return Pod(key=key, node=node, requests=tuple(sorted(reqs.items())))
 
 
@@ -110,8 +110,8 @@ def job_from_k8s(obj: dict) -> JobRequest:
         requests=tuple(sorted((k, v) for k, v in reqs.items() if v)),
         gpu_product=res.gpuProduct,
         node_selector=tuple(sorted((str(k), str(v)) for k, v in selector.items())),
-        affinity=_affinity(name, pod),
-        tolerations=_tolerations(name, pod),
+        affinity=affinity_of(name, pod),
+        tolerations=tolerations_of(name, pod),
         required=topo.required,
         preferred=topo.preferred,
         slice_size=topo.sliceSize,
@@ -194,8 +194,8 @@ def _field(name: str, parent: dict, key: str, kind: type, default: Any, at: str)
     return value
 
 
-def _affinity(name: str, pod: dict) -> tuple[tuple[Requirement, ...], ...]:
-    at = "spec.template.spec"
+def affinity_of(name: str, pod: dict, at: str = "spec.template.spec") -> tuple[tuple[Requirement, ...], ...]:
+    """The required node affinity of a pod spec (`at`: where it is, for the error)."""
     affinity = _field(name, pod, "affinity", dict, {}, at)
     node_affinity = _field(name, affinity, "nodeAffinity", dict, {}, f"{at}.affinity")
     at += ".affinity.nodeAffinity"
@@ -218,13 +218,13 @@ def _affinity(name: str, pod: dict) -> tuple[tuple[Requirement, ...], ...]:
     return tuple(terms)
 
 
-def _tolerations(name: str, pod: dict) -> tuple[Toleration, ...]:
+def tolerations_of(name: str, pod: dict, at: str = "spec.template.spec") -> tuple[Toleration, ...]:
     out = []
-    for i, t in enumerate(_field(name, pod, "tolerations", list, [], "spec.template.spec")):
+    for i, t in enumerate(_field(name, pod, "tolerations", list, [], at)):
         if not isinstance(t, dict):
-            raise ConvertError(name, f"spec.template.spec.tolerations[{i}]", "expected a mapping")
+            raise ConvertError(name, f"{at}.tolerations[{i}]", "expected a mapping")
         op = t.get("operator") or "Equal"
         if op not in ("Equal", "Exists"):
-            raise ConvertError(name, f"spec.template.spec.tolerations[{i}].operator", f"unknown operator {op!r}")
+            raise ConvertError(name, f"{at}.tolerations[{i}].operator", f"unknown operator {op!r}")
         out.append(Toleration(str(t.get("key") or ""), op, str(t.get("value") or ""), str(t.get("effect") or "")))
     return tuple(out)

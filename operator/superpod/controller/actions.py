@@ -59,6 +59,25 @@ class DeletePods:
 
 
 @dataclass(frozen=True)
+class BindPods:
+    """Bind another controller's pods to their nodes (pods/binding), all in parallel. A binding cannot be taken
+    back: a pod whose binding failed is scheduled again with the gang's bound pods where they are."""
+
+    gang: str  # the gang's key
+    bindings: tuple[tuple[str, str, str], ...]  # (namespace/name, uid, node)
+
+
+@dataclass(frozen=True)
+class SetPodCondition:
+    """Set a condition on another controller's pod (PodScheduled=False while its gang waits), if it is still the pod
+    with that uid."""
+
+    pod: str  # namespace/name
+    uid: str
+    condition: dict
+
+
+@dataclass(frozen=True)
 class PatchNode:
     """A JSON merge patch of a node's labels and annotations (None removes a key)."""
 
@@ -88,7 +107,8 @@ class Emit:
     message: str
 
 
-Action = WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | PatchNode | MergeMigConfigs | Emit
+Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | BindPods | SetPodCondition | PatchNode
+          | MergeMigConfigs | Emit)
 
 
 @dataclass
@@ -107,6 +127,12 @@ def job_ref(job: dict) -> dict:
     meta = job["metadata"]
     return {"apiVersion": job.get("apiVersion", "superpod.dev/v1alpha1"), "kind": "TrainingJob",
             "name": meta["name"], "namespace": meta.get("namespace"), "uid": meta.get("uid")}
+
+
+def pod_ref(obj: dict) -> dict:
+    meta = obj["metadata"]
+    return {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "namespace": meta.get("namespace"),
+            "uid": meta.get("uid")}
 
 
 def node_ref(obj: dict) -> dict:

@@ -23,6 +23,7 @@ import yaml
 from superpod.api.manifests import ATTEMPT_LABEL, SCHEDULER_NAME
 from superpod.api.times import rfc3339
 from superpod.controller.actions import (
+    BindPods,
     CreatePods,
     CreateService,
     DeletePods,
@@ -31,6 +32,7 @@ from superpod.controller.actions import (
     PatchNode,
     Plan,
     RecordUsage,
+    SetPodCondition,
     WriteQueueStatus,
     WriteStatus,
 )
@@ -69,6 +71,7 @@ class Applier:
         self.concurrency, self.writer, self.clock = concurrency, writer, clock
         self.expected: dict[str, tuple[set[str], float]] = {}  # job uid -> (pod keys of unknown outcome, since)
         self._said: dict[str, dict[str, str]] = {}  # object uid -> reason -> last message: Events on change only
+        self.unbound: set[str] = set()  # pod keys whose binding failed since the pod gangs last took them
 
     # ---- expectations ---------------------------------------------------------------------------------------------
     def settled(self, job_uid: str, now: float) -> bool:
@@ -153,7 +156,8 @@ class Applier:
         self._check()
         write = {Emit: self._emit, WriteStatus: self._write_status, WriteQueueStatus: self._write_queue_status,
                  CreatePods: self._create_pods, RecordUsage: self._record_usage,
-                 DeletePods: self._delete_pods, CreateService: self._create_service, PatchNode: self._patch_node,
+                 DeletePods: self._delete_pods, BindPods: self._bind_pods, SetPodCondition: self._set_pod_condition,
+                 CreateService: self._create_service, PatchNode: self._patch_node,
                  MergeMigConfigs: self._merge_configs}[type(step)]
         await write(step)
         if not isinstance(step, Emit):
@@ -256,6 +260,43 @@ class Applier:
                 raise r
             if isinstance(r, BaseException):
                 log.warning("pod delete failed: %s (retried next cycle)", r)
+
+    async def _bind_pods(self, step: BindPods) -> None:
+        """Every binding in parallel; those that failed are remembered (`unbound`), and the step fails after."""
+        async def bind(key: str, uid: str, node: str) -> None:
+            self._check()
+            namespace, name = key.split("/", 1)
+            try:
+                await self.api.bind(namespace, name, uid, node)
+            except NotLeader:
+                raise
+            except ApiError as e:
+                if not (e.conflict and (pod := self.state.pods.get(key)) and pod.uid == uid and pod.node == node):
+                    self.unbound.add(key)  # (a 409 for a binding to this very node: an earlier try landed)
+                    raise
+
+        results = await asyncio.gather(*(bind(*binding) for binding in step.bindings), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if any(isinstance(e, NotLeader) for e in errors):
+            raise NotLeader()
+        if errors:
+            first = errors[0]
+            if not isinstance(first, ApiError):
+                raise first
+            raise ApiError(first.status, first.reason, f"{len(errors)} of {len(step.bindings)} bindings of gang "
+                           f"{step.gang} failed: {first.message}")
+
+    async def _set_pod_condition(self, step: SetPodCondition) -> None:
+        pod = self.state.pods.get(step.pod)
+        if pod is None or pod.uid != step.uid:
+            return  # gone, or another pod by now
+        namespace, name = step.pod.split("/", 1)
+        patch = {"metadata": {"uid": step.uid}, "status": {"conditions": [step.condition]}}
+        try:
+            self._see(PODS, await self.api.patch_status(PODS, name, patch, namespace))
+        except ApiError as e:
+            if not (e.not_found or e.conflict):
+                raise
 
     async def _record_usage(self, step: RecordUsage) -> None:
         """A refused record (invalid) is logged and counted, and the close goes on: a job must not stay open

@@ -17,9 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections import ChainMap
 from collections.abc import Callable
 from dataclasses import replace
 
+from superpod.api.podgang import is_gang_key
 from superpod.controller import preemption
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
@@ -114,6 +116,7 @@ class Controller:
 
     def _plan(self, now: float, touched: set[str]) -> list[Plan]:
         self.reader.read(self.state)
+        self.room.gangs.failed(self.state, self.applier.unbound)
         plans = self._unreadable()
         if self.mig:
             plans += self._guarded("mig", lambda: self.mig.check(now), [])
@@ -122,9 +125,11 @@ class Controller:
         plans += self._judge_placed(touched, now)
         waiting = self.room.pending(self.state, self.reader, now, touched)
         plans += waiting.plans
-        snap = self.snapshots.build(self.state, holdings(self.state, placed, self._assumed))
+        gangs = self.room.gangs
+        snap = self.snapshots.build(self.state, {**gangs.holdings(), **holdings(self.state, placed, self._assumed)})
         fair = self._guarded("queues", lambda: self.queues.policy(
-            snap, [gang[0] for gang in placed.values()], self.reader.active.values(), now, self.policy), None)
+            snap, [gang[0] for gang in placed.values()] + (gangs.placed(self.state) if self.state.queues else []),
+            self.reader.active.values(), now, self.policy), None)
         policy = fair or self.policy or PriorityFifo()
         if self.settings.preemption and getattr(self.policy or PriorityFifo, "preempts", False):
             policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
@@ -147,7 +152,7 @@ class Controller:
                                               "priority": sum(1 for v in found.victims if not v.group)}
                                for key, found in policy.chosen.items()}
         plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
-        by_key = self.reader.by_key
+        by_key = ChainMap(self.reader.by_key, self.room.ready)  # pod gangs are only in the room
         budget = self._rewrite_budget(now)
         passed = self.room.to_tell(self.parked)
         waiting = [decision for decision in self.visited if not decision.preempts] + passed  # preemptions: above
@@ -181,6 +186,8 @@ class Controller:
             return preemption.running(self.state, self.reader, snap, now, self.queues.min_runtime, allowed)
 
         def hopeless(job) -> bool:  # no lower priority placed, and no guarantee to take back
+            if is_gang_key(job.key):  # a pod gang has no status to hold a nomination: it does not preempt
+                return True
             lowest = self.reader.lowest_priority()
             return (lowest is None or lowest >= job.priority) and not (fair is not None and fair.inside.get(job.key))
 

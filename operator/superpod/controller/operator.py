@@ -1,6 +1,7 @@
 """`superpod run`: the operator. Its tasks, all on one event loop:
 
-- kopf watches Nodes, Pods, Services, TrainingJobs and ClusterTopologies; its handlers are coroutines that apply
+- kopf watches Nodes, Pods, Services, TrainingJobs, ClusterTopologies, GPUQueues, GPUUsages (and PodGroups where
+  that API is served); its handlers are coroutines that apply
   each event to the cache (ClusterState) on the loop and wake the scheduler;
 - the Lease task renews leadership every retry period (k8s/lease.py), and relists the cluster whenever this replica
   becomes leader, so the first decision of a term sees everything the last leader wrote;
@@ -37,7 +38,7 @@ from superpod.controller.judge import Settings
 from superpod.controller.metrics import Metrics
 from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState
-from superpod.k8s.api import WATCHED, ApiError, ClusterAPI
+from superpod.k8s.api import PODGROUPS, WATCHED, ApiError, ClusterAPI, Kind
 from superpod.k8s.client import load
 from superpod.k8s.kube import AGENT, KubeAPI
 from superpod.k8s.lease import LEASE_SECONDS, LeaderLease, lease_timings
@@ -56,9 +57,9 @@ class Operator:
                  topology: str = "default", settings: Settings | None = None,
                  mig_configmap: str = MIG_CONFIGMAP, mig_timeout: float = MIG_TIMEOUT, identity: str | None = None,
                  lease_seconds: float = LEASE_SECONDS, resync_seconds: float = 300, stall_seconds: float = 120,
-                 slow_cycle: float = 0) -> None:
-        self.api, self.metrics = api, metrics
-        self.state = ClusterState(topology)
+                 slow_cycle: float = 0, kinds: tuple[Kind, ...] = WATCHED) -> None:
+        self.api, self.metrics, self.kinds = api, metrics, kinds
+        self.state = ClusterState(topology, (settings or Settings()).scheduler_name)
         identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.lease = LeaderLease(lease_api, namespace, LEASE_NAME, identity, *lease_timings(lease_seconds))
         api.guard = self.lease.is_leading  # every write is asked, right before it is sent
@@ -72,7 +73,7 @@ class Operator:
         self.registry = kopf.OperatorRegistry()
         kopf.on.login(registry=self.registry)(kopf.login_via_client)
         kopf.on.startup(registry=self.registry)(_settings)
-        for kind in WATCHED:
+        for kind in kinds:
             kopf.on.event(kind.group, kind.version, kind.plural, registry=self.registry)(self._handler(kind))
 
     def _handler(self, kind):
@@ -88,7 +89,7 @@ class Operator:
         failures = 0
         while True:
             try:
-                for kind in WATCHED:
+                for kind in self.kinds:
                     items, version = await self.api.list(kind)
                     self.state.resync(kind, items, version, time.time())
                 return
@@ -149,7 +150,7 @@ class Operator:
             if stop.is_set():
                 return
             try:
-                for kind in WATCHED:
+                for kind in self.kinds:
                     items, version = await self.api.list(kind)
                     if changed := self.state.resync(kind, items, version, time.time()):
                         log.info("resync corrected %d %s", changed, kind.plural)
@@ -200,7 +201,8 @@ def register(sub) -> None:
     p.add_argument("--mig-timeout", type=float, default=MIG_TIMEOUT,
                    help="seconds a MIG reconfiguration may stay pending before it is reverted and the node marked")
     p.add_argument("--scheduler-name", default=SCHEDULER_NAME,
-                   help="spec.schedulerName of the pods it creates (they are bound already; no other scheduler acts)")
+                   help="spec.schedulerName of the pods it creates (bound already), and of the pods other "
+                        "controllers create that it schedules as gangs")
     p.add_argument("--not-ready-grace", type=float, default=Settings.not_ready_grace,
                    help="seconds a placed node may be NotReady before its gang restarts elsewhere")
     p.add_argument("--usage-half-life", type=duration, default=Settings.usage_half_life,
@@ -236,10 +238,11 @@ def run(args) -> int:
     api_client.user_agent = f"{AGENT}{identity}"  # the API server's audit log names each replica
     settings = Settings(args.scheduler_name, args.not_ready_grace, usage_half_life=args.usage_half_life,
                         preemption=args.preemption)
-    op = Operator(KubeAPI(api_client, workers=args.api_workers), KubeAPI(api_client, workers=2), args.namespace,
-                  Metrics(), args.topology, settings, args.mig_configmap,
-                  args.mig_timeout, identity, args.lease_duration, args.resync, args.stall_timeout,
-                  args.debug_slow_cycle)
+    api = KubeAPI(api_client, workers=args.api_workers)
+    kinds = WATCHED + ((PODGROUPS,) if api.serves(PODGROUPS) else ())  # installed later: seen after a restart
+    op = Operator(api, KubeAPI(api_client, workers=2), args.namespace, Metrics(), args.topology, settings,
+                  args.mig_configmap, args.mig_timeout, identity, args.lease_duration, args.resync,
+                  args.stall_timeout, args.debug_slow_cycle, kinds)
     asyncio.run(_main(op, args.metrics_port))
     return 0
 

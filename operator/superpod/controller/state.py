@@ -16,7 +16,8 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 
 from superpod.api.convert import node_from_k8s, pod_from_k8s, record_from_k8s, topology_from_k8s
-from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL
+from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME
+from superpod.api.podgang import Grouping, grouping
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
 from superpod.core.accounting import Run
@@ -30,6 +31,7 @@ from superpod.k8s.api import (
     GPUQUEUES,
     GPUUSAGES,
     NODES,
+    PODGROUPS,
     PODS,
     SERVICES,
     TRAININGJOBS,
@@ -90,7 +92,7 @@ class PodInfo:
     node: str | None
     phase: str
     deleting: bool
-    job: str | None  # "<namespace>/<job name>" for pods the operator owns
+    job: str | None  # "<namespace>/<job name>" for pods the operator owns; a pod gang's key for the pods it binds
     owner: str | None  # uid of the controlling owner
     attempt: int | None
     index: int | None
@@ -110,8 +112,8 @@ class NodeEntry:
 
 
 class ClusterState:
-    def __init__(self, topology_name: str = "default") -> None:
-        self.topology_name = topology_name
+    def __init__(self, topology_name: str = "default", scheduler_name: str = SCHEDULER_NAME) -> None:
+        self.topology_name, self.scheduler_name = topology_name, scheduler_name
         self.nodes: dict[str, NodeEntry] = {}
         self.pods: dict[str, PodInfo] = {}
         self.jobs: dict[str, dict] = {}
@@ -120,7 +122,9 @@ class ClusterState:
         self.queues: dict[str, dict] = {}  # GPUQueue name -> object
         self.queue_edits = 0  # bumped on every stored or deleted GPUQueue
         self.ledger = Ledger()  # the GPUUsage records, by queue
-        self.by_job: dict[str, set[str]] = {}  # job key -> keys of its pods
+        self.by_job: dict[str, set[str]] = {}  # job key (or pod gang key) -> keys of its pods
+        self.gang_pods: dict[str, dict] = {}  # pod key -> object, of the pods other controllers ask it to bind
+        self.pod_groups: dict[str, dict] = {}  # PodGroup key -> object (scheduling.x-k8s.io, when served)
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
@@ -159,6 +163,12 @@ class ClusterState:
         job = self.pods[key].job if kind is PODS and key in self.pods else key
         if kind in (PODS, SERVICES, TRAININGJOBS) and job:
             self._stamp(job)
+        elif kind is PODGROUPS:
+            self._stamp(Grouping(key.split("/", 1)[1], "pod-group").key(key.split("/", 1)[0]))
+
+    def touch(self, job: str) -> None:
+        """Have the controller look at a job (or pod gang) again though nothing of it changed."""
+        self._stamp(job)
 
     def _stamp(self, job: str) -> None:
         self.changes[job] = next(self._stamps)
@@ -197,6 +207,8 @@ class ClusterState:
             self.queue_edits += 1
         elif kind is GPUUSAGES:
             self._store_record(key, obj)
+        elif kind is PODGROUPS:
+            self.pod_groups[key] = obj
 
     def _forget(self, kind: Kind, key: str, uid: str, rv: int, now: float, obj: dict | None = None) -> None:
         self._changed(kind, key)
@@ -208,6 +220,7 @@ class ClusterState:
         if kind is PODS:
             pod = self.pods.pop(key, None)
             self.holding.pop(key, None)
+            self.gang_pods.pop(key, None)
             if pod is not None and pod.job:
                 self.by_job.get(pod.job, set()).discard(key)
                 if not self.by_job.get(pod.job):
@@ -240,9 +253,11 @@ class ClusterState:
             self.gone.append(uid)
         elif kind is GPUUSAGES:
             self.ledger.remove(key)
+        elif kind is PODGROUPS:
+            self.pod_groups.pop(key, None)
 
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
-        info = pod_info(obj)
+        info = pod_info(obj, self.scheduler_name)
         old = self.pods.get(key)
         if old is not None and old.job and old.job != info.job:
             self.by_job.get(old.job, set()).discard(key)
@@ -254,6 +269,10 @@ class ClusterState:
             self.holding.pop(key, None)
         if info.job:
             self.by_job.setdefault(info.job, set()).add(key)
+        if info.job and not info.owner:
+            self.gang_pods[key] = obj
+        else:
+            self.gang_pods.pop(key, None)
 
     def _store_record(self, name: str, obj: dict) -> None:
         self.ledger.remove(name)
@@ -311,13 +330,17 @@ class ClusterState:
         return dict(self.holding)
 
 
-def pod_info(obj: dict) -> PodInfo:
+def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME) -> PodInfo:
+    """What the cache keeps of a pod. A pod a TrainingJob controls is its job's; a pod another controller made for
+    this scheduler (spec.schedulerName) is its gang's (api/podgang.py), bound or not."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     ns = meta.get("namespace", "default")
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or []
                   if o.get("controller") and o.get("kind") == "TrainingJob"), None)
-    job = labels.get(JOB_LABEL) if owner else None  # a pod is a job's only if a TrainingJob controls it
+    job = f"{ns}/{labels.get(JOB_LABEL)}" if owner and labels.get(JOB_LABEL) else None
+    if owner is None and (obj.get("spec") or {}).get("schedulerName") == scheduler_name:
+        job = grouping(obj).key(ns)
     status = obj.get("status") or {}
     try:
         holds = pod_from_k8s(obj)
@@ -327,7 +350,7 @@ def pod_info(obj: dict) -> PodInfo:
     state = pod_state(obj)
     return PodInfo(
         key=f"{ns}/{meta.get('name')}", uid=meta.get("uid") or "", node=(obj.get("spec") or {}).get("nodeName"),
-        phase=state.phase, deleting=bool(meta.get("deletionTimestamp")), job=f"{ns}/{job}" if job else None,
+        phase=state.phase, deleting=bool(meta.get("deletionTimestamp")), job=job,
         owner=owner, attempt=_int(labels.get(ATTEMPT_LABEL)), index=_int(labels.get(INDEX_LABEL)), holds=holds,
         state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status),
     )

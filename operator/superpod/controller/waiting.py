@@ -13,10 +13,12 @@ from __future__ import annotations
 from collections import OrderedDict
 from itertools import islice
 
+from superpod.api.podgang import is_gang_key
 from superpod.controller.actions import Plan
 from superpod.controller.decide import Offered, Pending, pending, servable, starts
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings
+from superpod.controller.podgangs import GangView, PodGangs
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision, schedule
 from superpod.core.model import Snapshot
@@ -30,7 +32,8 @@ SWEEP = 64  # jobs passed over whose message is looked at again per cycle (round
 class WaitingRoom:
     def __init__(self) -> None:
         self.line = WaitingLine()
-        self.ready: dict[str, JobView] = {}  # job key -> its view as scheduled (avoid_nodes applied)
+        self.ready: dict[str, JobView | GangView] = {}  # job key -> its view as scheduled (avoid_nodes applied)
+        self.gangs = PodGangs()  # the pods other controllers ask this scheduler to bind
         self.recheck: set[str] = set()  # jobs `pending` must see every cycle: its verdict read the clock or wrote
         self.fresh: set[str] = set()  # jobs that started waiting, or changed, this cycle
         self.mig_jobs = 0  # ready jobs asking for MIG slices (the MIG flow must see every one: none is passed over)
@@ -45,13 +48,22 @@ class WaitingRoom:
         ones wait in `ready`."""
         if self._first:  # the cache may have been filled before this room looked (kept in `touched` on failure)
             self._first = False
-            touched |= reader.by_key.keys()
+            touched |= reader.by_key.keys() | {key for key in state.by_job if is_gang_key(key)}
         out = Pending()
         self.fresh = set()
         for key in sorted(touched | self.recheck):
             view = reader.by_key.get(key)
             self._leave(key)
             self.recheck.discard(key)
+            if is_gang_key(key):  # decided on its pods alone: looked at again when they change
+                gang, plan, why = self.gangs.verdict(state, key, now)
+                if plan is not None:
+                    out.plans.append(plan)
+                if why:
+                    out.reasons[key] = why
+                if gang is not None:
+                    self._enter(gang)
+                continue
             if view is None or view.phase in ACTIVE:
                 continue
             verdict = pending(state, [view], now)
@@ -63,7 +75,7 @@ class WaitingRoom:
                 self._enter(ready)
         return out
 
-    def _enter(self, view: JobView) -> None:
+    def _enter(self, view: JobView | GangView) -> None:
         self.ready[view.key] = view
         self.fresh.add(view.key)
         self.rotation[view.key] = None
@@ -105,8 +117,20 @@ class WaitingRoom:
             visited, parked = schedule_waiting(snap, self.line, policy)
         else:
             visited, parked = schedule(snap, self.line.all(), policy), []
-        plans += starts(state, visited, self.ready, now, settings)
+        jobs = [decision for decision in visited if not is_gang_key(decision.job.key)]
+        plans += starts(state, jobs, self.ready, now, settings)
+        if len(jobs) < len(visited):
+            plans += self._bind(state, visited)
         return visited, parked, plans
+
+    def _bind(self, state: ClusterState, visited: list[Decision]) -> list[Plan]:
+        """The bindings of the pod gangs placed; each is looked at again next cycle (it leaves the line then)."""
+        plans = []
+        for decision in visited:
+            if decision.placement is not None and is_gang_key(decision.job.key):
+                plans.append(self.gangs.bind(self.ready[decision.job.key], decision.placement.assignments))
+                state.touch(decision.job.key)
+        return plans
 
     def to_tell(self, parked: list[Parked]) -> list[Decision]:
         """The decisions of the jobs passed over that should be told now: those that started waiting or changed

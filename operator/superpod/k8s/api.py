@@ -30,7 +30,8 @@ TRAININGJOBS = Kind("superpod.dev", "v1alpha1", "trainingjobs", True, "TrainingJ
 CLUSTERTOPOLOGIES = Kind("superpod.dev", "v1alpha1", "clustertopologies", False, "ClusterTopology")
 GPUQUEUES = Kind("superpod.dev", "v1alpha1", "gpuqueues", False, "GPUQueue")
 GPUUSAGES = Kind("superpod.dev", "v1alpha1", "gpuusages", False, "GPUUsage")
-# what the operator keeps in its cache
+PODGROUPS = Kind("scheduling.x-k8s.io", "v1alpha1", "podgroups", True, "PodGroup")  # scheduler-plugins' coscheduling
+# what the operator keeps in its cache (and PodGroups, where that API is served)
 WATCHED = (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES, GPUQUEUES, GPUUSAGES)
 
 
@@ -95,6 +96,15 @@ class ClusterAPI(Protocol):
 
     async def patch(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
         """JSON merge patch (null deletes a key)."""
+        ...
+
+    async def patch_status(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
+        """Strategic merge patch of the status subresource (a pod's conditions merge by type)."""
+        ...
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """POST the pod's binding subresource, as kube-scheduler binds: only if it is still the pod with that uid
+        and not bound yet (409 otherwise)."""
         ...
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None,

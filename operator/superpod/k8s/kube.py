@@ -14,9 +14,10 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from superpod.api.manifests import SCHEDULER_NAME
-from superpod.k8s.api import ApiError, Kind, NotLeader
+from superpod.k8s.api import PODS, ApiError, Kind, NotLeader
 
 MERGE_PATCH = "application/merge-patch+json"
+STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 AGENT = f"{SCHEDULER_NAME}/"  # the user agent's prefix; the replica's identity follows
 PAGE = 500
 
@@ -52,6 +53,15 @@ class KubeAPI:
     async def patch(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
         return await self._run(self._call, "PATCH", _path(kind, namespace, name), patch, content_type=MERGE_PATCH)
 
+    async def patch_status(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
+        return await self._run(self._call, "PATCH", _path(kind, namespace, name, "status"), patch,
+                               content_type=STRATEGIC_PATCH)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        await self._run(self._call, "POST", _path(PODS, namespace, name, "binding"), body)
+
     async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None,
                      grace: int | None = None) -> dict | None:
         options: dict = {"apiVersion": "v1", "kind": "DeleteOptions"}
@@ -66,6 +76,16 @@ class KubeAPI:
                 return None
             raise
         return out if out.get("kind") == kind.kind else None
+
+    def serves(self, kind: Kind) -> bool:
+        """Whether the API server serves the kind (its CRD is installed). Blocking: asked once, at startup."""
+        try:
+            found = self._call("GET", f"/apis/{kind.group}/{kind.version}" if kind.group else f"/api/{kind.version}")
+        except ApiError as e:
+            if e.not_found:
+                return False
+            raise
+        return any(r.get("name") == kind.plural for r in found.get("resources") or [])
 
     # ---- plumbing ---------------------------------------------------------------------------------------------
     async def _run(self, fn, *args, **kwargs):

@@ -209,6 +209,43 @@ class MemoryClient:
         self.store._log(self.writer, "patch", kind, key)
         return _answer(out, lose)
 
+    async def patch_status(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
+        """Merge patch, except that status.conditions merge by type (as a strategic merge patch of a pod)."""
+        await self._send()
+        key = f"{namespace}/{name}" if kind.namespaced else name
+        lose = self.store._check_fault("patch", kind, key, self.writer)
+        new = _clone(self._current(kind, key))
+        patch = _json(patch)
+        conditions = (patch.get("status") or {}).pop("conditions", None)
+        _merge(new, patch)
+        if conditions is not None:
+            status = new.setdefault("status", {})
+            kept = {c.get("type"): c for c in status.get("conditions") or []}
+            kept.update({c.get("type"): c for c in conditions})
+            status["conditions"] = list(kept.values())
+        out = self.store._store(kind, new, "update")
+        self.store._log(self.writer, "patch-status", kind, key)
+        return _answer(out, lose)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await self._send()
+        key = f"{namespace}/{name}"
+        lose = self.store._check_fault("bind", PODS, key, self.writer)
+        cur = self._current(PODS, key)
+        if uid and cur["metadata"].get("uid") != uid:
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": Precondition '
+                           "failed: UID in precondition does not match the UID in object")
+        if cur["spec"].get("nodeName"):
+            raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on pods/binding "{name}": pod {name} is '
+                           f"already assigned to node \"{cur['spec']['nodeName']}\"")
+        new = _clone(cur)
+        new["spec"]["nodeName"] = node
+        conditions = [c for c in (new.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
+        new.setdefault("status", {})["conditions"] = [*conditions, {"type": "PodScheduled", "status": "True"}]
+        self.store._store(PODS, new, "update")
+        self.store._log(self.writer, "bind", PODS, key)
+        _answer(None, lose)
+
     async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None,
                      grace: int | None = None) -> dict | None:
         await self._send()

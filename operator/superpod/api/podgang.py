@@ -1,0 +1,177 @@
+"""Pods that other controllers create for this scheduler (spec.schedulerName), read as gangs. Pure.
+
+A pod's gang: the label superpod.dev/gang (its size in the annotation superpod.dev/gang-size), else the
+scheduler-plugins coscheduling label scheduling.x-k8s.io/pod-group (its size: the PodGroup's minMember), else the pod
+alone. Topology comes from the annotations superpod.dev/topology-required, -preferred, slice-size and
+slice-required, as in a TrainingJob's spec.topology; ranks from superpod.dev/rank, else a JobSet's job index and the
+Job completion index (or a StatefulSet's pod index), else the pod name. The gang's members must agree on everything
+placement reads."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from superpod.api.convert import affinity_of, describe, resources_of, submitted_at, tolerations_of
+from superpod.api.resources import ConvertError, pod_requests
+from superpod.core.request import PRODUCT_LABEL, JobRequest
+
+GANG_LABEL = "superpod.dev/gang"
+GANG_SIZE = "superpod.dev/gang-size"
+POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
+QUEUE_LABEL = "superpod.dev/queue"
+RANK_LABEL = "superpod.dev/rank"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+JOBSET_INDEX = "jobset.sigs.k8s.io/job-global-index"
+POD_INDEX = "apps.kubernetes.io/pod-index"  # a StatefulSet pod's ordinal
+TOPOLOGY = {"required": "superpod.dev/topology-required", "preferred": "superpod.dev/topology-preferred",
+            "slice_size": "superpod.dev/slice-size", "slice_required": "superpod.dev/slice-required"}
+GANG_MARK = "@"  # in a gang's key "<namespace>/<gang>@pods" (never a TrainingJob's: '@' is not in object names)
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """How a pod is grouped: its gang's name, and where the gang's size comes from."""
+
+    name: str
+    by: str  # "label" (superpod.dev/gang), "pod-group" (scheduling.x-k8s.io/pod-group) or "pod" (alone)
+
+    def key(self, namespace: str) -> str:
+        return f"{namespace}/{self.name}{GANG_MARK}{'pod' if self.by == 'pod' else 'pods'}"
+
+
+def grouping(obj: dict) -> Grouping:
+    meta = obj.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    if labels.get(GANG_LABEL):
+        return Grouping(str(labels[GANG_LABEL]), "label")
+    if labels.get(POD_GROUP_LABEL):
+        return Grouping(str(labels[POD_GROUP_LABEL]), "pod-group")
+    return Grouping(str(meta.get("name")), "pod")
+
+
+def is_gang_key(key: str) -> bool:
+    return GANG_MARK in key
+
+
+def gang_name(key: str) -> str:
+    """What users call the gang: "<namespace>/<gang>" (or the pod's key, for a pod alone)."""
+    return key.split(GANG_MARK, 1)[0]
+
+
+def rank_of(obj: dict) -> tuple:
+    """A member's place in the gang's rank order."""
+    meta = obj.get("metadata") or {}
+    labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
+
+    def number(*values) -> int:
+        for value in values:
+            try:
+                return int(value)
+            except (TypeError, ValueError):
+                continue
+        return -1
+
+    return (number(labels.get(RANK_LABEL), notes.get(RANK_LABEL)),
+            number(labels.get(JOBSET_INDEX), notes.get(JOBSET_INDEX)),
+            number(labels.get(COMPLETION_INDEX), notes.get(COMPLETION_INDEX), labels.get(POD_INDEX)),
+            str(meta.get("name")))
+
+
+def gang_size(key: str, pods: list[dict], pod_group: dict | None, by: str) -> int:
+    """The number of pods the gang waits for. Raises ConvertError naming the pods that disagree or the field that is
+    missing; a pod-group gang whose PodGroup is not there raises LookupError."""
+    if by == "pod":
+        return 1
+    if by == "pod-group":
+        if pod_group is None:
+            raise LookupError(f"waiting for PodGroup {gang_name(key)} (label {POD_GROUP_LABEL})")
+        value = (pod_group.get("spec") or {}).get("minMember")
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ConvertError(describe(pod_group), "spec.minMember", f"expected a count of at least 1, got {value!r}")
+        return value
+    sizes: dict[str, list[str]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        sizes.setdefault(str((meta.get("annotations") or {}).get(GANG_SIZE)), []).append(str(meta.get("name")))
+    if len(sizes) > 1:
+        said = ", ".join(f"{size} ({', '.join(sorted(names)[:3])})" for size, names in sorted(sizes.items()))
+        raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{GANG_SIZE}]",
+                           f"its pods disagree: {said}")
+    text = next(iter(sizes))
+    try:
+        size = int(text)
+    except ValueError:
+        size = 0
+    if size < 1:
+        what = "missing" if text == "None" else f"not a count of at least 1: {text!r}"
+        raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{GANG_SIZE}]", what)
+    return size
+
+
+def gang_request(key: str, pods: list[dict], replicas: int | None = None,
+                 extra_selector: tuple[tuple[str, str], ...] = ()) -> JobRequest:
+    """The core request for placing `pods` (members of one gang, in rank order) together. Each replica is booked
+    at the largest request of any member; the members must agree on their node filters and topology. Raises
+    ConvertError."""
+    first = pods[0]
+    where = f"gang {gang_name(key)}"
+    filters = [_filters(pod) for pod in pods]
+    for pod, seen in zip(pods[1:], filters[1:], strict=True):
+        if seen != filters[0]:
+            field = next(name for name, a, b in zip(_FILTER_FIELDS, seen, filters[0], strict=True) if a != b)
+            raise ConvertError(where, field, f"pods {first['metadata']['name']} and {pod['metadata']['name']} "
+                               "differ: a gang's pods must agree on what placement reads")
+    booked: dict[str, int] = {}
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        for resource, amount in pod_requests(spec, lambda field, raw, p=pod: resources_of(p, field, raw)).items():
+            booked[resource] = max(booked.get(resource, 0), amount)
+    selector, affinity, tolerations, topology = filters[0]
+    namespace, name = key.split("/", 1)
+    priorities = [(pod.get("spec") or {}).get("priority") for pod in pods]
+    labels = (first.get("metadata") or {}).get("labels") or {}
+    return JobRequest(
+        namespace=namespace, name=name, replicas=len(pods) if replicas is None else replicas,
+        requests=tuple(sorted(booked.items())), gpu_product=dict(selector).get(PRODUCT_LABEL),
+        node_selector=tuple(sorted({*selector, *extra_selector})), affinity=affinity, tolerations=tolerations,
+        required=topology[0], preferred=topology[1], slice_size=topology[2], slice_required=topology[3],
+        priority=max((p for p in priorities if isinstance(p, int)), default=0),
+        submitted=min(submitted_at(pod) for pod in pods), queue=labels.get(QUEUE_LABEL) or None)
+
+
+_FILTER_FIELDS = ("spec.nodeSelector", "spec.affinity.nodeAffinity", "spec.tolerations", "metadata.annotations")
+
+
+UNREAD = (("affinity", "podAffinity"), ("affinity", "podAntiAffinity"))  # inter-pod rules placement cannot keep
+
+
+def _filters(pod: dict) -> tuple:
+    name = describe(pod)
+    spec = pod.get("spec") or {}
+    for parent, field in UNREAD:
+        rules = ((spec.get(parent) or {}).get(field) or {}) if isinstance(spec.get(parent), dict) else {}
+        if isinstance(rules, dict) and rules.get("requiredDuringSchedulingIgnoredDuringExecution"):
+            raise ConvertError(name, f"spec.{parent}.{field}", "required inter-pod rules are not kept by "
+                               "superpod-scheduler; keep a gang together with superpod.dev/topology-required")
+    if any(isinstance(c, dict) and c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"
+           for c in spec.get("topologySpreadConstraints") or []):
+        raise ConvertError(name, "spec.topologySpreadConstraints", "DoNotSchedule spread constraints are not kept by "
+                           "superpod-scheduler; use ScheduleAnyway or superpod.dev/topology-* annotations")
+    selector = spec.get("nodeSelector") or {}
+    if not isinstance(selector, dict):
+        raise ConvertError(name, "spec.nodeSelector", "expected a mapping")
+    notes = (pod.get("metadata") or {}).get("annotations") or {}
+    topology = []
+    for field, annotation in TOPOLOGY.items():
+        value = notes.get(annotation)
+        if value is not None and field == "slice_size":
+            try:
+                value = int(value)
+                if value < 1:
+                    raise ValueError
+            except ValueError:
+                raise ConvertError(name, f"metadata.annotations[{annotation}]",
+                                   f"expected a count of at least 1, got {value!r}") from None
+        topology.append(value or None)
+    return (tuple(sorted((str(k), str(v)) for k, v in selector.items())), affinity_of(name, spec, "spec"),
+            tolerations_of(name, spec, "spec"), tuple(topology))

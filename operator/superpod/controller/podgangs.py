@@ -1,0 +1,211 @@
+"""Pod gangs: pods other controllers (a Job, a JobSet, a StatefulSet, a training operator) create with
+spec.schedulerName naming this scheduler. They are grouped into gangs (api/podgang.py) and scheduled by the same
+cycle as TrainingJobs — same order, queues, placement and reservations — then bound through the pods/binding
+subresource, as kube-scheduler binds: the pod is never recreated and its owner stays in charge.
+
+A gang is bound only when all its pods exist and fit, all at once; until then each pod says why in its
+PodScheduled=False condition. A binding cannot be taken back, so a gang some of whose pods are bound (a binding that
+failed, an operator killed mid-gang, a pod its owner replaced) has its other pods placed as a gang of their own,
+inside the domain of the required level its bound pods are in. Until their bindings are observed, bound pods are
+assumed in the snapshot (`assumed`), as a TrainingJob's placement is."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+from superpod.api.convert import pod_from_k8s
+from superpod.api.podgang import GANG_SIZE, TOPOLOGY, gang_name, gang_request, gang_size, grouping, is_gang_key, rank_of
+from superpod.api.resources import ConvertError
+from superpod.api.times import rfc3339
+from superpod.controller.actions import BindPods, Emit, Plan, SetPodCondition, pod_ref
+from superpod.controller.state import ClusterState
+from superpod.core.model import Pod
+from superpod.core.phases import POD_FINISHED, Phase, Reason
+from superpod.core.request import JobRequest
+
+SCHEDULED = "PodScheduled"
+UNSCHEDULABLE = "Unschedulable"  # the PodScheduled reason kube-scheduler gives (and cluster autoscalers read)
+
+
+@dataclass(frozen=True)
+class GangStatus:
+    """What a pod gang's pods say (the fields the waiting messages compare with)."""
+
+    message: str | None
+    reason: str | None
+
+
+@dataclass(frozen=True)
+class GangView:
+    """A pod gang as one cycle sees it: the pods to place now, in rank order, and their core request. It answers
+    the cycle as a TrainingJob's JobView does (wait, invalid, fault), with pod conditions instead of a status."""
+
+    key: str
+    members: tuple[dict, ...]
+    request: JobRequest | ConvertError | None = None  # None: it waits before anything is placed
+    problems: tuple[str, ...] = ()
+
+    @property
+    def uid(self) -> str:
+        return self.key
+
+    @cached_property
+    def status(self) -> GangStatus:
+        said = {_condition(pod) for pod in self.members}
+        if len(said) == 1 and (found := said.pop()) is not None and found[0] == "False":
+            return GangStatus(found[2], found[1])
+        return GangStatus(None, None)
+
+    @property
+    def phase(self) -> str | None:
+        return Phase.QUEUED if self.status.reason == UNSCHEDULABLE else None
+
+    def wait(self, reason: str, why: str, now: float) -> Plan | None:
+        """PodScheduled=False with `why` on every pod that does not say it yet, and one Event. (`reason` is the
+        cycle's; a pod's is always Unschedulable, as kube-scheduler's.)"""
+        steps = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
+            "type": SCHEDULED, "status": "False", "reason": UNSCHEDULABLE, "message": why,
+            "lastTransitionTime": rfc3339(now)}) for pod in self.members
+            if _condition(pod) != ("False", UNSCHEDULABLE, why)]
+        if not steps:
+            return None
+        return Plan(f"gang:{self.key}", [*steps, self._emit("Warning", "FailedScheduling", why)])
+
+    def invalid(self, why: str, now: float, reason: Reason = Reason.INVALID) -> Plan | None:
+        return self.wait(reason, why, now)
+
+    def fault(self, what: str, now: float) -> Plan:
+        return Plan(f"error:{self.key}", [self._emit("Warning", Reason.INTERNAL_ERROR, what)])
+
+    def bind(self, assignments: dict[str, list[int]]) -> Plan:
+        nodes = {index: node for node, ranks in assignments.items() for index in ranks}
+        bindings = tuple((_key(pod), pod["metadata"].get("uid") or "", nodes[i]) for i, pod in enumerate(self.members))
+        said = (f"bound {len(bindings)} pod(s) of gang {gang_name(self.key)} to {len(assignments)} node(s): "
+                f"{', '.join(sorted(assignments)[:8])}{' ...' if len(assignments) > 8 else ''}")
+        return Plan(f"gang:{self.key}", [BindPods(self.key, bindings), self._emit("Normal", "Scheduled", said)])
+
+    def _emit(self, kind: str, reason: str, message: str) -> Emit:
+        return Emit(pod_ref(self.members[0]), kind, str(reason), message)
+
+
+class PodGangs:
+    def __init__(self) -> None:
+        self.assumed: dict[str, dict[str, Pod]] = {}  # gang key -> pod key -> what it holds, bound but not observed
+        self._placed: dict[str, tuple[int, JobRequest | None]] = {}  # gang key -> (its change stamp, `placed`'s answer)
+
+    def verdict(self, state: ClusterState, key: str, now: float) -> tuple[GangView | None, Plan | None, str]:
+        """A gang whose pods may have changed: ready to place (its view), or why it waits (a plan telling its pods,
+        and the words), or nothing to do."""
+        live, bound, waiting = self._members(state, key)
+        if not waiting:
+            return None, None, ""
+        gated = {_key(pod) for pod in waiting if pod["spec"].get("schedulingGates")}
+        if gated:  # the API server says SchedulingGated on those; the others are told what the gang waits for
+            why = f"waiting for {len(gated)} of the gang's pods to have their scheduling gates removed"
+            return None, GangView(key, tuple(p for p in waiting if _key(p) not in gated)).wait("", why, now), why
+        view = GangView(key, tuple(waiting))
+        group = grouping(waiting[0])
+        try:
+            size = gang_size(key, live, state.pod_groups.get(gang_name(key)), group.by)
+            if group.by == "label" and len(live) > size:
+                raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{GANG_SIZE}]",
+                                   f"says {size}, but {len(live)} of its pods exist")
+            if not bound and len(waiting) < size:
+                # The words do not count the pods: each pod is told once, not once per pod that appears after it.
+                why = f"waiting for all {size} pods of the gang to exist"
+                return None, view.wait("", why, now), f"{why} ({len(waiting)} do)"
+            request = gang_request(key, waiting, extra_selector=_inside(state, list(bound.values()), waiting))
+        except (ConvertError, LookupError) as e:
+            why = str(e).strip('"')
+            return None, view.wait("", why, now), why
+        return GangView(key, tuple(waiting), request), None, ""
+
+    def _members(self, state: ClusterState, key: str) -> tuple[list[dict], dict[str, str], list[dict]]:
+        """A gang's live pods (not finished, not being deleted); those bound or assumed bound (pod key -> node); the
+        others, in rank order. Assumptions the cache has caught up with are dropped."""
+        held = self.assumed.get(key, {})
+        for pod_key in [k for k in held if k not in state.pods or state.pods[k].node]:
+            del held[pod_key]  # observed bound, or gone
+        if not held:
+            self.assumed.pop(key, None)
+        live = [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
+                and not state.pods[k].deleting and state.pods[k].phase not in POD_FINISHED]
+        bound = {}
+        for pod in live:
+            pod_key = _key(pod)
+            if node := pod["spec"].get("nodeName") or (held[pod_key].node if pod_key in held else None):
+                bound[pod_key] = node
+        return live, bound, sorted((pod for pod in live if _key(pod) not in bound), key=rank_of)
+
+    def bind(self, view: GangView, assignments: dict[str, list[int]]) -> Plan:
+        """The bindings of a placed gang; its pods are assumed on their nodes until they are observed bound."""
+        plan = view.bind(assignments)
+        held = self.assumed.setdefault(view.key, {})
+        for member, (pod_key, _, node) in zip(view.members, plan.steps[0].bindings, strict=True):
+            pod = pod_from_k8s({**member, "spec": {**member["spec"], "nodeName": node}})
+            if pod is not None:
+                held[pod_key] = pod
+        return plan
+
+    def failed(self, state: ClusterState, unbound: set[str]) -> None:
+        """Bindings that failed: no longer assumed; their gangs are looked at again."""
+        for key, held in list(self.assumed.items()):
+            if held.keys() & unbound:
+                for pod_key in held.keys() & unbound:
+                    del held[pod_key]
+                state.touch(key)
+        unbound.clear()
+
+    def holdings(self) -> dict[str, Pod]:
+        return {pod.key: pod for held in self.assumed.values() for pod in held.values()}
+
+    def placed(self, state: ClusterState) -> list[JobRequest]:
+        """The bound pod gangs, as requests (what the queues count as in use): one per gang, its live bound pods;
+        each recomputed only when its pods changed."""
+        out = []
+        for key, pod_keys in state.by_job.items():
+            if not is_gang_key(key):
+                continue
+            stamp = state.changes.get(key, 0)
+            known = self._placed.get(key)
+            if known is None or known[0] != stamp:
+                bound = [state.gang_pods[k] for k in sorted(pod_keys)
+                         if k in state.gang_pods and state.pods[k].holds is not None]
+                try:
+                    known = self._placed[key] = (stamp, gang_request(key, bound) if bound else None)
+                except ConvertError:
+                    known = self._placed[key] = (stamp, None)
+            if known[1] is not None:
+                out.append(known[1])
+        for key in self._placed.keys() - state.by_job.keys():
+            del self._placed[key]
+        return out
+
+
+def _inside(state: ClusterState, nodes: list[str], waiting: list[dict]) -> tuple[tuple[str, str], ...]:
+    """The node selector that keeps the rest of a partly bound gang inside the domain its bound pods (on `nodes`)
+    are in, at the level it requires (nothing when none is required or they span more than one such domain)."""
+    if not nodes:
+        return ()
+    required = ((waiting[0].get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY["required"])
+    level = next((lv for lv in state.topology()[0].levels if lv.name == required), None)
+    if level is None:
+        return ()
+    values = set()
+    for node in nodes:
+        entry = state.nodes.get(node)
+        values.add(entry.node.labels.get(level.label) if entry and entry.node else None)
+    return ((level.label, values.pop()),) if len(values) == 1 and None not in values else ()
+
+
+def _condition(pod: dict) -> tuple[str, str, str] | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == SCHEDULED:
+            return str(cond.get("status")), str(cond.get("reason") or ""), str(cond.get("message") or "")
+    return None
+
+
+def _key(pod: dict) -> str:
+    return f"{pod['metadata'].get('namespace', 'default')}/{pod['metadata']['name']}"
+

@@ -1,0 +1,187 @@
+"""Pods of other controllers as gangs (controller/podgangs.py) on the in-memory API: bound all at once through
+pods/binding when every pod exists and fits, a clear PodScheduled=False message otherwise, and a gang left partly
+bound (a failed binding, a killed operator) finished inside its domain."""
+
+from __future__ import annotations
+
+from superpod.api.podgang import COMPLETION_INDEX, GANG_LABEL, GANG_SIZE, TOPOLOGY
+from superpod.k8s.api import NODES, PODS, ApiError
+from tests.unit.memory_cluster import MemoryCluster, run
+
+SCHEDULER = "superpod-scheduler"
+
+
+def pod(name: str, gang: str | None = None, size: int | None = None, gpus: int = 8, index: int | None = None,
+        required: str | None = None, resource: str = "nvidia.com/gpu") -> dict:
+    labels, notes = {}, {}
+    if gang:
+        labels[GANG_LABEL] = gang
+    if size is not None:
+        notes[GANG_SIZE] = str(size)
+    if index is not None:
+        notes[COMPLETION_INDEX] = str(index)
+    if required:
+        notes[TOPOLOGY["required"]] = required
+    limits = {resource: str(gpus)} if gpus else {}
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": "team-a", "labels": labels, "annotations": notes},
+            "spec": {"schedulerName": SCHEDULER, "containers": [
+                {"name": "main", "image": "trainer", "resources": {"limits": limits, "requests": limits}}]}}
+
+
+def create(c: MemoryCluster, *pods: dict) -> None:
+    for body in pods:
+        run(c.admin.create(PODS, body))
+
+
+def stored(c: MemoryCluster, name: str) -> dict:
+    return c.store.peek(PODS, f"team-a/{name}")
+
+
+def scheduled(c: MemoryCluster, name: str) -> tuple[str, str, str] | None:
+    for cond in (stored(c, name).get("status") or {}).get("conditions") or []:
+        if cond["type"] == "PodScheduled":
+            return cond["status"], cond.get("reason", ""), cond.get("message", "")
+    return None
+
+
+def leaf_of(c: MemoryCluster, node: str) -> str:
+    return c.store.peek(NODES, node)["metadata"]["labels"]["superpod.dev/leaf"]
+
+
+def test_an_indexed_gang_is_bound_only_when_its_last_pod_exists_all_in_one_leaf_in_rank_order():
+    c = MemoryCluster(nodes=16, nodes_per_unit=8)
+    names = [f"train-{i}" for i in range(8)]
+    for i, name in enumerate(names[:7]):
+        create(c, pod(name, "train", 8, index=i, required="leaf"))
+        c.settle(2)
+        assert stored(c, name)["spec"].get("nodeName") is None
+    assert scheduled(c, "train-0") == ("False", "Unschedulable", "waiting for all 8 pods of the gang to exist")
+    told = [w for w in c.store.writes if w.writer == "op-1" and w.verb == "patch-status"]
+    assert len(told) == 7, "each waiting pod told once, not again as each later pod appears"
+    create(c, pod(names[7], "train", 8, index=7, required="leaf"))
+    c.settle(3)
+    nodes = [stored(c, name)["spec"]["nodeName"] for name in names]
+    assert all(nodes), nodes
+    assert len({leaf_of(c, node) for node in nodes}) == 1
+    assert nodes == sorted(nodes), "ranks follow the nodes' order in the leaf"
+    assert [w.verb for w in c.store.writes if w.writer == "op-1" and w.kind == "pods"].count("bind") == 8
+
+
+def test_bad_gangs_each_say_why_and_the_rest_schedules():
+    c = MemoryCluster(nodes=4)
+    create(c, pod("lonely", gpus=8))  # no gang label: a gang of one
+    create(c, pod("odd-0", "odd", 2), pod("odd-1", "odd", 4))  # disagree on the size
+    create(c, pod("over-0", "over", 1), pod("over-1", "over", 1))  # more pods than the size
+    create(c, pod("exotic", gpus=1, resource="example.com/fpga"))  # a resource no node has
+    create(c, pod("nosize-0", "nosize"))
+    c.settle(3)
+    assert stored(c, "lonely")["spec"].get("nodeName")
+    assert "its pods disagree: 2 (odd-0), 4 (odd-1)" in scheduled(c, "odd-0")[2]
+    assert "says 1, but 2 of its pods exist" in scheduled(c, "over-1")[2]
+    assert scheduled(c, "exotic")[2] == "requests example.com/fpga, which no node advertises"
+    assert "superpod.dev/gang-size]: missing" in scheduled(c, "nosize-0")[2]
+    for name in ("odd-0", "odd-1", "over-0", "over-1", "exotic", "nosize-0"):
+        assert stored(c, name)["spec"].get("nodeName") is None, name
+
+
+def test_two_gangs_compete_one_runs_the_other_waits_whole():
+    c = MemoryCluster(nodes=4)
+    create(c, *[pod(f"a-{i}", "a", 3, index=i) for i in range(3)])
+    create(c, *[pod(f"b-{i}", "b", 3, index=i) for i in range(3)])
+    c.settle(3)
+    bound = {g: sum(bool(stored(c, f"{g}-{i}")["spec"].get("nodeName")) for i in range(3)) for g in "ab"}
+    assert sorted(bound.values()) == [0, 3], bound
+    waiting = next(g for g, n in bound.items() if n == 0)
+    assert scheduled(c, f"{waiting}-0")[0] == "False"
+
+
+def test_a_failed_binding_leaves_the_rest_of_the_gang_to_be_bound_in_the_same_leaf():
+    c = MemoryCluster(nodes=16, nodes_per_unit=4)
+    failed = []
+
+    def fault(verb, kind, what, writer):
+        if verb == "bind" and what == "team-a/g-3" and not failed:
+            failed.append(what)
+            raise ApiError(500, "InternalError", "etcd hiccup")
+        return None
+    c.store.fault = fault
+    create(c, *[pod(f"g-{i}", "g", 4, index=i, required="leaf") for i in range(4)])
+    c.cycle()
+    assert failed and stored(c, "g-3")["spec"].get("nodeName") is None, "the dangerous moment: a partial gang"
+    bound = [stored(c, f"g-{i}")["spec"]["nodeName"] for i in range(3)]
+    leaf = leaf_of(c, bound[0])
+    free = next(n for n in sorted(c.store.objects[NODES]) if leaf_of(c, n) == leaf and n not in bound)
+    blocker = pod("blocker", gpus=8)  # takes the leaf's last node first (higher priority)
+    blocker["spec"].update(priority=10, nodeSelector={"kubernetes.io/hostname": free})
+    create(c, blocker)
+    c.settle(3)
+    assert stored(c, "blocker")["spec"]["nodeName"] == free
+    assert stored(c, "g-3")["spec"].get("nodeName") is None, "not in another leaf"
+    assert "inside one leaf" in scheduled(c, "g-3")[2] or "superpod.dev/leaf" in scheduled(c, "g-3")[2], \
+        scheduled(c, "g-3")
+    c.store.delete_now(PODS, "team-a/blocker")
+    c.settle(3)
+    assert stored(c, "g-3")["spec"]["nodeName"] == free
+
+
+def test_a_lease_lost_mid_gang_is_finished_by_the_next_leader_in_the_same_leaf():
+    c = MemoryCluster(nodes=16, nodes_per_unit=4)
+    binds = []
+
+    def fault(verb, kind, what, writer):
+        if verb == "bind":
+            binds.append(what)
+            if len(binds) == 2:
+                c.leading = False  # the Lease runs out between two bindings of one gang
+        return None
+    c.store.fault = fault
+    create(c, *[pod(f"g-{i}", "g", 4, index=i, required="leaf") for i in range(4)])
+    c.cycle()
+    bound = [stored(c, f"g-{i}")["spec"].get("nodeName") for i in range(4)]
+    assert 0 < sum(map(bool, bound)) < 4, f"the dangerous moment: a partial gang ({bound})"
+    c.leading = True
+    c.start("op-2")  # the next leader, with a cache of its own
+    c.settle(3)
+    nodes = [stored(c, f"g-{i}")["spec"]["nodeName"] for i in range(4)]
+    assert all(nodes) and len(set(nodes)) == 4 and len({leaf_of(c, n) for n in nodes}) == 1
+    assert [n for n in bound if n] == [n for n, was in zip(nodes, bound, strict=True) if was], "bindings kept"
+    writers = {w.writer for w in c.store.writes if w.verb == "bind"}
+    assert writers == {"op-1", "op-2"}
+
+
+def test_gated_pods_and_inter_pod_rules_wait_with_a_reason():
+    c = MemoryCluster(nodes=4)
+    gated = [pod(f"gated-{i}", "gated", 2, index=i) for i in range(2)]
+    gated[1]["spec"]["schedulingGates"] = [{"name": "example.com/quota"}]
+    spread = pod("spread")
+    spread["spec"]["topologySpreadConstraints"] = [{"maxSkew": 1, "topologyKey": "zone", "labelSelector": {}}]
+    create(c, *gated, spread)
+    c.settle(2)
+    assert scheduled(c, "gated-0")[2] == "waiting for 1 of the gang's pods to have their scheduling gates removed"
+    assert scheduled(c, "gated-1") is None, "the gated pod itself is left to the API server's SchedulingGated"
+    assert "DoNotSchedule spread constraints are not kept" in scheduled(c, "spread")[2]
+    ungated = c.store.peek(PODS, "team-a/gated-1")
+    ungated["spec"]["schedulingGates"] = []
+    c.store._store(PODS, ungated, "update")
+    c.settle(2)
+    assert stored(c, "gated-0")["spec"].get("nodeName") and stored(c, "gated-1")["spec"].get("nodeName")
+
+
+def test_a_queue_counts_its_bound_pod_gangs_against_its_limit():
+    from superpod.k8s.api import GPUQUEUES
+    from tests.unit.test_controller_queues import gpu_queue, phase, submit
+
+    c = MemoryCluster(nodes=8)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, limit=32)))
+    for gang in ("g1", "g2"):
+        members = [pod(f"{gang}-{i}", gang, 2, index=i) for i in range(2)]
+        for member in members:
+            member["metadata"]["namespace"] = "team-a"
+        create(c, *members)
+        c.settle(2)
+    submit(c, "a", "after")  # a TrainingJob of the same queue: the gangs hold its 32 GPUs
+    c.settle(2)
+    assert all(stored(c, f"{g}-{i}")["spec"].get("nodeName") for g in ("g1", "g2") for i in range(2))
+    assert phase(c, "a", "after") == "Queued"
+    assert "queue a is at its limit of 32 GPUs (32 in use)" in c.status("after")["message"]
