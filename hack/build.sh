@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real control-plane components from their Go modules into a cache outside the repo, keyed by version:
-#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm;
+#   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm, and
+#   the JobSet, Kubeflow Trainer (v2) and Training Operator (v1) controllers (their CRDs and webhook configurations
+#   in <name>-config/, with the coscheduling PodGroup CRD);
 #   with --kind also what a kind node runs: kubelet, kubeadm, kube-proxy, crictl, coredns, and kind itself.
 # A second run with the same versions does nothing. Prints the folder with the binaries on its last line.
 set -euo pipefail
@@ -11,7 +13,7 @@ cache=${SUPERPOD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/superpod}
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 bin="$cache/$key/bin"
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-tools=(etcd kwok helm)
+tools=(etcd kwok helm jobset trainer training-operator)
 if [ "${1:-}" = --kind ]; then
   k8s_bins+=(kubelet kubeadm kube-proxy)
   tools+=(coredns kind crictl)
@@ -19,7 +21,8 @@ fi
 all=("${k8s_bins[@]}" "${tools[@]}")
 
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
-declare -A tool_version=([kwok]=$KWOK_VERSION [helm]=$HELM_VERSION [coredns]=${COREDNS_VERSION:-}
+declare -A tool_version=([kwok]=$KWOK_VERSION [helm]=$HELM_VERSION [jobset]=$JOBSET_VERSION [trainer]=$TRAINER_VERSION
+  [training-operator]=$TRAINING_OPERATOR_VERSION [coredns]=${COREDNS_VERSION:-}
   [kind]=${KIND_VERSION:-} [crictl]=${CRICTL_VERSION:-})
 have_all() {
   local b
@@ -111,8 +114,43 @@ install_tool() {
   echo "$ver" >"$bin/.$name.version"
 }
 
+# JobSet and Kubeflow's controllers: `go install module@version` fails only because the proxy refuses their version
+# lists; a wrapper module that requires the exact version builds them. Their CRDs and webhook configurations come
+# from the same modules (the Trainer's coscheduling PodGroup CRD from the scheduler-plugins version it requires).
+# build_wrapped <name> <module> <version> <package> then the files to copy into <name>-config/, relative to a
+# module's folder as "<module>:<path>".
+build_wrapped() {
+  local name=$1 module=$2 version=$3 pkg=$4 w="$work/$1" entry dir
+  shift 4
+  [ -x "$bin/$name" ] && [ "$(cat "$bin/.$name.version" 2>/dev/null)" = "$version" ] && { log "have $name"; return; }
+  log "building $name $version"
+  mkdir -p "$w" "$bin/$name-config"
+  printf 'module superpod.dev/hack/%s\n\ngo 1.26\n\nrequire %s %s\n' "$name" "$module" "$version" >"$w/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" >"$w/tools.go"
+  (cd "$w" && go mod tidy -e >/dev/null 2>"$w/tidy.log") || { cat "$w/tidy.log" >&2; exit 1; }
+  (cd "$w" && go build -ldflags "-s -w" -o "$bin/$name.tmp" "$pkg") && mv "$bin/$name.tmp" "$bin/$name"
+  for entry in "$@"; do
+    dir=$(cd "$w" && go list -m -f '{{.Dir}}' "${entry%%:*}")
+    install -m 0644 "$dir/${entry#*:}" "$bin/$name-config/"
+  done
+  echo "$version" >"$bin/.$name.version"
+}
+
 start=$(date +%s)
 build_k8s
+build_wrapped jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset \
+  sigs.k8s.io/jobset:config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml \
+  sigs.k8s.io/jobset:config/components/webhook/manifests.yaml
+trainer=github.com/kubeflow/trainer/v2
+build_wrapped trainer "$trainer" "$TRAINER_VERSION" "$trainer/cmd/trainer-controller-manager" \
+  "$trainer:manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml" \
+  "$trainer:manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml" \
+  "$trainer:manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml" \
+  "$trainer:manifests/base/webhook/manifests.yaml" \
+  sigs.k8s.io/scheduler-plugins:config/crd/bases/scheduling.x-k8s.io_podgroups.yaml
+operator_v1=github.com/kubeflow/training-operator
+build_wrapped training-operator "$operator_v1" "$TRAINING_OPERATOR_VERSION" "$operator_v1/cmd/training-operator.v1" \
+  "$operator_v1:manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
 install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 if [[ " ${tools[*]} " == *" kind "* ]]; then

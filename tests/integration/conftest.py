@@ -76,7 +76,38 @@ def crds(cluster):
                     "crd/clustertopologies.superpod.dev", "crd/gpuqueues.superpod.dev",
                     "crd/gpuusages.superpod.dev", "--timeout=60s")
     ensure_topology(cluster.api)
+    if cluster.local is not None:  # before the operator starts: it watches PodGroups where they are served
+        from tests.integration.workload_controllers import PODGROUP_CRD, apply_crd
+
+        apply_crd(cluster, Path(cluster.kubectl_path).parent / PODGROUP_CRD)
     return cluster
+
+
+@pytest.fixture(scope="session")
+def jobset_controller(crds, tmp_path_factory):
+    """JobSet's own controller and webhooks, beside the local control plane."""
+    from tests.integration.workload_controllers import JOBSET, running
+
+    with running(crds, tmp_path_factory.mktemp("controllers"), JOBSET) as controller:
+        yield controller
+
+
+@pytest.fixture(scope="session")
+def training_operator(crds, tmp_path_factory):
+    """The Kubeflow Training Operator (v1), run with --gang-scheduler-name=superpod-scheduler."""
+    from tests.integration.workload_controllers import TRAINING_OPERATOR, running
+
+    with running(crds, tmp_path_factory.mktemp("controllers"), TRAINING_OPERATOR) as controller:
+        yield controller
+
+
+@pytest.fixture(scope="session")
+def trainer_controller(jobset_controller, tmp_path_factory):
+    """The Kubeflow Trainer's controller and webhooks (its TrainJobs run as JobSets)."""
+    from tests.integration.workload_controllers import TRAINER, running
+
+    with running(jobset_controller.cluster, tmp_path_factory.mktemp("controllers"), TRAINER) as controller:
+        yield controller
 
 
 @pytest.fixture(scope="session")
