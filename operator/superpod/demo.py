@@ -11,6 +11,7 @@ import time
 
 from kubernetes import client
 
+from superpod.api.podgang import GANG_LABEL
 from superpod.core.phases import FINISHED, Phase, Reason
 from superpod.k8s.client import load
 from superpod.localcluster.cluster import REPO, LocalCluster
@@ -24,6 +25,17 @@ def _settled(st: dict) -> bool:
     """Running or done, or waiting with a reason that is not a MIG reconfiguration still under way."""
     waiting = st.get("phase") == Phase.QUEUED and bool(st.get("message"))
     return st.get("phase") in SETTLED or (waiting and st.get("reason") != Reason.MIG_RECONFIGURING)
+
+
+def _pod_gangs(api) -> None:
+    """The gangs of other controllers' pods (samples/indexed-job-gang.yaml): how many of their pods are bound, where."""
+    gangs: dict[str, list] = {}
+    for pod in client.CoreV1Api(api).list_pod_for_all_namespaces(label_selector=GANG_LABEL).items:
+        gangs.setdefault(f"{pod.metadata.namespace}/{pod.metadata.labels[GANG_LABEL]}", []).append(pod)
+    for gang, pods in sorted(gangs.items()):
+        nodes = sorted({p.spec.node_name for p in pods if p.spec.node_name})
+        print(f"{gang:<22} pod gang: {sum(bool(p.spec.node_name) for p in pods)}/{len(pods)} pods bound"
+              f"{' on ' + ', '.join(nodes[:4]) if nodes else ''}{' ...' if len(nodes) > 4 else ''}")
 
 
 def register(sub) -> None:
@@ -74,5 +86,6 @@ def run(args) -> int:
         print(f"{j['metadata']['name']:<22} {st.get('phase') or 'Pending':<10} {st.get('gpus') or '':<16} {where}")
         if st.get("phase") in (Phase.QUEUED, Phase.INVALID, Phase.FAILED):
             print(f"{'':<22} why: {st.get('message')}")
-    print("\nkubectl get tj -A; kubectl describe tj <name>; `superpod cluster down` stops it all")
+    _pod_gangs(api)
+    print("\nkubectl get tj -A; kubectl describe tj <name>; superpod top; `superpod cluster down` stops it all")
     return 0

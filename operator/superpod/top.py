@@ -1,8 +1,9 @@
 """`superpod top`: the fleet in a terminal. Domains coarsest first (e.g. spine, then leaf), each node with a bar of
-its GPUs (█ in use, ░ free), flags for nodes out of placement (! not ready, x cordoned, m being repartitioned for
-MIG, ? unreadable) and the job holding most of it; larger fleets one line per domain; then each GPUQueue against
-its guarantee. Reads the cluster through the API, or a dump (`-f`, as `kubectl get nodes,pods,trainingjobs,
-gpuqueues,clustertopologies -A -o yaml` prints it)."""
+its GPUs (█ in use, ░ free), a flag for nodes out of placement (! not ready, x cordoned, m being repartitioned for
+MIG, F its MIG reconfiguration failed, ? unreadable) or held (n nominated for a preemptor), and the job (or pod gang)
+holding most of it; larger fleets one line per domain; then the MIG layouts, the reservations of blocked jobs, and
+each GPUQueue against its guarantee. Reads the cluster through the API, or a dump (`-f`, as `kubectl get
+nodes,pods,trainingjobs,gpuqueues,clustertopologies -A -o yaml` prints it)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from typing import Any
 import yaml
 
 from superpod.api.convert import ConvertError
-from superpod.controller.state import ClusterState, NodeEntry
+from superpod.api.podgang import gang_name
+from superpod.controller.state import MIG_FAILED, ClusterState, NodeEntry
+from superpod.core.cycle import RESERVED_NOTE
 from superpod.core.request import GPU, MIG_PREFIX
 from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES, PODS, TRAININGJOBS
 from superpod.plan import items_of, read_input
@@ -43,33 +46,43 @@ async def load_cluster(api) -> ClusterState:
     return state
 
 
-def render(state: ClusterState, width: int = 120) -> str:
+def render(state: ClusterState, width: int = 120, selector: dict[str, str] | None = None) -> str:
+    """The view, of the nodes whose labels match `selector` (all by default)."""
+    if selector:
+        state.nodes = {name: entry for name, entry in state.nodes.items()
+                       if all((entry.obj["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())}
     labelled = [entry.obj["metadata"].get("labels") or {} for entry in state.nodes.values()]
     levels = [level for level in state.topology()[0].domain_levels
               if level.label != "kubernetes.io/hostname" and any(level.label in labels for labels in labelled)]
     used, jobs = _usage(state)
+    nominated = _nominated(state)
+    jobs.update(nominated)
     groups: dict[tuple[str, ...], list[str]] = {}
     for name, entry in sorted(state.nodes.items()):
         labels = entry.obj["metadata"].get("labels") or {}
         groups.setdefault(tuple(labels.get(level.label, "-") for level in levels), []).append(name)
     total = sum(_gpus(entry) for entry in state.nodes.values())
-    lines = [f"{len(state.nodes)} nodes, {sum(used.values()):g} of {total:g} GPUs in use"]
+    lines = [f"{len(state.nodes)} nodes, {_num(sum(used.get(n, 0) for n in state.nodes))} of {_num(total)} GPUs in use"]
     per_node = len(state.nodes) <= PER_NODE_UP_TO
     for domain, names in sorted(groups.items()):
         have = sum(_gpus(state.nodes[n]) for n in names)
         busy = sum(used.get(n, 0) for n in names)
-        out = sum(1 for n in names if _flag(state.nodes[n]) != " ")
-        where = " / ".join(f"{level.name} {value}" for level, value in zip(levels, domain, strict=True)) or "all"
-        head = f"{where}: {busy:g}/{have:g} GPUs" + (f", {out} node(s) out of placement" if out else "")
-        if not per_node:
-            lines.append(f"{_bar(busy, have, 30)} {head}")
+        out = sum(1 for n in names if _flag(state.nodes[n]) not in " n")
+        where = " / ".join(f"{level.name} {_short(value)}" for level, value in zip(levels, domain, strict=True)
+                           if value != "-") or "all"
+        head = f"{where}: {_num(busy)}/{_num(have)} GPUs" + (f", {out} node(s) out of placement" if out else "")
+        if not per_node:  # the figures first: a long domain name is what the width cuts
+            holders = Counter(jobs[n] for n in names if n in jobs)
+            lines.append(f"{_bar(busy, have, 20)} {_num(busy):>6}/{_num(have):<5}{f' {out}!' if out else '':4} {where}"
+                         f"{'  ' + ', '.join(job for job, _ in holders.most_common(3)) if holders else ''}")
             continue
         lines.append(head)
-        cells = [_cell(name, state.nodes[name], used.get(name, 0), jobs.get(name)) for name in names]
+        cells = [_cell(name, state.nodes[name], used.get(name, 0), jobs.get(name), name in nominated)
+                 for name in names]
         per_row = max(1, width // (CELL + 2))
         for start in range(0, len(cells), per_row):
             lines.append("  " + "  ".join(cells[start:start + per_row]).rstrip())
-    lines += _queues(state)
+    lines += _mig_layouts(state) + _reservations(state) + _queues(state)
     return "\n".join(line[:width] for line in lines)
 
 
@@ -78,32 +91,93 @@ def _usage(state: ClusterState) -> tuple[Counter, dict[str, str]]:
     used: Counter = Counter()
     holders: dict[str, Counter] = {}
     for key, pod in state.holding.items():
-        gpus = sum(q if r == GPU else q * int(r[len(MIG_PREFIX):].split("g", 1)[0]) / 7
-                   for r, q in pod.requests if r == GPU or r.startswith(MIG_PREFIX))
+        gpus = sum(q if r == GPU else q * _share(r) for r, q in pod.requests if r == GPU or r.startswith(MIG_PREFIX))
         if gpus:
             used[pod.node] += gpus
             info = state.pods.get(key)
-            job = (info.job.split("/", 1)[1] if info and info.job else key.split("/", 1)[1].rsplit("-", 1)[0])
+            job = (gang_name(info.job).split("/", 1)[1] if info and info.job else
+                   key.split("/", 1)[1].rsplit("-", 1)[0])
             holders.setdefault(pod.node, Counter())[job] += gpus
     return used, {node: counts.most_common(1)[0][0] for node, counts in holders.items()}
 
 
-def _gpus(entry: NodeEntry) -> int:
+def _gpus(entry: NodeEntry) -> float:
+    """Whole GPUs, plus MIG slices as their share of a GPU (a 3g slice is 3/7)."""
     alloc = (entry.obj.get("status") or {}).get("allocatable") or {}
     try:
-        return int(alloc.get(GPU, 0)) or sum(int(v) for k, v in alloc.items() if k.startswith(MIG_PREFIX))
+        return int(alloc.get(GPU, 0)) + sum(int(v) * _share(k) for k, v in alloc.items() if k.startswith(MIG_PREFIX))
     except (TypeError, ValueError):
         return 0
 
 
-def _flag(entry: NodeEntry) -> str:
+def _share(resource: str) -> float:
+    """The share of a GPU one slice of a MIG resource is (nvidia.com/mig-3g.40gb: 3/7)."""
+    try:
+        return int(resource[len(MIG_PREFIX):].split("g", 1)[0]) / 7
+    except ValueError:
+        return 1 / 7
+
+
+def _short(name: str, most: int = 16) -> str:
+    """A domain's name, its end kept when it is long (NVLink clique ids are UUIDs with the rack at the end)."""
+    return name if len(name) <= most else "…" + name[-(most - 1):]
+
+
+def _num(value: float) -> str:
+    return f"{value:.0f}" if abs(value - round(value)) < 0.05 else f"{value:.1f}"
+
+
+def _flag(entry: NodeEntry, nominated: bool = False) -> str:
     if entry.node is None:
         return "?"
     if not entry.node.ready:
         return "!"
     if entry.node.unschedulable:
         return "x"
-    return "m" if entry.node.held else " "
+    if (entry.obj["metadata"].get("annotations") or {}).get(MIG_FAILED):
+        return "F"
+    if entry.node.held:
+        return "m"
+    return "n" if nominated else " "
+
+
+def _nominated(state: ClusterState) -> dict[str, str]:
+    """Nodes a preempting job holds while its victims stop (its status.nomination) -> "→ <job>"."""
+    out = {}
+    for key, job in state.jobs.items():
+        nomination = (job.get("status") or {}).get("nomination") or {}
+        for node in nomination.get("nodes") or [] if isinstance(nomination, dict) else []:
+            out[str(node)] = f"→ {key.split('/', 1)[1]}"
+    return out
+
+
+def _mig_layouts(state: ClusterState) -> list[str]:
+    """Each node partitioned into MIG slices: per profile, slices in use of those it advertises."""
+    used: dict[str, Counter] = {}
+    for pod in state.holding.values():
+        for resource, amount in pod.requests:
+            if resource.startswith(MIG_PREFIX):
+                used.setdefault(pod.node, Counter())[resource[len(MIG_PREFIX):]] += amount
+    lines = []
+    for name, entry in sorted(state.nodes.items()):
+        alloc = (entry.obj.get("status") or {}).get("allocatable") or {}
+        slices = {r[len(MIG_PREFIX):]: v for r, v in alloc.items() if r.startswith(MIG_PREFIX) and str(v) != "0"}
+        if slices:
+            have = used.get(name, Counter())
+            lines.append(f"  {name}: " + ", ".join(f"{profile} {have[profile]}/{count}"
+                                                   for profile, count in sorted(slices.items())))
+    return ["", "MIG layouts (slices in use / advertised):", *lines] if lines else []
+
+
+def _reservations(state: ClusterState) -> list[str]:
+    """What the first blocked jobs hold while they wait for room (their waiting message says it)."""
+    lines = []
+    for key, job in sorted(state.jobs.items()):
+        message = (job.get("status") or {}).get("message") or ""
+        for clause in message.split("; "):
+            if clause.endswith(RESERVED_NOTE):
+                lines.append(f"  {key}: {clause}")
+    return ["", "Reservations:", *lines] if lines else []
 
 
 def _bar(busy: float, have: float, size: int) -> str:
@@ -111,10 +185,10 @@ def _bar(busy: float, have: float, size: int) -> str:
     return "█" * full + "░" * (size - full)
 
 
-def _cell(name: str, entry: NodeEntry, busy: float, job: str | None) -> str:
+def _cell(name: str, entry: NodeEntry, busy: float, job: str | None, nominated: bool = False) -> str:
     have = _gpus(entry)
     short = name.rsplit("-", 1)[-1] if len(name) > 12 else name
-    text = f"{short:>4}{_flag(entry)}{_bar(busy, have, min(have, 8) or 1)} {job or ''}"
+    text = f"{short:>4}{_flag(entry, nominated)}{_bar(busy, have, min(round(have), 8) or 1)} {job or ''}"
     return text[:CELL].ljust(CELL)
 
 
@@ -138,7 +212,16 @@ def register(sub: Any) -> None:
     p.add_argument("--kubeconfig", default=None)
     p.add_argument("--watch", type=float, default=0, help="redraw every this many seconds")
     p.add_argument("--width", type=int, default=120)
+    p.add_argument("-l", "--selector", type=_selector, default={},
+                   help="only the nodes with these labels, e.g. superpod.dev/spine=dgx-spine-1 (k=v,k=v)")
     p.set_defaults(func=run)
+
+
+def _selector(text: str) -> dict[str, str]:
+    pairs = [part.split("=", 1) for part in text.split(",") if part]
+    if any(len(pair) != 2 or not pair[0] for pair in pairs):
+        raise ValueError(f"not a label selector of k=v pairs: {text!r}")
+    return {key: value for key, value in pairs}
 
 
 def run(args) -> int:
@@ -156,7 +239,7 @@ def run(args) -> int:
             return 1
         if args.watch:
             print("\033[H\033[2J", end="")
-        print(render(state, args.width), flush=True)
+        print(render(state, args.width, args.selector), flush=True)
         if not args.watch or args.file == "-":
             return 0
         time.sleep(args.watch)

@@ -39,4 +39,22 @@ def test_a_larger_fleet_is_one_line_per_domain_and_a_dump_reads_the_same():
                              {"name": "leaf", "nodeLabel": "superpod.dev/leaf"}]}}])
     lines = render(load_dump(dump)).splitlines()
     assert lines[0] == "160 nodes, 0 of 1280 GPUs in use"
-    assert len(lines) == 1 + 5 and lines[1].endswith("leaf su-1: 0/256 GPUs")
+    assert len(lines) == 1 + 5 and lines[1].endswith("0/256       spine dgx-spine-1 / leaf su-1")
+
+
+def test_pod_gangs_mig_layouts_and_reservations_are_shown():
+    from tests.unit.test_pod_gangs import create, pod
+
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    create(c, *[pod(f"llm-{i}", "llm", 2, index=i) for i in range(2)])
+    c.submit(training_job("small", 3, 8))
+    c.submit(training_job("whole", 8, 8, topology={"required": "leaf"}))  # can never fit a leaf of 4: Invalid
+    c.submit(training_job("wide", 4, 8, topology={"required": "leaf"}))  # waits for a leaf: reserves one
+    c.update_node("dgx-su02-n04", lambda node: node["status"]["allocatable"].update(
+        {"nvidia.com/gpu": "0", "nvidia.com/mig-3g.40gb": "2", "nvidia.com/mig-1g.10gb": "1"}))
+    c.settle(3)
+    out = render(c.state)
+    assert "llm" in out, out
+    assert "MIG layouts (slices in use / advertised):" in out
+    assert "  dgx-su02-n04: 1g.10gb 0/1, 3g.40gb 0/2" in out
+    assert "Reservations:" in out and "team-a/wide: leaf su-" in out, out
