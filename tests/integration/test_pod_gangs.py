@@ -223,3 +223,38 @@ def test_a_pytorchjob_unchanged_is_one_gang_when_the_training_operator_names_thi
         print(f"  {pod.metadata.name} -> {pod.spec.node_name} ({pods.leaf(pod.spec.node_name)}), "
               f"schedulerName {pod.spec.scheduler_name}")
     assert len({pods.leaf(node) for node in bound.values()}) == 1
+
+
+def test_a_high_priority_job_preempts_a_low_priority_job_gang_whole(cluster, operator, namespace):
+    """Two Indexed Jobs by PriorityClass: the high one evicts the low one's whole gang as kube-scheduler evicts
+    (DisruptionTarget, then a graceful delete); the Job controller makes the pods again, and they wait as a gang."""
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 2)
+    pods = Pods(cluster.api, namespace)
+    scheduling = client.SchedulingV1Api(cluster.api)
+    classes = {"low": f"{namespace}-low", "high": f"{namespace}-high"}
+    for level, value in (("low", 1), ("high", 1000)):
+        scheduling.create_priority_class({"metadata": {"name": classes[level]}, "value": value})
+    try:
+        for name, count in (("low", 2), ("high", 2)):
+            job = indexed_job(name, count, pod_template(name, count, sim, required=None))
+            job["spec"]["template"]["spec"]["priorityClassName"] = classes[name]
+            job["spec"]["podFailurePolicy"] = {"rules": [{"action": "Ignore", "onPodConditions": [
+                {"type": "DisruptionTarget"}]}]}
+            pods.batch.create_namespaced_job(namespace, job)
+            first = wait_for(lambda n=name, k=count: len(b := pods.bound(f"job-name={n}")) == k and b, 90,
+                             f"{name} bound whole")
+            if name == "low":
+                evicted = set(first)
+        high = first
+        assert not evicted & set(pods.bound("job-name=low")), "every pod of the low gang went"
+        events = pods.core.list_namespaced_event(namespace, field_selector="reason=Preempted").items
+        assert any("gang" in e.message and classes["high"] not in e.message for e in events), events
+        # The Job controller backs off 10 s per failed pod, doubling: 20 s for 2 (ignored failures included).
+        again = wait_for(lambda: [p.metadata.name for p in pods.of("job-name=low") if p.metadata.name not in evicted],
+                         120, "the Job's pods made again")
+        pods.wait_said(sorted(again)[0], "needs 2 nodes")
+        print(f"\nhigh bound on {sorted(high.values())}; low's {len(evicted)} pods evicted, {len(again)} made again "
+              f"and waiting: {pods.said(sorted(again)[0])}")
+    finally:
+        for name in classes.values():
+            scheduling.delete_priority_class(name)

@@ -4,9 +4,11 @@ bound (a failed binding, a killed operator) finished inside its domain."""
 
 from __future__ import annotations
 
+import json
+
 from superpod.api.podgang import COMPLETION_INDEX, GANG_LABEL, GANG_SIZE, TOPOLOGY
 from superpod.k8s.api import NODES, PODS, ApiError
-from tests.unit.memory_cluster import MemoryCluster, run
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
 SCHEDULER = "superpod-scheduler"
 
@@ -185,3 +187,73 @@ def test_a_queue_counts_its_bound_pod_gangs_against_its_limit():
     assert all(stored(c, f"{g}-{i}")["spec"].get("nodeName") for g in ("g1", "g2") for i in range(2))
     assert phase(c, "a", "after") == "Queued"
     assert "queue a is at its limit of 32 GPUs (32 in use)" in c.status("after")["message"]
+
+
+def test_a_higher_priority_training_job_preempts_a_bound_pod_gang_whole():
+    c = MemoryCluster(nodes=4)
+    members = [pod(f"low-{i}", "low", 4, index=i) for i in range(4)]
+    create(c, *members)
+    c.settle(2)
+    assert all(stored(c, f"low-{i}")["spec"].get("nodeName") for i in range(4))
+    c.tick(120)
+    c.submit(training_job("urgent", 2, 8, priority=100))
+    c.cycle()
+    assert c.status("urgent").get("nomination", {}).get("victims") == ["team-a/low@pods"], c.status("urgent")
+    for i in range(4):  # the whole gang, as kube-scheduler evicts: DisruptionTarget, then a graceful delete
+        target = next(x for x in stored(c, f"low-{i}")["status"]["conditions"] if x["type"] == "DisruptionTarget")
+        assert target["reason"] == "PreemptionByScheduler" and "team-a/urgent" in target["message"]
+        assert stored(c, f"low-{i}")["metadata"].get("deletionTimestamp")
+    c.settle(40)
+    assert c.status("urgent")["phase"] == "Running"
+    assert any(reason == "Preempted" for reason, _ in c.events("low-0"))
+
+
+def test_a_pod_gang_victim_whose_deletes_failed_is_stopped_again_and_no_second_set_is_chosen():
+    c = MemoryCluster(nodes=4)
+    create(c, *[pod(f"low-{i}", "low", 2, index=i) for i in range(2)])
+    create(c, *[pod(f"other-{i}", "other", 2, index=i) for i in range(2)])
+    c.settle(2)
+    c.tick(120)
+    failed = []
+
+    def fault(verb, kind, what, writer):
+        if verb == "delete" and kind is PODS and len(failed) < 2:
+            failed.append(what)
+            raise ApiError(500, "InternalError", "etcd hiccup")
+        return None
+    c.store.fault = fault
+    c.submit(training_job("urgent", 2, 8, priority=100))
+    c.cycle()
+    victims = c.status("urgent")["nomination"]["victims"]
+    assert len(failed) == 2 and len(victims) == 1, "the dangerous moment: nominated, its victim's deletes lost"
+    gang = victims[0].split("/")[1].split("@")[0]
+    assert not stored(c, f"{gang}-0")["metadata"].get("deletionTimestamp")
+    c.settle(40)
+    assert c.status("urgent")["phase"] == "Running"
+    spared = "other" if gang == "low" else "low"
+    assert all(not stored(c, f"{spared}-{i}")["metadata"].get("deletionTimestamp") for i in range(2)), \
+        "no second set of victims"
+
+
+def test_a_pod_gang_preempts_a_lower_priority_training_job_through_a_nomination_on_its_pod():
+    from superpod.api.podgang import NOMINATION
+
+    c = MemoryCluster(nodes=4)
+    c.submit(training_job("batch", 4, 8, priority=0))
+    c.settle(3)
+    assert c.status("batch")["phase"] == "Running"
+    c.tick(120)
+    members = [pod(f"hi-{i}", "hi", 2, index=i) for i in range(2)]
+    for member in members:
+        member["spec"]["priority"] = 100
+    create(c, *members)
+    c.cycle()
+    nomination = json.loads(stored(c, "hi-0")["metadata"]["annotations"][NOMINATION])
+    assert nomination["victims"] == ["team-a/batch"] and len(nomination["nodes"]) == 2
+    assert c.status("batch")["phase"] == "Queued" and c.status("batch")["preemptions"] == 1
+    c.start("op-2")  # a restart between the nomination and the gang's start: the same nomination holds
+    c.settle(40)
+    nodes = sorted(stored(c, f"hi-{i}")["spec"]["nodeName"] for i in range(2))
+    assert nodes == nomination["nodes"], "bound where it was nominated"
+    assert NOMINATION not in stored(c, "hi-0")["metadata"]["annotations"], "dropped once bound"
+    assert c.status("batch").get("preemptions") == 1, "one preemption, no second set"

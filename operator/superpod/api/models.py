@@ -141,7 +141,8 @@ class Nomination(BaseModel):
     model_config = ConfigDict(extra="allow")
     nodes: list[str] = Field(default_factory=list, description="The nodes held for this job while its victims stop.")
     victims: list[str] = Field(default_factory=list, description="The gangs it preempted (namespace/name).")
-    attempts: dict[str, int] = Field(default_factory=dict, description="Each victim's attempt that was preempted.")
+    attempts: dict[str, int] = Field(default_factory=dict, description="Each victim's attempt that was preempted "
+                                     "(for a pod gang: the creation second of its newest pod then).")
     time: datetime = Field(description="RFC 3339 time it preempted them.")
 
 

@@ -25,6 +25,7 @@ JOBSET_INDEX = "jobset.sigs.k8s.io/job-global-index"
 POD_INDEX = "apps.kubernetes.io/pod-index"  # a StatefulSet pod's ordinal
 TOPOLOGY = {"required": "superpod.dev/topology-required", "preferred": "superpod.dev/topology-preferred",
             "slice_size": "superpod.dev/slice-size", "slice_required": "superpod.dev/slice-required"}
+NOMINATION = "superpod.dev/nomination"  # on a preempting gang's first pod: its nodes, victims, their attempts, time
 GANG_MARK = "@"  # in a gang's key "<namespace>/<gang>@pods" (never a TrainingJob's: '@' is not in object names)
 
 

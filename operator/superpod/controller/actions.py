@@ -78,6 +78,16 @@ class SetPodCondition:
 
 
 @dataclass(frozen=True)
+class AnnotatePod:
+    """A JSON merge patch of another controller's pod's annotations (None removes one), if it is still the pod
+    with that uid: where a pod gang keeps what it has no status for (its nomination)."""
+
+    pod: str  # namespace/name
+    uid: str
+    annotations: dict
+
+
+@dataclass(frozen=True)
 class PatchNode:
     """A JSON merge patch of a node's labels and annotations (None removes a key)."""
 
@@ -107,8 +117,8 @@ class Emit:
     message: str
 
 
-Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | BindPods | SetPodCondition | PatchNode
-          | MergeMigConfigs | Emit)
+Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | BindPods | SetPodCondition | AnnotatePod
+          | PatchNode | MergeMigConfigs | Emit)
 
 
 @dataclass

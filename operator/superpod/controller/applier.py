@@ -23,6 +23,7 @@ import yaml
 from superpod.api.manifests import ATTEMPT_LABEL, SCHEDULER_NAME
 from superpod.api.times import rfc3339
 from superpod.controller.actions import (
+    AnnotatePod,
     BindPods,
     CreatePods,
     CreateService,
@@ -157,6 +158,7 @@ class Applier:
         write = {Emit: self._emit, WriteStatus: self._write_status, WriteQueueStatus: self._write_queue_status,
                  CreatePods: self._create_pods, RecordUsage: self._record_usage,
                  DeletePods: self._delete_pods, BindPods: self._bind_pods, SetPodCondition: self._set_pod_condition,
+                 AnnotatePod: self._annotate_pod,
                  CreateService: self._create_service, PatchNode: self._patch_node,
                  MergeMigConfigs: self._merge_configs}[type(step)]
         await write(step)
@@ -287,13 +289,20 @@ class Applier:
                            f"{step.gang} failed: {first.message}")
 
     async def _set_pod_condition(self, step: SetPodCondition) -> None:
-        pod = self.state.pods.get(step.pod)
-        if pod is None or pod.uid != step.uid:
+        await self._patch_pod(step.pod, step.uid, {"status": {"conditions": [step.condition]}}, status=True)
+
+    async def _annotate_pod(self, step: AnnotatePod) -> None:
+        await self._patch_pod(step.pod, step.uid, {"metadata": {"annotations": step.annotations}})
+
+    async def _patch_pod(self, key: str, uid: str, patch: dict, status: bool = False) -> None:
+        """A patch of another controller's pod, only while it is the pod with `uid` (a pod gone is no failure)."""
+        pod = self.state.pods.get(key)
+        if pod is None or pod.uid != uid:
             return  # gone, or another pod by now
-        namespace, name = step.pod.split("/", 1)
-        patch = {"metadata": {"uid": step.uid}, "status": {"conditions": [step.condition]}}
+        namespace, name = key.split("/", 1)
+        patch = {**patch, "metadata": {**patch.get("metadata", {}), "uid": uid}}
         try:
-            self._see(PODS, await self.api.patch_status(PODS, name, patch, namespace))
+            self._see(PODS, await (self.api.patch_status if status else self.api.patch)(PODS, name, patch, namespace))
         except ApiError as e:
             if not (e.not_found or e.conflict):
                 raise

@@ -72,6 +72,7 @@ class Controller:
         self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
         self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
         self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
+        self.nominated: dict = {}  # job key -> view, of the jobs and pod gangs holding a nomination (this cycle)
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -133,7 +134,8 @@ class Controller:
         policy = fair or self.policy or PriorityFifo()
         if self.settings.preemption and getattr(self.policy or PriorityFifo, "preempts", False):
             policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
-            plans += self._guarded("preemption", lambda: preemption.expired(self.state, self.reader, now), [])
+            plans += self._guarded("preemption", lambda: preemption.expired(
+                self.state, self.reader, self.room.gangs, self.nominated, now), [])
         started = time.perf_counter()
         self.visited, self.parked, start_plans = self.room.decide(self.state, snap, now, self.settings, policy,
                                                                   self.offered(), self._may_park())
@@ -147,10 +149,11 @@ class Controller:
             plans += mig_plans
         if isinstance(policy, Preempting):
             plans += self._guarded("preemption", lambda: preemption.plans(
-                policy, self.visited, self.reader, self.state, now, self.queues.labels), [])
-            self.preempting = {f"job:{key}": {"reclaim": sum(1 for v in found.victims if v.group),
-                                              "priority": sum(1 for v in found.victims if not v.group)}
-                               for key, found in policy.chosen.items()}
+                policy, self.visited, self.reader, self.room.gangs, ChainMap(self.reader.by_key, self.room.ready),
+                self.nominated, self.state, now, self.queues.labels), [])
+            self.preempting = {f"{'gang' if is_gang_key(key) else 'job'}:{key}": {
+                "reclaim": sum(1 for v in found.victims if v.group),
+                "priority": sum(1 for v in found.victims if not v.group)} for key, found in policy.chosen.items()}
         plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
         by_key = ChainMap(self.reader.by_key, self.room.ready)  # pod gangs are only in the room
         budget = self._rewrite_budget(now)
@@ -182,19 +185,22 @@ class Controller:
 
     def _preempting(self, policy, fair, snap, now: float) -> Preempting:
         """The policy in force with preemption: the placed gangs as candidates, the nominations in force."""
+        gangs = self.room.gangs
+        self.nominated = {**self.reader.nominated, **gangs.nominated(self.state, self.room.ready)}
+
         def running(allowed):
-            return preemption.running(self.state, self.reader, snap, now, self.queues.min_runtime, allowed)
+            return preemption.running(self.state, self.reader, gangs, self.nominated, snap, now,
+                                      self.queues.min_runtime, allowed)
 
         def hopeless(job) -> bool:  # no lower priority placed, and no guarantee to take back
-            if is_gang_key(job.key):  # a pod gang has no status to hold a nomination: it does not preempt
-                return True
-            lowest = self.reader.lowest_priority()
+            lowest = min((p for p in (self.reader.lowest_priority(), gangs.lowest_priority(self.state))
+                          if p is not None), default=None)
             return (lowest is None or lowest >= job.priority) and not (fair is not None and fair.inside.get(job.key))
 
+        nominated = preemption.nominations(self.state, self.reader, gangs, self.nominated, now)
         if fair is None:
-            return Preempting(policy, running, preemption.nominations(self.state, self.reader, now),
-                              lower_priority, hopeless)
-        return Preempting(policy, running, preemption.nominations(self.state, self.reader, now), fair.may_evict,
+            return Preempting(policy, running, nominated, lower_priority, hopeless)
+        return Preempting(policy, running, nominated, fair.may_evict,
                           hopeless, fair.reclaim_bound)
 
     def _may_park(self) -> bool:

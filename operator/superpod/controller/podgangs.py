@@ -11,19 +11,38 @@ assumed in the snapshot (`assumed`), as a TrainingJob's placement is."""
 
 from __future__ import annotations
 
+import json
+import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from types import SimpleNamespace
+from typing import Any
 
 from superpod.api.convert import pod_from_k8s
-from superpod.api.podgang import GANG_SIZE, TOPOLOGY, gang_name, gang_request, gang_size, grouping, is_gang_key, rank_of
+from superpod.api.models import Nomination
+from superpod.api.podgang import (
+    GANG_SIZE,
+    NOMINATION,
+    TOPOLOGY,
+    gang_name,
+    gang_request,
+    gang_size,
+    grouping,
+    is_gang_key,
+    rank_of,
+)
 from superpod.api.resources import ConvertError
-from superpod.api.times import rfc3339
-from superpod.controller.actions import BindPods, Emit, Plan, SetPodCondition, pod_ref
+from superpod.api.times import rfc3339, timestamp
+from superpod.controller.actions import AnnotatePod, BindPods, DeletePods, Emit, Plan, SetPodCondition, pod_ref
 from superpod.controller.state import ClusterState
-from superpod.core.model import Pod
+from superpod.core.accounting import gpu_units
+from superpod.core.model import Pod, Snapshot
 from superpod.core.phases import POD_FINISHED, Phase, Reason
+from superpod.core.preempt import Running
 from superpod.core.request import JobRequest
 
+log = logging.getLogger(__name__)
 SCHEDULED = "PodScheduled"
 UNSCHEDULABLE = "Unschedulable"  # the PodScheduled reason kube-scheduler gives (and cluster autoscalers read)
 
@@ -61,32 +80,63 @@ class GangView:
     def phase(self) -> str | None:
         return Phase.QUEUED if self.status.reason == UNSCHEDULABLE else None
 
-    def wait(self, reason: str, why: str, now: float) -> Plan | None:
+    def wait(self, reason: str, why: str, now: float, nomination: dict | None = None) -> Plan | None:
         """PodScheduled=False with `why` on every pod that does not say it yet, and one Event. (`reason` is the
-        cycle's; a pod's is always Unschedulable, as kube-scheduler's.)"""
-        steps = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
+        cycle's; a pod's is always Unschedulable, as kube-scheduler's.) A `nomination` (a preemption's) is written
+        first, on the first pod: the commit point, as in a TrainingJob's status."""
+        steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
             "type": SCHEDULED, "status": "False", "reason": UNSCHEDULABLE, "message": why,
             "lastTransitionTime": rfc3339(now)}) for pod in self.members
             if _condition(pod) != ("False", UNSCHEDULABLE, why)]
+        if nomination is not None:
+            first = self.members[0]
+            steps.insert(0, AnnotatePod(_key(first), first["metadata"].get("uid") or "",
+                                        {NOMINATION: json.dumps(nomination, sort_keys=True)}))
         if not steps:
             return None
-        return Plan(f"gang:{self.key}", [*steps, self._emit("Warning", "FailedScheduling", why)])
+        return Plan(f"gang:{self.key}", [*steps, self.emit("Warning", "FailedScheduling", why)])
 
     def invalid(self, why: str, now: float, reason: Reason = Reason.INVALID) -> Plan | None:
         return self.wait(reason, why, now)
 
     def fault(self, what: str, now: float) -> Plan:
-        return Plan(f"error:{self.key}", [self._emit("Warning", Reason.INTERNAL_ERROR, what)])
+        return Plan(f"error:{self.key}", [self.emit("Warning", Reason.INTERNAL_ERROR, what)])
 
     def bind(self, assignments: dict[str, list[int]]) -> Plan:
         nodes = {index: node for node, ranks in assignments.items() for index in ranks}
         bindings = tuple((_key(pod), pod["metadata"].get("uid") or "", nodes[i]) for i, pod in enumerate(self.members))
         said = (f"bound {len(bindings)} pod(s) of gang {gang_name(self.key)} to {len(assignments)} node(s): "
                 f"{', '.join(sorted(assignments)[:8])}{' ...' if len(assignments) > 8 else ''}")
-        return Plan(f"gang:{self.key}", [BindPods(self.key, bindings), self._emit("Normal", "Scheduled", said)])
+        return Plan(f"gang:{self.key}", [BindPods(self.key, bindings), self.emit("Normal", "Scheduled", said)])
 
-    def _emit(self, kind: str, reason: str, message: str) -> Emit:
+    def emit(self, kind: str, reason: str, message: str) -> Emit:
         return Emit(pod_ref(self.members[0]), kind, str(reason), message)
+
+
+@dataclass(frozen=True)
+class GangNominee:
+    """A pod gang holding a nomination (on its pods: NOMINATION), as the preemption flow reads a nominated
+    TrainingJob: its key, whether it still waits (phase), the nomination, and how to drop it."""
+
+    key: str
+    waiting: bool
+    status: Any  # .nomination: the api.models.Nomination
+    holders: tuple[dict, ...]  # the pods that carry it
+    request: JobRequest | None = None
+
+    @property
+    def phase(self) -> str | None:
+        return Phase.QUEUED if self.waiting else None
+
+    def emit(self, kind: str, reason: str, message: str) -> Emit:
+        return Emit(pod_ref(self.holders[0]), kind, str(reason), message)
+
+    def clear(self, why: str, now: float) -> Plan:
+        steps: list = [AnnotatePod(_key(pod), pod["metadata"].get("uid") or "", {NOMINATION: None})
+                       for pod in self.holders]
+        if why:
+            steps.append(self.emit("Normal", Reason.NOMINATION_EXPIRED, why))
+        return Plan(f"gang:{self.key}", steps)
 
 
 class PodGangs:
@@ -148,6 +198,72 @@ class PodGangs:
                 held[pod_key] = pod
         return plan
 
+    # ---- preemption: bound pod gangs as victims ------------------------------------------------------------------
+    def running(self, state: ClusterState, snap: Snapshot, now: float, allowed: Callable[[JobRequest], bool],
+                evicting: set[str]) -> list[Running]:
+        """The bound pod gangs `allowed` accepts, as preemption candidates (those a nomination already evicts left
+        out): their bound pods, and the work lost since the first of them started."""
+        out = []
+        for request in self.placed(state):
+            if request.key in evicting or not allowed(request):
+                continue
+            pods = sorted(k for k in state.by_job.get(request.key, ()) if k in snap.pods)
+            started = min((state.pods[k].run.start or now for k in pods if k in state.pods), default=now)
+            gpus = gpu_units(request.requests) * request.replicas
+            out.append(Running(request, gpus, gpus * max(0.0, now - started), tuple(pods)))
+        return out
+
+    def nominated(self, state: ClusterState, ready: dict) -> dict[str, GangNominee]:
+        """The pod gangs holding a nomination (`ready`: the waiting room's views, for their requests)."""
+        holders: dict[str, list[dict]] = {}
+        for pod_key, key in state.gang_nominations.items():
+            if pod_key in state.gang_pods:
+                holders.setdefault(key, []).append(state.gang_pods[pod_key])
+        out = {}
+        for key, pods in holders.items():
+            found = []
+            for pod in pods:
+                try:
+                    found.append(Nomination.model_validate_json(pod["metadata"]["annotations"][NOMINATION]))
+                except ValueError as e:  # not ours to trust: dropped (the preemption is decided again)
+                    log.warning("pod %s: annotation %s unreadable, dropped: %s", _key(pod), NOMINATION, e)
+            _, bound, waiting = self._members(state, key)
+            view = ready.get(key)
+            status = SimpleNamespace(nomination=max(found, key=lambda n: n.time) if found else None)
+            nominee = GangNominee(key, bool(waiting) and status.nomination is not None, status, tuple(pods),
+                                  view.request if isinstance(view, GangView) else None)
+            out[key] = nominee
+        return out
+
+    def lowest_priority(self, state: ClusterState) -> int | None:
+        return min((request.priority for request in self.placed(state)), default=None)
+
+    def generation(self, state: ClusterState, key: str) -> int:
+        """Which of a gang's pods a preemption stops: those created by this second (the creation of its newest
+        bound pod); the pods its owner makes again afterwards are newer."""
+        return max((int(_created(pod)) for pod in self._bound(state, key)), default=0)
+
+    def unstopped(self, state: ClusterState, key: str, generation: int | None) -> list[dict]:
+        """The bound pods of `generation` not yet being deleted (a preemption whose deletes did not land)."""
+        return [pod for pod in self._bound(state, key) if generation is None or _created(pod) <= generation]
+
+    def stop(self, state: ClusterState, key: str, generation: int | None, preemptor: str, priority, now: float) -> Plan:
+        """Evict a bound pod gang as kube-scheduler evicts a pod: condition DisruptionTarget (reason
+        PreemptionByScheduler), then a graceful delete (each pod's own grace period); its owner makes it again."""
+        pods = self.unstopped(state, key, generation)
+        why = f"preempted by {preemptor} (priority {priority})"
+        steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
+            "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+            "message": f"superpod-scheduler: {why}", "lastTransitionTime": rfc3339(now)}) for pod in pods]
+        steps.append(DeletePods(tuple((_key(pod), pod["metadata"].get("uid") or "") for pod in pods)))
+        if pods:
+            steps.append(Emit(pod_ref(pods[0]), "Warning", str(Reason.PREEMPTED), f"gang {gang_name(key)} {why}"))
+        return Plan(f"gang:{key}", steps)
+
+    def _bound(self, state: ClusterState, key: str) -> list[dict]:
+        return [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
+                and state.pods[k].holds is not None and not state.pods[k].deleting]
+
     def failed(self, state: ClusterState, unbound: set[str]) -> None:
         """Bindings that failed: no longer assumed; their gangs are looked at again."""
         for key, held in list(self.assumed.items()):
@@ -197,6 +313,13 @@ def _inside(state: ClusterState, nodes: list[str], waiting: list[dict]) -> tuple
         entry = state.nodes.get(node)
         values.add(entry.node.labels.get(level.label) if entry and entry.node else None)
     return ((level.label, values.pop()),) if len(values) == 1 and None not in values else ()
+
+
+def _created(pod: dict) -> float:
+    try:
+        return timestamp(pod["metadata"].get("creationTimestamp")) or 0.0
+    except ValueError:
+        return 0.0
 
 
 def _condition(pod: dict) -> tuple[str, str, str] | None:

@@ -13,13 +13,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
+from superpod.api.podgang import is_gang_key
 from superpod.api.times import rfc3339
 from superpod.controller.actions import Plan
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import requeue
 from superpod.controller.metering import Labels
+from superpod.controller.podgangs import GangNominee, PodGangs
 from superpod.controller.snapshot import assumed_key
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
@@ -34,10 +36,11 @@ NOMINATION_TIMEOUT = 600.0  # seconds a preemptor holds its nodes while its vict
 KEPT_PREEMPTIONS = 4  # times kept in status.preemptedAt
 
 
-def running(state: ClusterState, reader: JobReader, snap: Snapshot, now: float,
+def running(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: dict, snap: Snapshot, now: float,
             min_runtime: Callable[[JobView], int], allowed: Callable[[JobRequest], bool]) -> list[Running]:
-    """The placed gangs `allowed` accepts, as candidates (those a nomination already evicts left out)."""
-    evicting = {victim for view in reader.nominated.values() if view.phase == Phase.QUEUED
+    """The placed gangs `allowed` accepts, as candidates (those a nomination already evicts left out), bound pod
+    gangs included. `nominated`: job key -> the view of a job (or pod gang) holding a nomination."""
+    evicting = {victim for view in nominated.values() if view.phase == Phase.QUEUED
                 for victim in view.status.nomination.victims}
     out = []
     for key, (request, uid, attempt, nodes) in reader.gangs.items():
@@ -51,7 +54,7 @@ def running(state: ClusterState, reader: JobReader, snap: Snapshot, now: float,
         started = view.time(view.status.attemptStartTime) or now
         out.append(Running(request, gpus, gpus * max(0.0, now - started), tuple(pods),
                            _protected(view, now, min_runtime(view))))
-    return out
+    return out + gangs.running(state, snap, now, allowed, evicting)
 
 
 def _protected(view: JobView, now: float, min_runtime: int) -> str:
@@ -72,85 +75,98 @@ def _unstopped(reader: JobReader, victim: str, attempt: int | None) -> JobView |
     return view if view is not None and view.status.attempt == attempt else None
 
 
-def _holding(state: ClusterState, reader: JobReader, victim: str, attempt: int | None) -> bool:
+def _holding(state: ClusterState, reader: JobReader, gangs: PodGangs, victim: str, attempt: int | None) -> bool:
     """Whether a victim still holds what it was preempted for: not stopped yet, or its pods still terminate."""
-    return _unstopped(reader, victim, attempt) is not None or any(
-        pod.deleting and pod.phase not in POD_FINISHED for pod in state.pods_of(victim))
+    stopped = not gangs.unstopped(state, victim, attempt) if is_gang_key(victim) else \
+        _unstopped(reader, victim, attempt) is None
+    return not stopped or any(pod.deleting and pod.phase not in POD_FINISHED for pod in state.pods_of(victim))
 
 
-def _in_force(state: ClusterState, reader: JobReader, view: JobView, now: float) -> tuple[str, ...] | None:
+def _in_force(state: ClusterState, reader: JobReader, gangs: PodGangs, view: JobView,
+              now: float) -> tuple[str, ...] | None:
     """The victims still holding, if the job's nomination is in force: it waits, and its victims still hold or it
     is younger than NOMINATION_TIMEOUT (a long grace period keeps it: never a second set for the same need)."""
     nomination = view.status.nomination
     if view.phase != Phase.QUEUED:
         return None
     holding = tuple(victim for victim in nomination.victims
-                    if _holding(state, reader, victim, nomination.attempts.get(victim)))
+                    if _holding(state, reader, gangs, victim, nomination.attempts.get(victim)))
     return holding if holding or now - nomination.time.timestamp() <= NOMINATION_TIMEOUT else None
 
 
-def nominations(state: ClusterState, reader: JobReader, now: float) -> dict[str, Nomination]:
+def nominations(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: dict,
+                now: float) -> dict[str, Nomination]:
     """The waiting jobs' nominations in force, each with the victims that still hold capacity."""
     out = {}
-    for key, view in reader.nominated.items():
-        holding = _in_force(state, reader, view, now)
+    for key, view in nominated.items():
+        holding = _in_force(state, reader, gangs, view, now)
         if holding is not None:
             out[key] = Nomination(tuple(view.status.nomination.nodes), holding)
     return out
 
 
-def expired(state: ClusterState, reader: JobReader, now: float) -> list[Plan]:
+def expired(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: dict, now: float) -> list[Plan]:
     """Nominations no longer in force, dropped: a job placed or gone from the queue, or one whose victims have all
     stopped and that still did not start within NOMINATION_TIMEOUT (it is decided again)."""
     plans = []
-    for view in reader.nominated.values():
-        if _in_force(state, reader, view, now) is not None:
+    for view in nominated.values():
+        if _in_force(state, reader, gangs, view, now) is not None:
             continue
         why = (f"the gangs it preempted stopped but its nodes were not free within {NOMINATION_TIMEOUT:.0f}s; "
                "decided again" if view.phase == Phase.QUEUED else "")
+        if isinstance(view, GangNominee):
+            plans.append(view.clear(why, now))
+            continue
         write = view.write({"nomination": None, **({"reason": Reason.NOMINATION_EXPIRED, "message": why}
                                                    if why else {})}, now)
         plans.append(Plan(f"job:{view.key}", [write]))
     return plans
 
 
-def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, state: ClusterState, now: float,
-          labels: Callable[[JobView], Labels]) -> list[Plan]:
+def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gangs: PodGangs, by_key: Mapping,
+          nominated: dict, state: ClusterState, now: float, labels: Callable[[JobView], Labels]) -> list[Plan]:
     """The writes of this cycle's preemptions, and of victims a nomination in force finds still running the
-    attempt it preempted (its stop was not written)."""
+    attempt it preempted (its stop was not written). `by_key`: the views of the jobs and waiting pod gangs."""
     out = []
-    by_key = reader.by_key
     for decision in decisions:
         found = policy.chosen.get(decision.job.key)
         view = by_key.get(decision.job.key)
         if not decision.preempts or found is None or view is None:
             continue
         nodes = sorted(found.placement.assignments)
-        attempts = {victim: reader.active[victim].status.attempt for victim in decision.preempts
-                    if victim in reader.active}
+        attempts = {victim: gangs.generation(state, victim) if is_gang_key(victim) else
+                    reader.active[victim].status.attempt for victim in decision.preempts
+                    if is_gang_key(victim) or victim in reader.active}
         nomination = {"nodes": nodes, "victims": list(decision.preempts), "attempts": attempts,
                       "time": rfc3339(now)}
         plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination)
-        for victim in decision.preempts:
-            if (victim_view := reader.active.get(victim)) is not None:
-                plan.steps += _stop(state, victim_view, view, now, labels).steps
         out.append(plan)
+        for victim in decision.preempts:
+            if is_gang_key(victim):  # a plan of its own: its pods are not the preemptor's to stop in order
+                out.append(gangs.stop(state, victim, attempts[victim], view.key, decision.job.priority, now))
+            elif (victim_view := reader.active.get(victim)) is not None:
+                plan.steps += _stop(state, victim_view, view, now, labels).steps
     placed = {decision.job.key for decision in decisions if decision.placed}
     for key in policy.nominations.keys() - placed - policy.chosen.keys():
-        if (preemptor := by_key.get(key)) is None:
+        if (preemptor := nominated.get(key)) is None:
             continue
         nomination = preemptor.status.nomination
         for victim in nomination.victims:
-            if (victim_view := _unstopped(reader, victim, nomination.attempts.get(victim))) is not None:
+            generation = nomination.attempts.get(victim)
+            if is_gang_key(victim) and gangs.unstopped(state, victim, generation):
+                out.append(gangs.stop(state, victim, generation, key, _priority(preemptor), now))
+            elif (victim_view := _unstopped(reader, victim, generation)) is not None:
                 out.append(_stop(state, victim_view, preemptor, now, labels))
     return out
 
 
-def _stop(state: ClusterState, victim: JobView, preemptor: JobView, now: float,
-          labels: Callable[[JobView], Labels]) -> Plan:
-    request = preemptor.request
-    priority = request.priority if isinstance(request, JobRequest) else "?"
-    why = f"preempted by {preemptor.key} (priority {priority}); it waits to run again"
+def _priority(view) -> int | str:
+    return view.request.priority if isinstance(view.request, JobRequest) else "?"
+
+
+def _stop(state: ClusterState, victim: JobView, preemptor, now: float, labels: Callable[[JobView], Labels]) -> Plan:
+    """Stop and requeue a TrainingJob victim (`preemptor`: the view of the job or pod gang that evicts it)."""
+    why = f"preempted by {preemptor.key} (priority {_priority(preemptor)}); it waits to run again"
     times = [rfc3339(t.timestamp()) for t in victim.status.preemptedAt][-(KEPT_PREEMPTIONS - 1):] + [rfc3339(now)]
     plan = requeue(state, victim, now, Reason.PREEMPTED, why, labels, "Warning",
                    int(victim.spec("preemptionGracePeriodSeconds")),

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from superpod.api.convert import node_from_k8s, pod_from_k8s, record_from_k8s, topology_from_k8s
 from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME
-from superpod.api.podgang import Grouping, grouping
+from superpod.api.podgang import NOMINATION, Grouping, grouping
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
 from superpod.core.accounting import Run
@@ -124,6 +124,7 @@ class ClusterState:
         self.ledger = Ledger()  # the GPUUsage records, by queue
         self.by_job: dict[str, set[str]] = {}  # job key (or pod gang key) -> keys of its pods
         self.gang_pods: dict[str, dict] = {}  # pod key -> object, of the pods other controllers ask it to bind
+        self.gang_nominations: dict[str, str] = {}  # pod key -> gang key, of those pods holding a nomination
         self.pod_groups: dict[str, dict] = {}  # PodGroup key -> object (scheduling.x-k8s.io, when served)
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
@@ -221,6 +222,7 @@ class ClusterState:
             pod = self.pods.pop(key, None)
             self.holding.pop(key, None)
             self.gang_pods.pop(key, None)
+            self.gang_nominations.pop(key, None)
             if pod is not None and pod.job:
                 self.by_job.get(pod.job, set()).discard(key)
                 if not self.by_job.get(pod.job):
@@ -273,6 +275,10 @@ class ClusterState:
             self.gang_pods[key] = obj
         else:
             self.gang_pods.pop(key, None)
+        if info.job and not info.owner and NOMINATION in (obj["metadata"].get("annotations") or {}):
+            self.gang_nominations[key] = info.job
+        else:
+            self.gang_nominations.pop(key, None)
 
     def _store_record(self, name: str, obj: dict) -> None:
         self.ledger.remove(name)
