@@ -4,7 +4,7 @@ and as Indexed Jobs (batch/v1, created by the real kube-controller-manager, spec
 bound by the operator through pods/binding). Beside them, in the same run, the ceiling: a bare client creating the
 same number of pods with their nodes already assigned.
 
-    .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500]
+    .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500] [--repeat 3]
 
 Runs on its own ports and state folder and wipes them afterwards."""
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -137,6 +138,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=500)
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of the three runs; medians are printed")
     args = ap.parse_args()
     print(f"machine: {machine()}")
     local = LocalCluster(state_dir().parent / "cluster-bench-operator", PORTS)
@@ -156,23 +158,30 @@ def main() -> None:
         gpus = sum(r * g for r, g in shapes)
         print(f"cluster: {args.nodes} simulated DGX H100 nodes ({args.nodes * 8} GPUs); workload: {len(shapes)} jobs, "
               f"{pods} pods, {gpus} GPUs (multi-node jobs require one leaf)")
-        created, bare = bare_client(api, [o["metadata"]["name"] for o in objs], shapes)
-        print(f"bare client, {WORKERS} threads, nodes pre-assigned: {pods} pods created in {created:.1f}s "
-              f"({pods / created:.0f} pods/s), all Running in {bare:.1f}s ({pods / bare:.0f} pods/s)")
         core = client.CoreV1Api(api)
-        wait_no_pods(core, ("bench-bare",))
         env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
         local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0"], env)
         time.sleep(3)
-        elapsed, running_jobs = operator_run(api, shapes)
-        print(f"operator, TrainingJobs: {running_jobs}/{len(shapes)} jobs placed, all {pods} pods Running "
-              f"{elapsed:.1f}s after submission began ({pods / elapsed:.0f} pods/s); ratio to the bare-client "
-              f"ceiling {(pods / elapsed) / (pods / bare):.2f}")
-        wait_no_pods(core, ("bench-operator",))
-        elapsed, bound = indexed_jobs_run(api, shapes)
-        print(f"operator, Indexed Jobs (pods by kube-controller-manager, bound through pods/binding): {bound}/{pods} "
-              f"pods bound, all Running {elapsed:.1f}s after submission began ({pods / elapsed:.0f} pods/s); ratio "
-              f"to the bare-client ceiling {(pods / elapsed) / (pods / bare):.2f}")
+        runs: dict[str, list[float]] = {"bare": [], "trainingjobs": [], "indexed": []}
+        for round_ in range(1, args.repeat + 1):  # interleaved, so drift on this machine hits all three alike
+            created, bare = bare_client(api, [o["metadata"]["name"] for o in objs], shapes)
+            wait_no_pods(core, ("bench-bare",))
+            elapsed, running_jobs = operator_run(api, shapes)
+            wait_no_pods(core, ("bench-operator",))
+            indexed, bound = indexed_jobs_run(api, shapes)
+            wait_no_pods(core, ("bench-indexed",))
+            print(f"round {round_}: bare client {bare:.1f}s (created in {created:.1f}s); TrainingJobs {elapsed:.1f}s "
+                  f"({running_jobs}/{len(shapes)} placed); Indexed Jobs {indexed:.1f}s ({bound}/{pods} pods bound)")
+            for name, seconds in (("bare", bare), ("trainingjobs", elapsed), ("indexed", indexed)):
+                runs[name].append(seconds)
+        median = {name: statistics.median(values) for name, values in runs.items()}
+        print(f"medians of {args.repeat} round(s), time until all {pods} pods Running (the operator running in all):")
+        for name, label in (("bare", f"bare client, {WORKERS} threads, nodes pre-assigned (the ceiling)"),
+                            ("trainingjobs", "operator, TrainingJobs"),
+                            ("indexed", "operator, Indexed Jobs (pods by kube-controller-manager, bound through "
+                                        "pods/binding)")):
+            print(f"  {label}: {median[name]:.1f}s, {pods / median[name]:.0f} pods/s; ratio to the ceiling "
+                  f"{median['bare'] / median[name]:.2f}")
     finally:
         local.wipe()
 

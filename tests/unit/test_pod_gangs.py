@@ -98,16 +98,22 @@ def test_two_gangs_compete_one_runs_the_other_waits_whole():
     assert scheduled(c, f"{waiting}-0")[0] == "False"
 
 
-def test_a_failed_binding_leaves_the_rest_of_the_gang_to_be_bound_in_the_same_leaf():
-    c = MemoryCluster(nodes=16, nodes_per_unit=4)
-    failed = []
+def fail_binding_once(c: MemoryCluster, key: str) -> list[str]:
+    """The binding of pod `key` fails once (a 500); the list says when it did."""
+    failed: list[str] = []
 
     def fault(verb, kind, what, writer):
-        if verb == "bind" and what == "team-a/g-3" and not failed:
+        if verb == "bind" and what == key and not failed:
             failed.append(what)
             raise ApiError(500, "InternalError", "etcd hiccup")
         return None
     c.store.fault = fault
+    return failed
+
+
+def test_a_failed_binding_leaves_the_rest_of_the_gang_to_be_bound_in_the_same_leaf():
+    c = MemoryCluster(nodes=16, nodes_per_unit=4)
+    failed = fail_binding_once(c, "team-a/g-3")
     create(c, *[pod(f"g-{i}", "g", 4, index=i, required="leaf") for i in range(4)])
     c.cycle()
     assert failed and stored(c, "g-3")["spec"].get("nodeName") is None, "the dangerous moment: a partial gang"
@@ -208,12 +214,18 @@ def test_a_higher_priority_training_job_preempts_a_bound_pod_gang_whole():
     assert any(reason == "Preempted" for reason, _ in c.events("low-0"))
 
 
-def test_a_pod_gang_victim_whose_deletes_failed_is_stopped_again_and_no_second_set_is_chosen():
+def two_running_gangs() -> MemoryCluster:
+    """4 nodes, all held by two 2-pod gangs (low, other) that have run two minutes."""
     c = MemoryCluster(nodes=4)
     create(c, *[pod(f"low-{i}", "low", 2, index=i) for i in range(2)])
     create(c, *[pod(f"other-{i}", "other", 2, index=i) for i in range(2)])
     c.settle(2)
     c.tick(120)
+    return c
+
+
+def test_a_pod_gang_victim_whose_deletes_failed_is_stopped_again_and_no_second_set_is_chosen():
+    c = two_running_gangs()
     failed = []
 
     def fault(verb, kind, what, writer):

@@ -110,14 +110,14 @@ def gang_size(key: str, pods: list[dict], pod_group: dict | None, by: str) -> in
 
 
 def gang_request(key: str, pods: list[dict], replicas: int | None = None,
-                 extra_selector: tuple[tuple[str, str], ...] = ()) -> JobRequest:
+                 extra_selector: tuple[tuple[str, str], ...] = (), check: bool = True) -> JobRequest:
     """The core request for placing `pods` (members of one gang, in rank order) together. Each replica is booked
-    at the largest request of any member; the members must agree on their node filters and topology. Raises
-    ConvertError."""
+    at the largest request of any member; the members must agree on their node filters and topology (`check`;
+    without it the first pod's count, e.g. for what bound pods hold). Raises ConvertError."""
     first = pods[0]
     where = f"gang {gang_name(key)}"
-    filters = [_filters(pod) for pod in pods]
-    for pod, seen in zip(pods[1:], filters[1:], strict=True):
+    filters = [_filters(pod) for pod in (pods if check else pods[:1])]
+    for pod, seen in zip(pods[1:], filters[1:], strict=False):
         if seen != filters[0]:
             field = next(name for name, a, b in zip(_FILTER_FIELDS, seen, filters[0], strict=True) if a != b)
             raise ConvertError(where, field, f"pods {first['metadata']['name']} and {pod['metadata']['name']} "

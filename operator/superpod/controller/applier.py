@@ -72,7 +72,9 @@ class Applier:
         self.concurrency, self.writer, self.clock = concurrency, writer, clock
         self.expected: dict[str, tuple[set[str], float]] = {}  # job uid -> (pod keys of unknown outcome, since)
         self._said: dict[str, dict[str, str]] = {}  # object uid -> reason -> last message: Events on change only
-        self.unbound: set[str] = set()  # pod keys whose binding failed since the pod gangs last took them
+        # Bindings sent since the pod gangs last took them: pod key -> (uid, "ok" | "unknown" (sent, no answer) |
+        # "failed"). A binding decided but never sent (the Lease lost first) is not here.
+        self.bindings: dict[str, tuple[str, str]] = {}
 
     # ---- expectations ---------------------------------------------------------------------------------------------
     def settled(self, job_uid: str, now: float) -> bool:
@@ -270,12 +272,15 @@ class Applier:
             namespace, name = key.split("/", 1)
             try:
                 await self.api.bind(namespace, name, uid, node)
+                self.bindings[key] = (uid, "ok")
             except NotLeader:
                 raise
             except ApiError as e:
-                if not (e.conflict and (pod := self.state.pods.get(key)) and pod.uid == uid and pod.node == node):
-                    self.unbound.add(key)  # (a 409 for a binding to this very node: an earlier try landed)
-                    raise
+                if e.conflict and (pod := self.state.pods.get(key)) and pod.uid == uid and pod.node == node:
+                    self.bindings[key] = (uid, "ok")  # an earlier try landed
+                    return
+                self.bindings[key] = (uid, "unknown" if e.unknown_outcome else "failed")
+                raise
 
         results = await asyncio.gather(*(bind(*binding) for binding in step.bindings), return_exceptions=True)
         errors = [r for r in results if isinstance(r, BaseException)]

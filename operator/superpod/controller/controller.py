@@ -117,7 +117,7 @@ class Controller:
 
     def _plan(self, now: float, touched: set[str]) -> list[Plan]:
         self.reader.read(self.state)
-        self.room.gangs.failed(self.state, self.applier.unbound)
+        self.room.gangs.settle(self.state, self.applier.bindings, now)
         plans = self._unreadable()
         if self.mig:
             plans += self._guarded("mig", lambda: self.mig.check(now), [])
@@ -186,11 +186,26 @@ class Controller:
     def _preempting(self, policy, fair, snap, now: float) -> Preempting:
         """The policy in force with preemption: the placed gangs as candidates, the nominations in force."""
         gangs = self.room.gangs
-        self.nominated = {**self.reader.nominated, **gangs.nominated(self.state, self.room.ready)}
+        allowed = lower_priority if fair is None else fair.may_evict
 
-        def running(allowed):
+        def trusted(nominee) -> bool:
+            """A pod gang's nomination is an annotation anyone who may edit its pods can write: it counts only as
+            far as the policy would have made it (victims it may evict, a time not in the future)."""
+            nomination = nominee.status.nomination
+            if not nominee.waiting:
+                return True  # only dropped
+            if nominee.request is None or nomination.time.timestamp() > now + 60:
+                return False
+            victims = [self.reader.gangs[v][0] if v in self.reader.gangs else gangs.placed_request(self.state, v)
+                       for v in nomination.victims]
+            return all(victim is None or allowed(nominee.request, victim) for victim in victims)
+
+        self.nominated = {**self.reader.nominated, **{key: nominee for key, nominee in gangs.nominated(
+            self.state, self.room.ready).items() if trusted(nominee)}}
+
+        def running(may):
             return preemption.running(self.state, self.reader, gangs, self.nominated, snap, now,
-                                      self.queues.min_runtime, allowed)
+                                      self.queues.min_runtime, may, self.queues.queue_min_runtime)
 
         def hopeless(job) -> bool:  # no lower priority placed, and no guarantee to take back
             lowest = min((p for p in (self.reader.lowest_priority(), gangs.lowest_priority(self.state))

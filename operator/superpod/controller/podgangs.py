@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from types import SimpleNamespace
 from typing import Any
@@ -44,6 +44,7 @@ from superpod.core.request import JobRequest
 
 log = logging.getLogger(__name__)
 SCHEDULED = "PodScheduled"
+ASSUME_TTL = 300.0  # seconds a sent binding whose pod is not seen bound stays assumed
 UNSCHEDULABLE = "Unschedulable"  # the PodScheduled reason kube-scheduler gives (and cluster autoscalers read)
 
 
@@ -131,17 +132,18 @@ class GangNominee:
     def emit(self, kind: str, reason: str, message: str) -> Emit:
         return Emit(pod_ref(self.holders[0]), kind, str(reason), message)
 
-    def clear(self, why: str, now: float) -> Plan:
-        steps: list = [AnnotatePod(_key(pod), pod["metadata"].get("uid") or "", {NOMINATION: None})
-                       for pod in self.holders]
-        if why:
-            steps.append(self.emit("Normal", Reason.NOMINATION_EXPIRED, why))
-        return Plan(f"gang:{self.key}", steps)
+    def clear(self, now: float) -> Plan:
+        """Drop the nomination of a gang that no longer waits (bound, or gone)."""
+        return Plan(f"gang:{self.key}", [AnnotatePod(_key(pod), pod["metadata"].get("uid") or "", {NOMINATION: None})
+                                         for pod in self.holders])
 
 
 class PodGangs:
     def __init__(self) -> None:
-        self.assumed: dict[str, dict[str, Pod]] = {}  # gang key -> pod key -> what it holds, bound but not observed
+        # gang key -> pod key -> (uid, when decided, sent): pods bound (or being bound) but not observed so; a binding
+        # is assumed from the decision, and after the writes only if it was sent and did not fail (see settle)
+        self.assumed: dict[str, dict[str, tuple[str, float, bool]]] = {}
+        self._held: dict[str, Pod] = {}  # pod key -> what an assumed pod holds on its node
         self._placed: dict[str, tuple[int, JobRequest | None]] = {}  # gang key -> (its change stamp, `placed`'s answer)
 
     def verdict(self, state: ClusterState, key: str, now: float) -> tuple[GangView | None, Plan | None, str]:
@@ -166,6 +168,8 @@ class PodGangs:
                 why = f"waiting for all {size} pods of the gang to exist"
                 return None, view.wait("", why, now), f"{why} ({len(waiting)} do)"
             request = gang_request(key, waiting, extra_selector=_inside(state, list(bound.values()), waiting))
+            if bound:  # the rest of a gang: slices are the whole gang's, not this remainder's
+                request = replace(request, slice_size=None, slice_required=None)
         except (ConvertError, LookupError) as e:
             why = str(e).strip('"')
             return None, view.wait("", why, now), why
@@ -175,8 +179,10 @@ class PodGangs:
         """A gang's live pods (not finished, not being deleted); those bound or assumed bound (pod key -> node); the
         others, in rank order. Assumptions the cache has caught up with are dropped."""
         held = self.assumed.get(key, {})
-        for pod_key in [k for k in held if k not in state.pods or state.pods[k].node]:
-            del held[pod_key]  # observed bound, or gone
+        for pod_key in [k for k, (uid, _, _) in held.items() if k not in state.pods or state.pods[k].node
+                        or state.pods[k].uid != uid]:
+            del held[pod_key]  # observed bound, or gone (another pod of that name is not this one)
+            self._held.pop(pod_key, None)
         if not held:
             self.assumed.pop(key, None)
         live = [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
@@ -184,33 +190,37 @@ class PodGangs:
         bound = {}
         for pod in live:
             pod_key = _key(pod)
-            if node := pod["spec"].get("nodeName") or (held[pod_key].node if pod_key in held else None):
+            if node := pod["spec"].get("nodeName") or (self._held[pod_key].node if pod_key in held else None):
                 bound[pod_key] = node
         return live, bound, sorted((pod for pod in live if _key(pod) not in bound), key=rank_of)
 
-    def bind(self, view: GangView, assignments: dict[str, list[int]]) -> Plan:
+    def bind(self, view: GangView, assignments: dict[str, list[int]], now: float) -> Plan:
         """The bindings of a placed gang; its pods are assumed on their nodes until they are observed bound."""
         plan = view.bind(assignments)
         held = self.assumed.setdefault(view.key, {})
-        for member, (pod_key, _, node) in zip(view.members, plan.steps[0].bindings, strict=True):
+        for member, (pod_key, uid, node) in zip(view.members, plan.steps[0].bindings, strict=True):
             pod = pod_from_k8s({**member, "spec": {**member["spec"], "nodeName": node}})
             if pod is not None:
-                held[pod_key] = pod
+                held[pod_key] = (uid, now, False)
+                self._held[pod_key] = pod
         return plan
 
     # ---- preemption: bound pod gangs as victims ------------------------------------------------------------------
     def running(self, state: ClusterState, snap: Snapshot, now: float, allowed: Callable[[JobRequest], bool],
-                evicting: set[str]) -> list[Running]:
+                evicting: set[str], min_runtime: Callable[[JobRequest], int]) -> list[Running]:
         """The bound pod gangs `allowed` accepts, as preemption candidates (those a nomination already evicts left
-        out): their bound pods, and the work lost since the first of them started."""
+        out): their bound pods, the work lost since the first of them started, and whether their queue's
+        minRuntimeSeconds still protects them."""
         out = []
         for request in self.placed(state):
-            if request.key in evicting or not allowed(request):
-                continue
+            if request.key in evicting or not allowed(request) or not self._bound(state, request.key):
+                continue  # (a gang whose pods all terminate already gives its nodes back)
             pods = sorted(k for k in state.by_job.get(request.key, ()) if k in snap.pods)
             started = min((state.pods[k].run.start or now for k in pods if k in state.pods), default=now)
             gpus = gpu_units(request.requests) * request.replicas
-            out.append(Running(request, gpus, gpus * max(0.0, now - started), tuple(pods)))
+            least, ran = min_runtime(request), now - started
+            protected = f"it has run {ran:.0f}s of its queue's minRuntimeSeconds {least}" if ran < least else ""
+            out.append(Running(request, gpus, gpus * max(0.0, ran), tuple(pods), protected))
         return out
 
     def nominated(self, state: ClusterState, ready: dict) -> dict[str, GangNominee]:
@@ -224,16 +234,25 @@ class PodGangs:
             found = []
             for pod in pods:
                 try:
-                    found.append(Nomination.model_validate_json(pod["metadata"]["annotations"][NOMINATION]))
-                except ValueError as e:  # not ours to trust: dropped (the preemption is decided again)
-                    log.warning("pod %s: annotation %s unreadable, dropped: %s", _key(pod), NOMINATION, e)
+                    nomination = Nomination.model_validate_json(pod["metadata"]["annotations"][NOMINATION])
+                    nomination.time.timestamp()
+                except (ValueError, OverflowError) as e:  # not one the operator wrote: ignored
+                    log.warning("pod %s: annotation %s unreadable, ignored: %s", _key(pod), NOMINATION, e)
+                    continue
+                found.append(nomination)
             _, bound, waiting = self._members(state, key)
             view = ready.get(key)
-            status = SimpleNamespace(nomination=max(found, key=lambda n: n.time) if found else None)
+            status = SimpleNamespace(nomination=max(found, key=lambda n: n.time.timestamp()) if found else None)
             nominee = GangNominee(key, bool(waiting) and status.nomination is not None, status, tuple(pods),
                                   view.request if isinstance(view, GangView) else None)
             out[key] = nominee
         return out
+
+    def placed_request(self, state: ClusterState, key: str) -> JobRequest | None:
+        """What a bound pod gang holds, as a request (None when none of its pods is bound)."""
+        self.placed(state)
+        known = self._placed.get(key)
+        return known[1] if known else None
 
     def lowest_priority(self, state: ClusterState) -> int | None:
         return min((request.priority for request in self.placed(state)), default=None)
@@ -264,17 +283,28 @@ class PodGangs:
         return [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
                 and state.pods[k].holds is not None and not state.pods[k].deleting]
 
-    def failed(self, state: ClusterState, unbound: set[str]) -> None:
-        """Bindings that failed: no longer assumed; their gangs are looked at again."""
+    def settle(self, state: ClusterState, bindings: dict[str, tuple[str, str]], now: float) -> None:
+        """After the last cycle's writes: an assumption stays only for a binding that was sent and did not fail (its
+        answer may be lost: kept up to ASSUME_TTL, as kube-scheduler's assumed pods); the others' gangs are looked
+        at again."""
         for key, held in list(self.assumed.items()):
-            if held.keys() & unbound:
-                for pod_key in held.keys() & unbound:
+            for pod_key, (uid, since, sent) in list(held.items()):
+                outcome = bindings.get(pod_key)
+                if not sent:  # decided last cycle: kept only if its binding went out and did not fail
+                    sent = outcome is not None and outcome[0] == uid and outcome[1] != "failed"
+                    held[pod_key] = (uid, since, sent)
+                info = state.pods.get(pod_key)
+                if not sent or info is None or info.uid != uid or now - since > ASSUME_TTL:
                     del held[pod_key]
-                state.touch(key)
-        unbound.clear()
+                    self._held.pop(pod_key, None)
+                    state.touch(key)
+            if not held:
+                del self.assumed[key]
+        bindings.clear()
 
     def holdings(self) -> dict[str, Pod]:
-        return {pod.key: pod for held in self.assumed.values() for pod in held.values()}
+        return {pod_key: self._held[pod_key] for held in self.assumed.values() for pod_key in held
+                if pod_key in self._held}
 
     def placed(self, state: ClusterState) -> list[JobRequest]:
         """The bound pod gangs, as requests (what the queues count as in use): one per gang, its live bound pods;
@@ -286,11 +316,12 @@ class PodGangs:
             stamp = state.changes.get(key, 0)
             known = self._placed.get(key)
             if known is None or known[0] != stamp:
+                held = self.assumed.get(key, {})
                 bound = [state.gang_pods[k] for k in sorted(pod_keys)
-                         if k in state.gang_pods and state.pods[k].holds is not None]
-                try:
-                    known = self._placed[key] = (stamp, gang_request(key, bound) if bound else None)
-                except ConvertError:
+                         if k in state.gang_pods and (state.pods[k].holds is not None or k in held)]
+                try:  # pods that came to disagree (an edited annotation) still count
+                    known = self._placed[key] = (stamp, gang_request(key, bound, check=False) if bound else None)
+                except ConvertError:  # a malformed quantity: the API server would not have it
                     known = self._placed[key] = (stamp, None)
             if known[1] is not None:
                 out.append(known[1])

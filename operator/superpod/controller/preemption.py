@@ -37,11 +37,11 @@ KEPT_PREEMPTIONS = 4  # times kept in status.preemptedAt
 
 
 def running(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: dict, snap: Snapshot, now: float,
-            min_runtime: Callable[[JobView], int], allowed: Callable[[JobRequest], bool]) -> list[Running]:
+            min_runtime: Callable[[JobView], int], allowed: Callable[[JobRequest], bool],
+            min_runtime_of: Callable[[JobRequest], int]) -> list[Running]:
     """The placed gangs `allowed` accepts, as candidates (those a nomination already evicts left out), bound pod
     gangs included. `nominated`: job key -> the view of a job (or pod gang) holding a nomination."""
-    evicting = {victim for view in nominated.values() if view.phase == Phase.QUEUED
-                for victim in view.status.nomination.victims}
+    evicting = {victim for view in nominated.values() for victim in _in_force(state, reader, gangs, view, now) or ()}
     out = []
     for key, (request, uid, attempt, nodes) in reader.gangs.items():
         view = reader.active.get(key)
@@ -54,7 +54,7 @@ def running(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: 
         started = view.time(view.status.attemptStartTime) or now
         out.append(Running(request, gpus, gpus * max(0.0, now - started), tuple(pods),
                            _protected(view, now, min_runtime(view))))
-    return out + gangs.running(state, snap, now, allowed, evicting)
+    return out + gangs.running(state, snap, now, allowed, evicting, min_runtime_of)
 
 
 def _protected(view: JobView, now: float, min_runtime: int) -> str:
@@ -115,7 +115,8 @@ def expired(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: 
         why = (f"the gangs it preempted stopped but its nodes were not free within {NOMINATION_TIMEOUT:.0f}s; "
                "decided again" if view.phase == Phase.QUEUED else "")
         if isinstance(view, GangNominee):
-            plans.append(view.clear(why, now))
+            if not view.waiting:  # a waiting gang's expired nomination is left for its next one to replace: two
+                plans.append(view.clear(now))  # patches of one pod's annotation in a cycle would race
             continue
         write = view.write({"nomination": None, **({"reason": Reason.NOMINATION_EXPIRED, "message": why}
                                                    if why else {})}, now)
@@ -141,9 +142,9 @@ def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gang
                       "time": rfc3339(now)}
         plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination)
         out.append(plan)
-        for victim in decision.preempts:
-            if is_gang_key(victim):  # a plan of its own: its pods are not the preemptor's to stop in order
-                out.append(gangs.stop(state, victim, attempts[victim], view.key, decision.job.priority, now))
+        for victim in decision.preempts:  # after the nomination, in the same plan: it is the commit point
+            if is_gang_key(victim):
+                plan.steps += gangs.stop(state, victim, attempts[victim], view.key, decision.job.priority, now).steps
             elif (victim_view := reader.active.get(victim)) is not None:
                 plan.steps += _stop(state, victim_view, view, now, labels).steps
     placed = {decision.job.key for decision in decisions if decision.placed}

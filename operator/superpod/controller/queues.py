@@ -118,9 +118,15 @@ class QueueBook:
     def min_runtime(self, view: JobView) -> int:
         """Seconds a job's gang runs before it may be preempted: its own minRuntimeSeconds, else its queue's."""
         own = view.obj["spec"].get("minRuntimeSeconds")
-        if own is not None or not self.state.queues or not isinstance(view.request, JobRequest):
+        if own is not None or not isinstance(view.request, JobRequest):
             return int(own or 0)
-        queue = self.tree()[0].classify(view.request)[0]
+        return self.queue_min_runtime(view.request)
+
+    def queue_min_runtime(self, request: JobRequest) -> int:
+        """The minRuntimeSeconds of the queue a request runs in (0 without one)."""
+        if not self.state.queues:
+            return 0
+        queue = self.tree()[0].classify(request)[0]
         return int(self.tree()[0].queues[queue].min_runtime) if queue else 0
 
     def labels(self, view: JobView) -> Labels:

@@ -227,6 +227,11 @@ class ClusterState:
                 self.by_job.get(pod.job, set()).discard(key)
                 if not self.by_job.get(pod.job):
                     self.by_job.pop(pod.job, None)
+                    if pod.owner is None:  # a pod gang's last pod: what is remembered of the gang goes with it
+                        self.changes.pop(pod.job, None)
+                        self.gone.append(pod.job)
+                if pod.owner is None:
+                    self.gone.append(pod.uid)  # the Events said on it
                 # Its run ended when its last version says (a deletion records its time); a pod that vanished
                 # unseen (a relist found it gone) is billed only up to the last time its object names: never more
                 # than it ran.

@@ -120,15 +120,15 @@ class WaitingRoom:
         jobs = [decision for decision in visited if not is_gang_key(decision.job.key)]
         plans += starts(state, jobs, self.ready, now, settings)
         if len(jobs) < len(visited):
-            plans += self._bind(state, visited)
+            plans += self._bind(state, visited, now)
         return visited, parked, plans
 
-    def _bind(self, state: ClusterState, visited: list[Decision]) -> list[Plan]:
+    def _bind(self, state: ClusterState, visited: list[Decision], now: float) -> list[Plan]:
         """The bindings of the pod gangs placed; each is looked at again next cycle (it leaves the line then)."""
         plans = []
         for decision in visited:
             if decision.placement is not None and is_gang_key(decision.job.key):
-                plans.append(self.gangs.bind(self.ready[decision.job.key], decision.placement.assignments))
+                plans.append(self.gangs.bind(self.ready[decision.job.key], decision.placement.assignments, now))
                 state.touch(decision.job.key)
         return plans
 
