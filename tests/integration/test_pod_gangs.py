@@ -134,18 +134,21 @@ def test_bad_gangs_say_why_and_nothing_else_stalls(cluster, operator, namespace)
             "name": name, **template["metadata"]}, "spec": template["spec"]})
 
     bare("lonely", pod_template(None, None, sim, required=None))  # no gang label: a gang of one
+    bare("nolabel", pod_template(None, 2, sim, required=None))  # a gang's size, but no gang label
     pods.batch.create_namespaced_job(namespace, indexed_job("liar", 4, pod_template("liar", 3, sim, required=None)))
     bare("fpga", pod_template(None, None, sim, gpus=1, required=None, resource="example.com/fpga"))
     pods.batch.create_namespaced_job(namespace, indexed_job("good", 2, pod_template("good", 2, sim, required=None)))
     wait_for(lambda: len(pods.bound("job-name=good")) == 2, 60, "the good gang bound")
     wait_for(lambda: pods.bound(f"{GANG_LABEL}!=x").get("lonely"), 60, "the lone pod bound")
     liar = sorted(p.metadata.name for p in pods.of("job-name=liar"))[0]
-    said = {"liar": pods.wait_said(liar, "says 3, but 4 of its pods exist"),
+    said = {"nolabel": pods.wait_said("nolabel", "missing, though superpod.dev/gang-size says 2"),
+            "liar": pods.wait_said(liar, "says 3, but 4 of its pods exist"),
             "fpga": pods.wait_said("fpga", "requests example.com/fpga, which no node advertises")}
     print("\nPodScheduled on the bad gangs:")
     for name, text in said.items():
         print(f"  {name}: {text}")
-    assert not pods.bound("job-name=liar") and "fpga" not in pods.bound(f"{GANG_LABEL}!=x")
+    assert not pods.bound("job-name=liar")
+    assert not {"fpga", "nolabel"} & set(pods.bound(f"{GANG_LABEL}!=x"))
 
 
 def test_a_jobset_of_four_jobs_of_two_pods_is_one_gang_in_one_leaf(cluster, operator, namespace, jobset_controller):

@@ -77,13 +77,16 @@ def test_bad_gangs_each_say_why_and_the_rest_schedules():
     create(c, pod("over-0", "over", 1), pod("over-1", "over", 1))  # more pods than the size
     create(c, pod("exotic", gpus=1, resource="example.com/fpga"))  # a resource no node has
     create(c, pod("nosize-0", "nosize"))
+    create(c, pod("nolabel", size=2))  # a gang's size without its name
     c.settle(3)
     assert stored(c, "lonely")["spec"].get("nodeName")
     assert "its pods disagree: 2 (odd-0), 4 (odd-1)" in scheduled(c, "odd-0")[2]
     assert "says 1, but 2 of its pods exist" in scheduled(c, "over-1")[2]
     assert scheduled(c, "exotic")[2] == "requests example.com/fpga, which no node advertises"
     assert "superpod.dev/gang-size]: missing" in scheduled(c, "nosize-0")[2]
-    for name in ("odd-0", "odd-1", "over-0", "over-1", "exotic", "nosize-0"):
+    assert "metadata.labels[superpod.dev/gang]: missing, though superpod.dev/gang-size says 2" in \
+        scheduled(c, "nolabel")[2]
+    for name in ("odd-0", "odd-1", "over-0", "over-1", "exotic", "nosize-0", "nolabel"):
         assert stored(c, name)["spec"].get("nodeName") is None, name
 
 

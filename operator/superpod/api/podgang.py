@@ -82,6 +82,10 @@ def gang_size(key: str, pods: list[dict], pod_group: dict | None, by: str) -> in
     """The number of pods the gang waits for. Raises ConvertError naming the pods that disagree or the field that is
     missing; a pod-group gang whose PodGroup is not there raises LookupError."""
     if by == "pod":
+        said = ((pods[0].get("metadata") or {}).get("annotations") or {}).get(GANG_SIZE)
+        if said not in (None, "1"):  # meant as a gang, but which? Alone it would start without its peers
+            raise ConvertError(describe(pods[0]), f"metadata.labels[{GANG_LABEL}]", f"missing, though {GANG_SIZE} "
+                               f"says {said}: name the gang its pods form (or drop {GANG_SIZE} to run it alone)")
         return 1
     if by == "pod-group":
         if pod_group is None:
