@@ -16,12 +16,14 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kubernetes import client, watch
 
 from superpod.k8s.client import load
+from superpod.localcluster.audit import operator_writes
 from superpod.localcluster.cluster import REPO, LocalCluster, Ports, state_dir
 from superpod.sim import nodes, presets
 
@@ -96,7 +98,6 @@ def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]]) -> tuple[
     running_jobs = sum(1 for j in custom.list_namespaced_custom_object("superpod.dev", "v1alpha1", ns,
                                                                        "trainingjobs")["items"]
                        if (j.get("status") or {}).get("phase") in ("Starting", "Running"))
-    core.delete_namespace(ns)
     return elapsed, running_jobs
 
 
@@ -124,8 +125,15 @@ def indexed_jobs_run(api: client.ApiClient, shapes: list[tuple[int, int]]) -> tu
         list(pool.map(submit, range(len(shapes))))
     elapsed = wait_running(core, ns, total, started)
     bound = sum(1 for p in core.list_namespaced_pod(ns).items if p.spec.node_name)
-    core.delete_namespace(ns)
     return elapsed, bound
+
+
+def writes_per_job(local: LocalCluster, since: float, until: float, jobs: int) -> str:
+    """The operator's successful writes between two times, by verb and resource, per job (the Lease left out)."""
+    counts = Counter(f"{w.verb} {w.resource}" for w in operator_writes(local.logs / "audit.log")
+                     if since <= w.time < until and w.resource != "leases")
+    total = sum(counts.values())
+    return f"{total / jobs:.2f} (" + ", ".join(f"{what} {n / jobs:.2f}" for what, n in counts.most_common()) + ")"
 
 
 def wait_no_pods(core: client.CoreV1Api, namespaces: tuple[str, ...]) -> None:
@@ -166,14 +174,23 @@ def main() -> None:
         for round_ in range(1, args.repeat + 1):  # interleaved, so drift on this machine hits all three alike
             created, bare = bare_client(api, [o["metadata"]["name"] for o in objs], shapes)
             wait_no_pods(core, ("bench-bare",))
+            marks = [time.time()]  # the writes are counted from submission until all run (not the teardown)
             elapsed, running_jobs = operator_run(api, shapes)
+            marks.append(time.time())
+            core.delete_namespace("bench-operator")
             wait_no_pods(core, ("bench-operator",))
+            marks.append(time.time())
             indexed, bound = indexed_jobs_run(api, shapes)
+            marks.append(time.time())
+            core.delete_namespace("bench-indexed")
             wait_no_pods(core, ("bench-indexed",))
             print(f"round {round_}: bare client {bare:.1f}s (created in {created:.1f}s); TrainingJobs {elapsed:.1f}s "
                   f"({running_jobs}/{len(shapes)} placed); Indexed Jobs {indexed:.1f}s ({bound}/{pods} pods bound)")
             for name, seconds in (("bare", bare), ("trainingjobs", elapsed), ("indexed", indexed)):
                 runs[name].append(seconds)
+            print(f"  the operator's writes per job (audit log): TrainingJobs "
+                  f"{writes_per_job(local, marks[0], marks[1], len(shapes))}; Indexed Jobs "
+                  f"{writes_per_job(local, marks[2], marks[3], len(shapes))}")
         median = {name: statistics.median(values) for name, values in runs.items()}
         print(f"medians of {args.repeat} round(s), time until all {pods} pods Running (the operator running in all):")
         for name, label in (("bare", f"bare client, {WORKERS} threads, nodes pre-assigned (the ceiling)"),

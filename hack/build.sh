@@ -3,7 +3,8 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm, and
 #   the JobSet, Kubeflow Trainer (v2) and Training Operator (v1) controllers (their CRDs and webhook configurations
 #   in <name>-config/, with the coscheduling PodGroup CRD);
-#   with --kind also what a kind node runs: kubelet, kubeadm, kube-proxy, crictl, coredns, and kind itself.
+#   with --kind also what a kind node runs: kubelet, kubeadm, kube-proxy, crictl, coredns, and kind itself;
+#   with --kueue also Kueue, the peer the fleet benchmark compares with (its CRDs and webhooks in kueue-config/).
 # A second run with the same versions does nothing. Prints the folder with the binaries on its last line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,19 +15,23 @@ key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VE
 bin="$cache/$key/bin"
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
 tools=(etcd kwok helm jobset trainer training-operator)
-if [ "${1:-}" = --kind ]; then
-  k8s_bins+=(kubelet kubeadm kube-proxy)
-  tools+=(coredns kind crictl)
-fi
+for flag in "$@"; do
+  case $flag in
+    --kind) k8s_bins+=(kubelet kubeadm kube-proxy); tools+=(coredns kind crictl) ;;
+    --kueue) tools+=(kueue) ;;
+    *) echo "build.sh: unknown flag $flag (--kind, --kueue)" >&2; exit 2 ;;
+  esac
+done
 all=("${k8s_bins[@]}" "${tools[@]}")
 
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 declare -A tool_version=([kwok]=$KWOK_VERSION [helm]=$HELM_VERSION [jobset]=$JOBSET_VERSION [trainer]=$TRAINER_VERSION
-  [training-operator]=$TRAINING_OPERATOR_VERSION [coredns]=${COREDNS_VERSION:-}
+  [training-operator]=$TRAINING_OPERATOR_VERSION [kueue]=${KUEUE_VERSION:-} [coredns]=${COREDNS_VERSION:-}
   [kind]=${KIND_VERSION:-} [crictl]=${CRICTL_VERSION:-})
 have_all() {
   local b
   for b in "${all[@]}"; do [ -x "$bin/$b" ] || return 1; done
+  [[ " ${tools[*]} " != *" kueue "* ]] || [ -d "$bin/kueue-config" ] || return 1
   for b in "${tools[@]}"; do  # a tool built before its version was recorded counts as current
     [ -z "${tool_version[$b]:-}" ] || [ "$(cat "$bin/.$b.version" 2>/dev/null || echo "${tool_version[$b]}")" = "${tool_version[$b]}" ] ||
       return 1
@@ -153,6 +158,13 @@ build_wrapped training-operator "$operator_v1" "$TRAINING_OPERATOR_VERSION" "$op
   "$operator_v1:manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
 install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+if [[ " ${tools[*]} " == *" kueue "* ]]; then  # served by the proxy: go install builds it as published
+  install_tool kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION"
+  kueue_dir=$(go env GOMODCACHE)/sigs.k8s.io/kueue@$KUEUE_VERSION
+  mkdir -p "$bin/kueue-config"
+  install -m 0644 "$kueue_dir"/config/components/crd/bases/*.yaml "$kueue_dir/config/components/webhook/manifests.yaml" \
+    "$bin/kueue-config/"
+fi
 if [[ " ${tools[*]} " == *" kind "* ]]; then
   install_tool coredns github.com/coredns/coredns "$COREDNS_VERSION"
   install_tool kind sigs.k8s.io/kind "$KIND_VERSION"

@@ -46,9 +46,9 @@ rules:
 - level: Metadata
   verbs: [create, update, patch, delete, deletecollection]
   resources:
-  - {group: "", resources: [pods, pods/binding, services, configmaps, nodes]}
+  - {group: "", resources: [pods, pods/binding, services, configmaps, nodes, events]}
   - {group: coordination.k8s.io, resources: [leases]}
-  - {group: superpod.dev, resources: [trainingjobs, trainingjobs/status]}
+  - {group: superpod.dev, resources: [trainingjobs, trainingjobs/status, gpuqueues/status, gpuusages]}
 - level: None
 """
 
