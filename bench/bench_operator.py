@@ -142,6 +142,20 @@ def wait_no_pods(core: client.CoreV1Api, namespaces: tuple[str, ...]) -> None:
         time.sleep(1)
 
 
+def simulated_fleet(local: LocalCluster, count: int) -> tuple[client.ApiClient, list[dict], list[str]]:
+    """`count` simulated DGX H100 nodes, all Ready, the CRDs and the sample ClusterTopology: the API client, the
+    node objects, and a kubectl command line."""
+    api = load(local.kubeconfig, pool_size=WORKERS)
+    objs = presets.preset_nodes("dgx-h100", count)
+    nodes.create_nodes(api, objs)
+    wait_all_ready(client.CoreV1Api(api), presets.SIM_LABEL, len(objs))  # KWOK ignores pods of unready nodes
+    kubectl = [str(local.build(quiet=True) / "kubectl"), f"--kubeconfig={local.kubeconfig}"]
+    for step in (["apply", "-f", str(REPO / "crds")], ["wait", "--for=condition=Established", "crd", "--all"],
+                 ["apply", "-f", str(REPO / "samples" / "topology.yaml")]):
+        subprocess.run(kubectl + step, check=True, capture_output=True)
+    return api, objs, kubectl
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--nodes", type=int, default=1000)
@@ -153,14 +167,7 @@ def main() -> None:
     local.wipe()
     local.up(local.build(quiet=True))
     try:
-        api = load(local.kubeconfig, pool_size=WORKERS)
-        objs = presets.preset_nodes("dgx-h100", args.nodes)
-        nodes.create_nodes(api, objs)
-        wait_all_ready(client.CoreV1Api(api), presets.SIM_LABEL, len(objs))  # KWOK ignores pods of unready nodes
-        kubectl = [str(local.build(quiet=True) / "kubectl"), f"--kubeconfig={local.kubeconfig}"]
-        for step in (["apply", "-f", str(REPO / "crds")], ["wait", "--for=condition=Established", "crd", "--all"],
-                     ["apply", "-f", str(REPO / "samples" / "topology.yaml")]):
-            subprocess.run(kubectl + step, check=True, capture_output=True)
+        api, objs, _ = simulated_fleet(local, args.nodes)
         shapes = job_shapes(args.jobs)
         pods = sum(r for r, _ in shapes)
         gpus = sum(r * g for r, g in shapes)

@@ -13,12 +13,12 @@ import json
 import os
 import shutil
 import subprocess
-import urllib.request
 from pathlib import Path
 
 import pytest
 import yaml
 
+from superpod.localcluster.cluster import LocalCluster
 from tests.integration.operator_env import free_port
 from tests.integration.wait import wait_for
 
@@ -86,7 +86,7 @@ class WorkloadController:
         log.close()
         if before_ready:
             before_ready()
-        wait_for(lambda: _ok(f"http://127.0.0.1:{health}/readyz"), 90, f"the {name} controller ready")
+        wait_for(lambda: LocalCluster.http_ok(f"http://127.0.0.1:{health}/readyz"), 90, f"the {name} controller ready")
 
     def _mount_secret(self) -> None:
         """What the kubelet's secret volume does in a pod: the certificate its rotator wrote into its Secret, as
@@ -139,11 +139,3 @@ def apply_crd(cluster, path: Path) -> None:
     established = "jsonpath={.status.conditions[?(@.type=='Established')].status}"
     wait_for(lambda: cluster.kubectl("get", f"crd/{name}", "-o", established, check=False).stdout == "True", 60,
              f"CRD {name} established")
-
-
-def _ok(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False

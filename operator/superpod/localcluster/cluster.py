@@ -129,7 +129,7 @@ class LocalCluster:
 
     def _start_all(self, bin_dir: Path, deadline: float) -> None:
         self._start("etcd", bin_dir, self._etcd_args())
-        self._wait(lambda: self._http_ok(f"http://127.0.0.1:{self.ports.etcd}/health"), "etcd", deadline)
+        self._wait(lambda: self.http_ok(f"http://127.0.0.1:{self.ports.etcd}/health"), "etcd", deadline)
         self._start("kube-apiserver", bin_dir, self._apiserver_args())
         self._wait(lambda: self._api_ok("/readyz"), "kube-apiserver", deadline)
         self._start("kube-controller-manager", bin_dir, self._controller_manager_args())
@@ -138,7 +138,7 @@ class LocalCluster:
         self._start("kwok", bin_dir, self._kwok_args())
         self._wait(lambda: self._https_ok(self.ports.controller_manager), "kube-controller-manager", deadline)
         self._wait(lambda: self._https_ok(self.ports.scheduler), "kube-scheduler", deadline)
-        self._wait(lambda: self._http_ok(f"http://127.0.0.1:{self.ports.kwok}/healthz"), "kwok", deadline)
+        self._wait(lambda: self.http_ok(f"http://127.0.0.1:{self.ports.kwok}/healthz"), "kwok", deadline)
         self._wait(self._default_service_account, "the default ServiceAccount", deadline)
 
     def down(self, timeout: float = 20) -> None:
@@ -315,13 +315,13 @@ class LocalCluster:
     def _api_ok(self, path: str) -> bool:
         if not (self.pki / "admin.crt").exists():
             return False
-        return self._http_ok(f"https://127.0.0.1:{self.ports.apiserver}{path}", self._ssl(client=True))
+        return self.http_ok(f"https://127.0.0.1:{self.ports.apiserver}{path}", self._ssl(client=True))
 
     def _https_ok(self, port: int) -> bool:
         ctx = ssl.create_default_context()
         ctx.check_hostname = False
         ctx.verify_mode = ssl.CERT_NONE  # self-signed serving certificate of a local component
-        return self._http_ok(f"https://127.0.0.1:{port}/healthz", ctx)
+        return self.http_ok(f"https://127.0.0.1:{port}/healthz", ctx)
 
     def _release_node_leases(self) -> None:
         """KWOK takes a node over only through its Lease, under a new random identity each start: after a restart
@@ -340,7 +340,7 @@ class LocalCluster:
         return self._api_ok("/api/v1/namespaces/default/serviceaccounts/default")
 
     @staticmethod
-    def _http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
+    def http_ok(url: str, ctx: ssl.SSLContext | None = None) -> bool:
         try:
             with urllib.request.urlopen(url, timeout=2, context=ctx) as r:
                 return r.status == 200
