@@ -100,7 +100,7 @@ def main() -> None:
         total = 0.0
         parts = []
         for comp in COMPONENTS:
-            pid = local._pid(comp)
+            pid = local.pid(comp)
             mib = rss_mib(pid) if pid else 0.0
             total += mib
             parts.append(f"{comp} {mib:.0f}")

@@ -2,9 +2,10 @@
 
 On a preset cluster filled by long-running whole-server jobs, W jobs wait (1, 2, 4 and 8 GPUs in turn). Measured
 through the simulator's engine (the operator's own Controller on MemoryAPI): the median wall time of a cycle when
-nothing changed ("idle") and of a cycle after one server's job ended ("freed"), per queue length and policy.
-`gang-firstfit` (no topology search, no reservation) is the baseline in the same run.
-Run: .venv/bin/python bench/bench_cycle.py [--waiting 1000,5000] [--policies superpod,gang-firstfit]
+nothing changed ("idle"), of a cycle after one server's job ended ("freed"), and of a cycle after one node was
+cordoned or uncordoned ("node"), per queue length and policy. `gang-firstfit` (no topology search, no reservation)
+is the baseline in the same run.
+Run: .venv/bin/python bench/bench_cycle.py [--nodes N] [--waiting 1000,5000] [--policies superpod,gang-firstfit]
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 from bench_placement import machine
 
 from superpod.core.baselines import POLICIES
-from superpod.k8s.api import PODS
+from superpod.k8s.api import NODES, PODS
 from superpod.sim import presets
 from superpod.simulate.engine import Simulation
 from superpod.simulate.runtime import RuntimeModel
@@ -25,8 +26,8 @@ from superpod.simulate.trace import TraceJob
 ROUNDS = 9
 
 
-def measure(preset: str, waiting: int, policy: str) -> tuple[float, float]:
-    nodes, topology = presets.preset_nodes(preset, None), presets.topology()
+def measure(preset: str, count: int | None, waiting: int, policy: str) -> tuple[float, float, float]:
+    nodes, topology = presets.preset_nodes(preset, count), presets.topology()
     runtime = RuntimeModel.of(topology, nodes)
     servers = runtime.capacity // 8
     jobs = [TraceJob(0.0, f"long-{i:05d}", "bench", 1, 8, duration=1e9 + i) for i in range(servers)]
@@ -55,23 +56,33 @@ def measure(preset: str, waiting: int, policy: str) -> tuple[float, float]:
         simulation.kubelet.finish(pod, 0)
         simulation._deliver()
         freed.append(cycle())
-    return idle * 1000, statistics.median(freed) * 1000
+    changed = []
+    for i in range(ROUNDS):  # a node cordoned, then uncordoned: its gang runs on, the nodes' version moves
+        node = simulation.store.objects[NODES][nodes[i % len(nodes)]["metadata"]["name"]]
+        node["spec"]["unschedulable"] = not node["spec"].get("unschedulable")
+        simulation.store._store(NODES, node, "update")
+        simulation._deliver()
+        changed.append(cycle())
+    return idle * 1000, statistics.median(freed) * 1000, statistics.median(changed) * 1000
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", default="dgx-h100")
+    parser.add_argument("--nodes", type=int, help="nodes of the preset (default: the preset's own count)")
     parser.add_argument("--waiting", default="1000,5000")
     parser.add_argument("--policies", default="superpod,gang-firstfit")
     args = parser.parse_args()
     print(f"machine: {machine()}")
-    print(f"preset {args.preset} full of long jobs; medians of {ROUNDS} cycles")
-    print(f"{'policy':<16} {'waiting':>8} {'idle cycle ms':>14} {'freed cycle ms':>15} {'us per waiting job':>19}")
+    nodes = len(presets.preset_nodes(args.preset, args.nodes))
+    print(f"preset {args.preset}, {nodes} nodes, full of long jobs; medians of {ROUNDS} cycles")
+    print(f"{'policy':<16} {'waiting':>8} {'idle cycle ms':>14} {'freed cycle ms':>15} {'node cycle ms':>14} "
+          f"{'us per waiting job':>19}")
     for waiting in map(int, args.waiting.split(",")):
         for policy in args.policies.split(","):
-            idle, freed = measure(args.preset, waiting, policy)
-            print(f"{policy:<16} {waiting:>8} {idle:>14.1f} {freed:>15.1f} {idle * 1000 / max(waiting, 1):>19.1f}",
-                  flush=True)
+            idle, freed, node = measure(args.preset, args.nodes, waiting, policy)
+            print(f"{policy:<16} {waiting:>8} {idle:>14.1f} {freed:>15.1f} {node:>14.1f} "
+                  f"{idle * 1000 / max(waiting, 1):>19.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -27,11 +27,12 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from superpod.localcluster.cluster import LocalCluster, Ports, state_dir
+from superpod.localcluster.cluster import COMPONENTS, LocalCluster, Ports, state_dir
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine  # noqa: E402
-from bench_operator import WORKERS, job_shapes, operator_run, simulated_fleet, wait_running  # noqa: E402
+from bench_operator import WORKERS, job_shapes, operator_run, paced, simulated_fleet, startup_latency, wait_running  # noqa: E402, E501
+from cpu import CpuMeter  # noqa: E402
 
 PORTS = Ports(etcd=12879, etcd_peer=12880, apiserver=16943, controller_manager=20757, scheduler=20759, kwok=20747)
 LEAF = "superpod.dev/leaf"
@@ -103,7 +104,8 @@ def kueue_queues(kubectl: list[str], namespace: str, gpus: int) -> None:
                    capture_output=True)
 
 
-def kueue_run(api: client.ApiClient, namespace: str, shapes: list[tuple[int, int]]) -> float:
+def kueue_run(api: client.ApiClient, namespace: str, shapes: list[tuple[int, int]], submitted: dict,
+              running: dict) -> float:
     """The gangs as Indexed Jobs in Kueue's queue, suspended until Kueue admits them; kube-scheduler binds."""
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
 
@@ -115,11 +117,13 @@ def kueue_run(api: client.ApiClient, namespace: str, shapes: list[tuple[int, int
             "template": {"metadata": {"annotations": notes}, "spec": {"restartPolicy": "Never", "containers": [
                 {"name": "main", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}}}
 
+    def submit(j: int) -> None:
+        batch.create_namespaced_job(namespace, job(j), _preload_content=False)
+
     started = time.monotonic()
     with ThreadPoolExecutor(WORKERS) as pool:
-        list(pool.map(lambda j: batch.create_namespaced_job(namespace, job(j), _preload_content=False),
-                      range(len(shapes))))
-    return wait_running(core, namespace, sum(r for r, _ in shapes), started)
+        list(pool.map(lambda j: paced(j, started, 0, submitted, submit), range(len(shapes))))
+    return wait_running(core, namespace, sum(r for r, _ in shapes), started, running)
 
 
 def one_leaf(api: client.ApiClient, namespace: str, label: str) -> tuple[int, int]:
@@ -152,10 +156,13 @@ def main() -> None:
               f"{len(shapes)} gangs, {pods} pods (multi-node gangs require one leaf)")
         kueue = kueue_up(local, kubectl, args.qps)
         kueue_queues(kubectl, "bench-kueue", args.nodes * 8)
-        took = kueue_run(api, "bench-kueue", shapes)
+        submitted, running, cpu = {}, {}, meter(local, kueue.pid)
+        took = kueue_run(api, "bench-kueue", shapes, submitted, running)
         inside, multi = one_leaf(api, "bench-kueue", "batch.kubernetes.io/job-name")
         print(f"Kueue + TAS (client QPS {args.qps}), kube-scheduler binds: all {pods} pods Running in {took:.1f}s "
               f"({pods / took:.0f} pods/s); {inside} of {multi} multi-node gangs inside one leaf")
+        print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
+        print(f"  {cpu.report(took)}")
         client.CoreV1Api(api).delete_namespace("bench-kueue")  # while Kueue runs: it removes its finalizers
         while any(ns.metadata.name == "bench-kueue" for ns in client.CoreV1Api(api).list_namespace().items):
             time.sleep(1)
@@ -165,14 +172,22 @@ def main() -> None:
         env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
         local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0"], env)
         time.sleep(3)
-        took, placed = operator_run(api, shapes)
+        submitted, running, cpu = {}, {}, meter(local, local.pid("operator"))
+        took, placed = operator_run(api, shapes, 0, submitted, running)
         inside, multi = one_leaf(api, "bench-operator", "superpod.dev/job-name")
         print(f"this operator, TrainingJobs: all {pods} pods Running in {took:.1f}s ({pods / took:.0f} pods/s); "
               f"{inside} of {multi} multi-node gangs inside one leaf")
+        print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
+        print(f"  {cpu.report(took)}")
     finally:
         if kueue is not None:
             kueue.terminate()
         local.wipe()
+
+
+def meter(local: LocalCluster, scheduler: int | None) -> CpuMeter:
+    """CPU of the control plane, the scheduler under test (Kueue or the operator) and this client."""
+    return CpuMeter({**{name: local.pid(name) for name in COMPONENTS}, "scheduler": scheduler, "bench": os.getpid()})
 
 
 def _free_port() -> int:

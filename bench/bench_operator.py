@@ -4,13 +4,17 @@ and as Indexed Jobs (batch/v1, created by the real kube-controller-manager, spec
 bound by the operator through pods/binding). Beside them, in the same run, the ceiling: a bare client creating the
 same number of pods with their nodes already assigned.
 
-    .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500] [--repeat 3]
+    .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500] [--repeat 3] [--profile DIR]
+
+Each run also prints the CPU seconds every process used (where the 2 cores went); --profile samples the operator
+with py-spy during the TrainingJob runs and prints its hottest functions.
 
 Runs on its own ports and state folder and wipes them afterwards."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import subprocess
@@ -24,13 +28,17 @@ from kubernetes import client, watch
 
 from superpod.k8s.client import load
 from superpod.localcluster.audit import operator_writes
-from superpod.localcluster.cluster import REPO, LocalCluster, Ports, state_dir
+from superpod.localcluster.cluster import COMPONENTS, REPO, LocalCluster, Ports, state_dir
 from superpod.sim import nodes, presets
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine, wait_all_ready  # noqa: E402
+from cpu import CpuMeter, Profile  # noqa: E402
+from scrape import Histograms  # noqa: E402
 
 PORTS = Ports(etcd=12779, etcd_peer=12780, apiserver=16843, controller_manager=20657, scheduler=20659, kwok=20647)
+METRICS = 20671  # the operator's /metrics
+CYCLES = ("superpod_plan_seconds", "superpod_cycle_seconds")
 # (share of jobs, replicas, GPUs per replica): 1-GPU notebooks up to 16-node gangs inside one leaf
 MIX = [(0.42, 1, 1), (0.20, 1, 8), (0.20, 2, 8), (0.10, 4, 8), (0.06, 8, 8), (0.02, 16, 8)]
 WORKERS = 32
@@ -43,16 +51,44 @@ def job_shapes(count: int) -> list[tuple[int, int]]:
     return (shapes + [(1, 1)] * count)[:count]
 
 
-def wait_running(core: client.CoreV1Api, ns: str, total: int, started: float) -> float:
-    running: set[str] = set()
+def wait_running(core: client.CoreV1Api, ns: str, total: int, started: float,
+                 seen: dict[str, float] | None = None) -> float:
+    """Seconds from `started` until `total` pods of the namespace run; `seen` gets each pod's first Running moment."""
+    running = {} if seen is None else seen
     while len(running) < total:
-        for ev in watch.Watch().stream(core.list_namespaced_pod, ns, timeout_seconds=120):
-            p = ev["object"]
-            if p.status.phase == "Running":
-                running.add(p.metadata.name)
+        for ev in watch.Watch().stream(core.list_namespaced_pod, ns, timeout_seconds=120, deserialize=False):
+            pod = ev["object"]  # plain JSON: the watcher's own CPU stays small beside the cluster's
+            if (pod.get("status") or {}).get("phase") == "Running":
+                running.setdefault(pod["metadata"]["name"], time.monotonic())
             if len(running) >= total:
                 break
-    return time.monotonic() - started
+    return max(running.values()) - started
+
+
+def startup_latency(shapes: list[tuple[int, int]], submitted: dict[int, float], running: dict[str, float]) -> str:
+    """Per gang size: p50 / p99 of the seconds from a gang's submission (placeable at once: the cluster holds the
+    whole workload) until its last pod ran. Pods are named j<job>-..., by every kind of run."""
+    last: dict[int, float] = {}
+    for name, when in running.items():
+        job = int(name.split("-", 1)[0][1:])
+        last[job] = max(last.get(job, 0.0), when)
+    by_size: dict[int, list[float]] = {}
+    for job, when in last.items():
+        by_size.setdefault(shapes[job][0], []).append(when - submitted[job])
+    return ", ".join(f"{size} pod{'s' if size > 1 else ''}: p50 {_quantile(values, 0.5):.1f}s p99 "
+                     f"{_quantile(values, 0.99):.1f}s" for size, values in sorted(by_size.items()))
+
+
+def memory(pid: int | None) -> str:
+    """The operator's resident memory now and at its peak (VmRSS, VmHWM)."""
+    fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    mib = {name: int(fields[name].split()[0]) / 1024 for name in ("VmRSS", "VmHWM")}
+    return f"operator RSS {mib['VmRSS']:.0f} MiB (peak {mib['VmHWM']:.0f} MiB)"
+
+
+def _quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 def bare_client(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]]) -> tuple[float, float]:
@@ -76,11 +112,22 @@ def bare_client(api: client.ApiClient, node_names: list[str], shapes: list[tuple
     return created, running
 
 
-def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]]) -> tuple[float, int]:
+def paced(job: int, started: float, rate: float, submitted: dict[int, float], submit) -> None:
+    """Submit one job: at once (rate 0), or at its turn when `rate` jobs are submitted per second."""
+    if rate:
+        time.sleep(max(0.0, started + job / rate - time.monotonic()))
+    submitted[job] = time.monotonic()
+    submit(job)
+
+
+def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]], rate: float = 0,
+                 submitted: dict | None = None, running: dict | None = None) -> tuple[float, int]:
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     ns = "bench-operator"
     core.create_namespace({"metadata": {"name": ns}})
+    submitted = {} if submitted is None else submitted
+    running = {} if running is None else running
 
     def submit(j: int) -> None:
         replicas, gpus = shapes[j]
@@ -93,15 +140,16 @@ def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]]) -> tuple[
     total = sum(r for r, _ in shapes)
     started = time.monotonic()
     with ThreadPoolExecutor(WORKERS) as pool:
-        list(pool.map(submit, range(len(shapes))))
-    elapsed = wait_running(core, ns, total, started)
+        list(pool.map(lambda j: paced(j, started, rate, submitted, submit), range(len(shapes))))
+    elapsed = wait_running(core, ns, total, started, running)
     running_jobs = sum(1 for j in custom.list_namespaced_custom_object("superpod.dev", "v1alpha1", ns,
                                                                        "trainingjobs")["items"]
                        if (j.get("status") or {}).get("phase") in ("Starting", "Running"))
     return elapsed, running_jobs
 
 
-def indexed_jobs_run(api: client.ApiClient, shapes: list[tuple[int, int]]) -> tuple[float, int]:
+def indexed_jobs_run(api: client.ApiClient, shapes: list[tuple[int, int]], submitted: dict,
+                     running: dict) -> tuple[float, int]:
     """The same gangs as Indexed Jobs whose pods name this scheduler: the gang label and size on the pod template."""
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
     ns = "bench-indexed"
@@ -122,8 +170,8 @@ def indexed_jobs_run(api: client.ApiClient, shapes: list[tuple[int, int]]) -> tu
     total = sum(r for r, _ in shapes)
     started = time.monotonic()
     with ThreadPoolExecutor(WORKERS) as pool:
-        list(pool.map(submit, range(len(shapes))))
-    elapsed = wait_running(core, ns, total, started)
+        list(pool.map(lambda j: paced(j, started, 0, submitted, submit), range(len(shapes))))
+    elapsed = wait_running(core, ns, total, started, running)
     bound = sum(1 for p in core.list_namespaced_pod(ns).items if p.spec.node_name)
     return elapsed, bound
 
@@ -161,7 +209,13 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=500)
     ap.add_argument("--repeat", type=int, default=3, help="rounds of the three runs; medians are printed")
+    ap.add_argument("--paced", type=float, default=0, help="then one more TrainingJob run, jobs submitted at this "
+                    "rate per second: gang startup latency under a steady load")
+    ap.add_argument("--operator-log-level", default="INFO", help="DEBUG logs every cycle's timings")
+    ap.add_argument("--profile", type=Path, help="folder for py-spy profiles of the operator (TrainingJob runs)")
     args = ap.parse_args()
+    if args.profile:
+        args.profile.mkdir(parents=True, exist_ok=True)
     print(f"machine: {machine()}")
     local = LocalCluster(state_dir().parent / "cluster-bench-operator", PORTS)
     local.wipe()
@@ -175,24 +229,43 @@ def main() -> None:
               f"{pods} pods, {gpus} GPUs (multi-node jobs require one leaf)")
         core = client.CoreV1Api(api)
         env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
-        local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0"], env)
+        local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", str(METRICS),
+                                         "--log-level", args.operator_log_level], env)
         time.sleep(3)
         runs: dict[str, list[float]] = {"bare": [], "trainingjobs": [], "indexed": []}
+        def meter() -> CpuMeter:
+            return CpuMeter({**{name: local.pid(name) for name in (*COMPONENTS, "operator")}, "bench": os.getpid()})
+
         for round_ in range(1, args.repeat + 1):  # interleaved, so drift on this machine hits all three alike
+            cpu = meter()
             created, bare = bare_client(api, [o["metadata"]["name"] for o in objs], shapes)
+            print(f"round {round_}: bare client {bare:.1f}s (created in {created:.1f}s); {cpu.report(bare)}")
             wait_no_pods(core, ("bench-bare",))
             marks = [time.time()]  # the writes are counted from submission until all run (not the teardown)
-            elapsed, running_jobs = operator_run(api, shapes)
+            cpu, cycles = meter(), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
+            profile = Profile(local.pid("operator"), str(args.profile / f"operator-{round_}.txt")) \
+                if args.profile else contextlib.nullcontext()
+            submitted, running = {}, {}
+            with profile:
+                elapsed, running_jobs = operator_run(api, shapes, 0, submitted, running)
             marks.append(time.time())
+            print(f"  TrainingJobs {elapsed:.1f}s ({running_jobs}/{len(shapes)} placed); {cpu.report(elapsed)}")
+            print(f"  operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
+            print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
+            if args.profile:
+                print(profile.hottest())
             core.delete_namespace("bench-operator")
             wait_no_pods(core, ("bench-operator",))
             marks.append(time.time())
-            indexed, bound = indexed_jobs_run(api, shapes)
+            cpu, cycles = meter(), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
+            submitted, running = {}, {}
+            indexed, bound = indexed_jobs_run(api, shapes, submitted, running)
             marks.append(time.time())
+            print(f"  Indexed Jobs {indexed:.1f}s ({bound}/{pods} pods bound); {cpu.report(indexed)}")
+            print(f"  operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
+            print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
             core.delete_namespace("bench-indexed")
             wait_no_pods(core, ("bench-indexed",))
-            print(f"round {round_}: bare client {bare:.1f}s (created in {created:.1f}s); TrainingJobs {elapsed:.1f}s "
-                  f"({running_jobs}/{len(shapes)} placed); Indexed Jobs {indexed:.1f}s ({bound}/{pods} pods bound)")
             for name, seconds in (("bare", bare), ("trainingjobs", elapsed), ("indexed", indexed)):
                 runs[name].append(seconds)
             print(f"  the operator's writes per job (audit log): TrainingJobs "
@@ -206,6 +279,13 @@ def main() -> None:
                                         "pods/binding)")):
             print(f"  {label}: {median[name]:.1f}s, {pods / median[name]:.0f} pods/s; ratio to the ceiling "
                   f"{median['bare'] / median[name]:.2f}")
+        if args.paced:
+            submitted, running = {}, {}
+            cycles = Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
+            elapsed, running_jobs = operator_run(api, shapes, args.paced, submitted, running)
+            print(f"TrainingJobs submitted at {args.paced:g} jobs/s: all {pods} pods running after {elapsed:.1f}s "
+                  f"({running_jobs}/{len(shapes)} placed); operator cycles: {cycles.report()}")
+            print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
     finally:
         local.wipe()
 

@@ -830,7 +830,7 @@ def main() -> int:
         for t in threads:
             t.join(timeout=15)
         canaries.finish()
-        op_pid = local._pid("operator")
+        op_pid = local.pid("operator")
         bad_lines, shown, warnings = operator_log(local.logs / "operator.log")
         return report(args, cases, refused, other, tracker, canaries, (bad_lines, shown, warnings), op_pid,
                       apply_time, settle_time, started)

@@ -64,10 +64,10 @@ def run(args) -> int:
     kubectl("apply", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd", "--all", "--timeout=60s")
     env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
-    if local._pid("operator") is None:
+    if local.pid("operator") is None:
         local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "18080"], env)
         print(f"operator started (logs {local.logs / 'operator.log'}, metrics http://127.0.0.1:18080/metrics)")
-    if local._pid("mig-manager") is None:
+    if local.pid("mig-manager") is None:
         local.start_process("mig-manager", [sys.executable, "-m", "superpod.cli", "sim", "mig-manager"], env)
         print("simulated MIG manager started (a stand-in for NVIDIA's, for the simulated nodes)")
     kubectl("apply", "-f", str(REPO / "samples"))

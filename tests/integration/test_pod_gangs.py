@@ -135,9 +135,16 @@ def test_bad_gangs_say_why_and_nothing_else_stalls(cluster, operator, namespace)
 
     bare("lonely", pod_template(None, None, sim, required=None))  # no gang label: a gang of one
     bare("nolabel", pod_template(None, 2, sim, required=None))  # a gang's size, but no gang label
-    pods.batch.create_namespaced_job(namespace, indexed_job("liar", 4, pod_template("liar", 3, sim, required=None)))
+    # The liar's pods are held by a scheduling gate until all four exist: else three may be bound as a gang of three
+    # before the controller makes the fourth.
+    liar_template = pod_template("liar", 3, sim, required=None)
+    liar_template["spec"]["schedulingGates"] = [{"name": "superpod.dev/test-hold"}]
+    pods.batch.create_namespaced_job(namespace, indexed_job("liar", 4, liar_template))
     bare("fpga", pod_template(None, None, sim, gpus=1, required=None, resource="example.com/fpga"))
     pods.batch.create_namespaced_job(namespace, indexed_job("good", 2, pod_template("good", 2, sim, required=None)))
+    wait_for(lambda: len(pods.of("job-name=liar")) == 4, 60, "the liar's four pods")
+    for pod in pods.of("job-name=liar"):
+        core.patch_namespaced_pod(pod.metadata.name, namespace, [{"op": "remove", "path": "/spec/schedulingGates"}])
     wait_for(lambda: len(pods.bound("job-name=good")) == 2, 60, "the good gang bound")
     wait_for(lambda: pods.bound(f"{GANG_LABEL}!=x").get("lonely"), 60, "the lone pod bound")
     liar = sorted(p.metadata.name for p in pods.of("job-name=liar"))[0]
@@ -186,13 +193,25 @@ def test_a_kubeflow_trainjob_with_coscheduling_is_one_gang_by_its_podgroup(clust
         "spec": {"mlPolicy": {"numNodes": 1, "torch": {"numProcPerNode": "auto"}},
                  "podGroupPolicy": {"coscheduling": {"scheduleTimeoutSeconds": 300}},
                  "template": {"spec": {"replicatedJobs": [{"name": "node", "template": node}]}}}})
-    custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs", {
+    trainjob = {
         "apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": {"name": "llama"},
         "spec": {"runtimeRef": {"name": "torch-superpod", "kind": "TrainingRuntime"},
                  "trainer": {"numNodes": 4, "resourcesPerNode": {"limits": {"nvidia.com/gpu": "8"}}},
                  "podTemplateOverrides": [{"targetJobs": [{"name": "node"}],
                                            "metadata": {"annotations": {TOPOLOGY["required"]: "leaf"}},
-                                           "spec": {"nodeSelector": {SIM_LABEL: sim}}}]}})
+                                           "spec": {"nodeSelector": {SIM_LABEL: sim}}}]}}
+
+    def created() -> bool:
+        """The Trainer's webhook refuses a TrainJob until its cache has seen the runtime just created."""
+        try:
+            custom.create_namespaced_custom_object("trainer.kubeflow.org", "v1alpha1", namespace, "trainjobs",
+                                                   trainjob)
+        except client.ApiException as e:
+            if e.status == 403 and "must be created before the TrainJob" in (e.body or ""):
+                return False
+            raise
+        return True
+    wait_for(created, 30, "the Trainer webhook to know the runtime")
     group = wait_for(lambda: custom.list_namespaced_custom_object("scheduling.x-k8s.io", "v1alpha1", namespace,
                                                                   "podgroups")["items"], 60, "the Trainer's PodGroup")
     selector = "scheduling.x-k8s.io/pod-group=llama"

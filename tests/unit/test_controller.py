@@ -24,7 +24,7 @@ def test_gangs_place_run_and_succeed_with_exact_gpu_seconds():
     assert a["phase"] == "Succeeded" and a["accountedAttempts"] == 1
     assert a["finishedGpuSeconds"] == a["gpuSeconds"] == 4 * 8 * 5
     assert c.status("c")["phase"] == "Running" and c.status("c")["domain"] == "leaf su-1"
-    assert [r for r, _ in c.events("a")] == ["Placed", "Starting", "Running", "Completed"]
+    assert [r for r, _ in c.events("a")] == ["Placed", "Completed"]  # starting and running: in the conditions
 
 
 def test_a_failed_replica_restarts_the_gang_and_its_failure_is_kept():
@@ -107,6 +107,19 @@ def test_a_deleted_service_is_recreated():
     c.cycle()
     assert c.store.peek(SERVICES, "team-a/s") is not None
     assert ("ServiceRecreated", "created the headless Service team-a/s") in c.events("s")
+
+
+def test_a_single_replica_has_no_service_and_is_its_own_master():
+    """Three writes fewer per single-replica job (its Service and two progress Events); a gang keeps its Service."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("one", 1, 8))
+    c.submit(training_job("two", 2, 4))
+    c.settle(3)
+    assert c.status("one")["phase"] == c.status("two")["phase"] == "Running"
+    assert c.store.peek(SERVICES, "team-a/one") is None and c.store.peek(SERVICES, "team-a/two") is not None
+    env = {e["name"]: e["value"] for e in c.pods("one")[0]["spec"]["containers"][0]["env"]}
+    assert env["MASTER_ADDR"] == "127.0.0.1" and "subdomain" not in c.pods("one")[0]["spec"]
+    assert [reason for reason, _ in c.events("one")] == ["Placed"]
 
 
 def test_a_failed_pod_write_rolls_the_whole_gang_back():

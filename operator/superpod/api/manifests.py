@@ -56,7 +56,9 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
         annotations[WRITER_ANNOTATION] = writer
     # Each attempt's pods have their own host names (the pod names): a terminating pod of the last attempt is never
     # what MASTER_ADDR resolves to.
-    env = [{"name": "MASTER_ADDR", "value": f"{pod_name(name, attempt, 0)}.{name}.{meta['namespace']}.svc"},
+    # A single replica has no Service (nothing to rendezvous with): it is its own master.
+    master = f"{pod_name(name, attempt, 0)}.{name}.{meta['namespace']}.svc" if has_service(job) else "127.0.0.1"
+    env = [{"name": "MASTER_ADDR", "value": master},
            {"name": "MASTER_PORT", "value": str(MASTER_PORT)},
            {"name": "WORLD_SIZE", "value": str(replicas)},
            {"name": "RANK", "value": str(index)},
@@ -80,7 +82,9 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
             res["limits"] = {**_mapping(res.get("limits"), where, f"{field}.resources.limits"), **gpus}
             res["requests"] = {**_mapping(res.get("requests"), where, f"{field}.resources.requests"), **wanted}
     pspec.update({"nodeName": node, "schedulerName": scheduler_name, "hostname": pod_name(name, attempt, index),
-                  "subdomain": name, "restartPolicy": "Never", "containers": containers})
+                  "restartPolicy": "Never", "containers": containers})
+    if has_service(job):
+        pspec["subdomain"] = name
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod_name(name, attempt, index), "namespace": meta["namespace"], "labels": labels,
                          "annotations": annotations, "ownerReferences": [owner_reference(job)]},
@@ -99,6 +103,11 @@ def replica_requests(job: dict) -> dict[str, int]:
         return {str(r): quantity(v, str(r), where, f"{field}.{r}") for r, v in quantities.items()}
 
     return pod_requests(rendered["spec"], parse)
+
+
+def has_service(job: dict) -> bool:
+    """Whether the job's replicas get a headless Service (their DNS names, MASTER_ADDR): gangs of two or more."""
+    return int(job["spec"].get("replicas") or 1) > 1
 
 
 def headless_service(job: dict) -> dict:

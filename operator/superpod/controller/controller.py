@@ -2,7 +2,7 @@
 
 - observe: read the cache (controller/state.py) as it is at the start of the cycle: jobs, pods, nodes;
 - judge: the placed gangs through core.lifecycle (controller/judge.py): those that changed, were not steady last
-  cycle, or all when the nodes changed;
+  cycle, or on a node that changed;
 - decide: the waiting jobs through the waiting room (controller/waiting.py: core.cycle's decisions, without
   visiting the jobs behind a shape that did not fit) on the snapshot, then the MIG flow;
 - apply: every plan through the one applier (controller/applier.py).
@@ -63,7 +63,7 @@ class Controller:
         self.said: dict[str, tuple[float, str]] = {}  # job uid -> when its waiting message was written, its words
         # Running gangs judged steady (all replicas running, nothing to write), with what they were judged on:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
-        self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, nodes version)
+        self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, the last change of its nodes)
         self.judge_next: set[str] = set()  # keys of the placed jobs to judge next cycle though nothing changed
         self._judged = -1  # the nodes version the placed jobs were last all judged on
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
@@ -83,11 +83,18 @@ class Controller:
 
     async def cycle(self, now: float, pause: float = 0) -> Outcome:
         """One cycle. `pause`: a testing knob, seconds between deciding and writing (the Lease may run out)."""
+        started = time.perf_counter()
         plans = self.plan(now)
+        planned = time.perf_counter()
+        if self.metrics:
+            self.metrics.plan_seconds.observe(planned - started)
         if pause and plans:
             log.info("decided %d plan(s); writing them in %.0fs (--debug-slow-cycle)", len(plans), pause)
             await asyncio.sleep(pause)
         outcome = await self.applier.apply(plans)
+        if plans:
+            log.debug("cycle: %d plans decided in %.3fs, written in %.3fs", len(plans), planned - started,
+                      time.perf_counter() - planned)
         for key in outcome.done:
             self.unrecorded.pop(key, None)
             if self.metrics and key in self.preempting:  # a preemption whose writes all landed
@@ -255,8 +262,9 @@ class Controller:
 
     def _judge_placed(self, touched: set[str], now: float) -> list[Plan]:
         """Judge the placed gangs that are not steady: those that changed (`touched`), those not steady last cycle,
-        every one when the nodes changed."""
+        and when nodes changed, those on a node that changed."""
         active, changes, version, steady = self.reader.active, self.state.changes, self.state.version, self.steady
+        stamps = self.state.node_stamps
         if self._judged != version:
             self._judged, candidates = version, set(active)
         else:
@@ -269,7 +277,7 @@ class Controller:
             view = active.get(key)
             if view is None:
                 continue
-            seen = (changes.get(key, 0), version)
+            seen = (changes.get(key, 0), max((stamps.get(node, 0) for node in view.placement().values()), default=0))
             if steady.get(view.uid) != seen and self.applier.settled(view.uid, now):
                 plans += self._judge_unless_steady(view, seen, now)
             if steady.get(view.uid) != seen:
@@ -302,7 +310,7 @@ class Controller:
 
     def _judge_unless_steady(self, view: JobView, seen: tuple[int, int], now: float) -> list[Plan]:
         """Judge a placed job, and remember it as steady when there is nothing to write (`seen`: its change stamp
-        and the nodes version it was judged on)."""
+        and the last change of its nodes)."""
         plans = self._judge(view, now)
         if not plans and view.phase == Phase.RUNNING and view.status.reason == Reason.RUNNING:
             self.steady[view.uid] = seen

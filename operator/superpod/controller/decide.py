@@ -250,8 +250,9 @@ def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]],
     nodes = {int(i): node for node, ranks in assignments.items() for i in ranks}
     pods = tuple(manifests.pod(view.obj, attempt, i, nodes[i], settings.scheduler_name, settings.writer)
                  for i in sorted(nodes))
-    plan = Plan(f"job:{view.key}", [write, CreateService(manifests.headless_service(view.obj)),
-                                    CreatePods(view.key, pods), view.emit("Normal", Reason.PLACED, message)])
+    service = [CreateService(manifests.headless_service(view.obj))] if manifests.has_service(view.obj) else []
+    plan = Plan(f"job:{view.key}", [write, *service, CreatePods(view.key, pods),
+                                    view.emit("Normal", Reason.PLACED, message)])
     plan.undo = lambda error: rollback(view, write.status, error, now)
     return plan
 

@@ -60,7 +60,7 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         if verdict.phase in (Phase.SUCCEEDED, Phase.FAILED):
             conditions.append((Condition(verdict.phase), "True", verdict.reason, verdict.message))
         plan.then(view.write(changes, now, conditions))
-        if verdict.phase != status.phase or verdict.reason != status.reason:
+        if (verdict.phase != status.phase or verdict.reason != status.reason) and not _progress(status, verdict):
             plan.then(view.emit("Warning" if verdict.action == lifecycle.TEARDOWN else "Normal", verdict.reason,
                                 verdict.message))
     if verdict.action == lifecycle.TEARDOWN:
@@ -74,13 +74,20 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         plan.then(CreatePods(view.key, tuple(
             manifests.pod(view.obj, attempt, i, placement[i], settings.scheduler_name, settings.writer)
             for i in missing)))
-    if verdict.phase in ACTIVE and verdict.action != lifecycle.TEARDOWN and view.key not in state.services:
+    if verdict.phase in ACTIVE and verdict.action != lifecycle.TEARDOWN and view.key not in state.services \
+            and manifests.has_service(view.obj):
         plan.then(CreateService(manifests.headless_service(view.obj)),
                   view.emit("Normal", Reason.SERVICE_RECREATED, f"created the headless Service {view.key}"))
     stale = [(p.key, p.uid) for p in mine if p.attempt != attempt and not p.deleting]
     if stale:
         plan.then(DeletePods(tuple(sorted(stale))))
     return plan if plan.steps else None
+
+
+def _progress(status, verdict) -> bool:
+    """A placed gang's pods starting and running, as planned: its status and conditions say so (with the times), an
+    Event each would be two more writes per job for nothing new (the Placed Event said where it went)."""
+    return status.reason in (Reason.PLACED, Reason.STARTING) and verdict.reason in (Reason.STARTING, Reason.RUNNING)
 
 
 def _node_trouble(state: ClusterState, nodes: set[str], now: float,

@@ -10,6 +10,8 @@ from prometheus_client import Counter as PromCounter
 from superpod.core.phases import Phase
 from superpod.core.request import GPU, PRODUCT_LABEL
 
+CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
 
 class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
@@ -24,7 +26,10 @@ class Metrics:
             buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5))
         self.cycle_seconds = Histogram(
             "superpod_cycle_seconds", "Time of one whole cycle: observe, judge, decide and apply", registry=r,
-            buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+            buckets=CYCLE_BUCKETS)
+        self.plan_seconds = Histogram(
+            "superpod_plan_seconds", "Time of a cycle's observe, judge and decide (its writes left out)", registry=r,
+            buckets=CYCLE_BUCKETS)
         self.gpus_allocated = Gauge("superpod_gpus_allocated", "Whole GPUs requested by running pods, by product",
                                     ["product"], registry=r)
         self.gpus_free = Gauge("superpod_gpus_free", "Whole GPUs free on schedulable nodes, by product", ["product"],
@@ -43,6 +48,9 @@ class Metrics:
                                          "applying (the rest scheduled on)", ["stage"], registry=r)
         self.writes = PromCounter("superpod_writes", "Writes the applier made, by action and outcome",
                                   ["action", "outcome"], registry=r)
+        self.api_throttled = PromCounter("superpod_api_throttled", "Calls the API server turned away with 429 (API "
+                                         "Priority and Fairness), each sent again after its Retry-After",
+                                         registry=r)
         self.leading = Gauge("superpod_leader", "1 while this replica holds the Lease", registry=r)
         self.preemptions = PromCounter("superpod_preemptions", "Gangs preempted, by kind: priority (a job of higher "
                                        "priority in the same queue) or reclaim (a queue taking its guarantee back)",

@@ -1,7 +1,8 @@
 """The core Snapshot a cycle decides on: the usable nodes, the topology, and everything that holds capacity —
 every bound pod that has not finished (whoever scheduled it), plus, for each placed gang, the replicas whose pods are
 not observed yet (assumed: a gang holds its nodes from the moment it is placed). Kept across cycles and updated by
-difference; rebuilt only when nodes or the topology change. `superpod plan` builds its snapshot here too."""
+difference: pods as they come and go, a changed node in place (Snapshot.replace_node); rebuilt only when a node is
+added, removed or unreadable, or the topology changes. `superpod plan` builds its snapshot here too."""
 
 from __future__ import annotations
 
@@ -19,13 +20,19 @@ def assumed_key(job_key: str, index: int) -> str:
 class SnapshotCache:
     def __init__(self) -> None:
         self._snap: Snapshot | None = None
-        self._version = -1
+        self._version = self._layout = -1
+        self.rebuilds = 0
 
     def build(self, state: ClusterState, holdings: dict[str, Pod]) -> Snapshot:
         """The snapshot holding exactly `holdings` (pod key -> what it holds)."""
-        if self._snap is None or self._version != state.version:
-            self._snap = Snapshot(state.usable_nodes(), state.topology()[0], holdings.values())
+        changed, state.changed_nodes = state.changed_nodes, set()
+        in_place = self._snap is not None and self._layout == state.layout and self._version != state.version
+        if in_place and all(self._snap.replace_node(state.nodes[name].node) for name in sorted(changed)):
             self._version = state.version
+        if self._snap is None or self._layout != state.layout or self._version != state.version:
+            self._snap = Snapshot(state.usable_nodes(), state.topology()[0], holdings.values())
+            self._version, self._layout = state.version, state.layout
+            self.rebuilds += 1
             return self._snap
         snap, held = self._snap, self._snap.pods
         snap.update(held.keys() - holdings.keys(),

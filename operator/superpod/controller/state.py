@@ -129,7 +129,12 @@ class ClusterState:
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
-        self.version = 0  # bumped on every change to nodes or the topology: the snapshot is rebuilt
+        self.version = 0  # bumped on every change to nodes or the topology
+        # bumped when the snapshot cannot follow in place (a node added, removed or unreadable, the topology changed);
+        # other node changes are named in changed_nodes until the snapshot takes them
+        self.layout = 0
+        self.changed_nodes: set[str] = set()
+        self.node_stamps: dict[str, int] = {}  # node name -> the version of its last change (deletion included)
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
         self.touched: set[str] = set()  # keys of the jobs stamped (or deleted) since the controller last looked
@@ -203,6 +208,7 @@ class ClusterState:
         elif kind is CLUSTERTOPOLOGIES:
             self.topologies[key] = obj
             self.version += 1
+            self.layout += 1
         elif kind is GPUQUEUES:
             self.queues[key] = obj
             self.queue_edits += 1
@@ -248,12 +254,15 @@ class ClusterState:
             self.nodes.pop(key, None)
             self.node_edits += 1
             self.version += 1
+            self.layout += 1
+            self.node_stamps[key] = self.version
             self.gone.append(uid)
         elif kind is SERVICES:
             self.services.pop(key, None)
         elif kind is CLUSTERTOPOLOGIES:
             self.topologies.pop(key, None)
             self.version += 1
+            self.layout += 1
         elif kind is GPUQUEUES:
             self.queues.pop(key, None)
             self.queue_edits += 1
@@ -309,6 +318,11 @@ class ClusterState:
         self.nodes[name] = NodeEntry(obj["metadata"].get("uid") or "", obj, node, problem, since)
         if old is None or old.node != node:
             self.version += 1
+            self.node_stamps[name] = self.version
+            if old is None or old.node is None or node is None:
+                self.layout += 1
+            else:
+                self.changed_nodes.add(name)
 
     # ---- reading ------------------------------------------------------------------------------------------------
     def topology(self) -> tuple[Topology, str | None]:

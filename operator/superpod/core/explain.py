@@ -54,7 +54,7 @@ def filtered(snap: Snapshot, job: JobRequest) -> str:
     words: Counter = Counter()
     for why, n in snap.view(job).reasons.items():
         words[_FILTER_WORDS.get(why, why)] += n
-    return ", ".join(f"{_nodes(n)} {w}" for w, n in sorted(words.items(), key=lambda x: -x[1]))
+    return ", ".join(f"{_nodes(n)} {w}" for w, n in sorted(words.items(), key=lambda x: (-x[1], x[0])))
 
 
 def _full_nodes(sv: Solver) -> str:

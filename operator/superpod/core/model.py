@@ -168,6 +168,7 @@ class Snapshot:
         self.idle_answers: dict[tuple, object] = {}  # answers that read only nodes and topology, never pods
         self._build_tree()
         self.views: dict[tuple, View] = {}
+        self.view_jobs: dict[tuple, JobRequest] = {}  # filter signature -> a job of it (to filter a changed node)
         for p in pods:
             self.add_pod(p)
 
@@ -240,6 +241,42 @@ class Snapshot:
         if all(self.free[i].get(r, 0) <= amount for i, free in before.items() for r, amount in free.items()):
             self.unfit = unfit
 
+    def replace_node(self, node: Node) -> bool:
+        """Take a changed node in place: its allocatable, taints, readiness, cordon, hold and the labels the
+        topology does not read, with every view's aggregates and filter counts. False when it cannot be done in place
+        (a node not here, a topology label changed, a larger GPU count than any node had): build a new snapshot."""
+        i = self.index.get(node.name)
+        if i is None or node.allocatable.get(GPU, 0) > self.max_gpus_per_node:
+            return False
+        old = self.nodes[i]
+        if any(old.labels.get(level.label) != node.labels.get(level.label) for level in self.levels):
+            return False
+        for view in self.views.values():
+            if view.eligible[i]:
+                view.add_node(self, i, -1)
+        free = self.free[i]
+        for resource in old.allocatable.keys() | node.allocatable.keys():
+            free[resource] = free.get(resource, 0) + node.allocatable.get(resource, 0) - old.allocatable.get(
+                resource, 0)
+        self.nodes[i] = node
+        for signature, view in self.views.items():
+            job = self.view_jobs[signature]
+            before, after = filter_reason(old, job), filter_reason(node, job)
+            if before is not None:
+                view.reasons[before] -= 1
+                if view.reasons[before] <= 0:
+                    del view.reasons[before]
+            if after is not None:
+                view.reasons[after] += 1
+            view.eligible[i] = after is None
+            if view.eligible[i]:
+                view.add_node(self, i, 1)
+            if before != after or old.allocatable != node.allocatable:
+                view.static = {}  # facts of the eligible nodes' allocatable
+        self.idle_answers, self.unfit = {}, {}
+        self.generation += 1
+        return True
+
     def assume(self, job: JobRequest, assignments: dict[str, list[int]]) -> None:
         """Reserve capacity for a placed gang (pod keys `<ns>/<name>#<replica>`) before the pods exist."""
         for node, ranks in assignments.items():
@@ -265,6 +302,7 @@ class Snapshot:
                 if why is not None:
                     reasons[why] += 1
             v = self.views[sig] = View(self, eligible, reasons)
+            self.view_jobs[sig] = job
         return v
 
     def domain_label(self, d: int) -> str:

@@ -4,7 +4,11 @@ blocking calls on a thread pool so independent writes go out in parallel, every 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
+import logging
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
@@ -20,6 +24,30 @@ MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
 AGENT = f"{SCHEDULER_NAME}/"  # the user agent's prefix; the replica's identity follows
 PAGE = 500
+THROTTLE_RETRIES = 5  # answers of 429 (API Priority and Fairness) waited out, as client-go does, before giving up
+MAX_RETRY_AFTER = 10.0  # seconds: a longer Retry-After is cut to this
+WATCH_SECONDS = 300  # a watch request's length; it goes on from the last version seen
+log = logging.getLogger(__name__)
+
+
+class RateLimit:
+    """A token bucket shared by the worker threads: `qps` calls per second on average, `burst` at once. A caller
+    reserves its token and sleeps until it is due (FIFO, no busy waiting)."""
+
+    def __init__(self, qps: float, burst: int, clock: Callable[[], float] = time.monotonic,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.qps, self.burst, self.clock, self.sleep = qps, max(1, burst), clock, sleep
+        self.tokens, self.when = float(self.burst), clock()
+        self.lock = threading.Lock()
+
+    def take(self) -> None:
+        with self.lock:
+            now = self.clock()
+            self.tokens = min(self.burst, self.tokens + (now - self.when) * self.qps) - 1
+            self.when = now
+            wait = -self.tokens / self.qps if self.tokens < 0 else 0.0
+        if wait:
+            self.sleep(wait)
 
 
 class KubeAPI:
@@ -27,10 +55,13 @@ class KubeAPI:
     False stops the write with NotLeader. The operator guards its writes with its Lease."""
 
     def __init__(self, api: client.ApiClient, workers: int = 32, timeout: float = 10.0,
-                 guard: Callable[[], bool] | None = None) -> None:
+                 guard: Callable[[], bool] | None = None, qps: float = 0, burst: int = 0,
+                 throttled: Callable[[], None] | None = None) -> None:
         self.api, self.guard = api, guard
         self.timeout = timeout  # seconds per write; a lost answer becomes ApiError(0, "Timeout", ...)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="superpod-api")
+        self.limit = RateLimit(qps, burst or int(2 * qps)) if qps > 0 else None  # client side; 0: none
+        self.throttled = throttled or (lambda: None)  # called on each 429 the server answers
 
     # ---- ClusterAPI -------------------------------------------------------------------------------------------
     async def list(self, kind: Kind) -> tuple[list[dict], str]:
@@ -87,6 +118,64 @@ class KubeAPI:
             raise
         return any(r.get("name") == kind.plural for r in found.get("resources") or [])
 
+    def watch(self, kind: Kind, version: str, deliver: Callable[[str, dict], None],
+              relist: Callable[[list[dict], str], None], stop: threading.Event) -> None:
+        """List-watch `kind` from the list `version` until `stop`: each event's object, parsed once, to
+        `deliver(type, object)`. When the server no longer has that version (410 Gone), list again and hand the
+        whole list to `relist(items, version)`. Failures are retried with backoff. Blocking: a thread of its own."""
+        failures = 0
+        while not stop.is_set():
+            try:
+                if not version:
+                    items, version = self._list(kind)
+                    relist(items, version)
+                version = self._watch(kind, version, deliver, stop)
+                failures = 0
+            except (ApiError, ValueError) as e:  # ValueError: a line that is not JSON (a cut stream)
+                failures += 1
+                log.warning("watching %s failed (%s); again in %ds", kind.plural, e, min(30, 2 ** failures))
+                stop.wait(min(30, 2 ** failures))
+
+    def _watch(self, kind: Kind, version: str, deliver: Callable[[str, dict], None], stop: threading.Event) -> str:
+        """One watch request: the version to go on from ("" after 410 Gone: list again)."""
+        query = [("watch", "1"), ("resourceVersion", version), ("allowWatchBookmarks", "true"),
+                 ("timeoutSeconds", str(WATCH_SECONDS))]
+        try:
+            request = self.api.param_serialize(method="GET", resource_path=_path(kind, None), query_params=query,
+                                               header_params={"Accept": "application/json"},
+                                               auth_settings=["BearerToken"])
+            response = self.api.call_api(*request, _request_timeout=(10, WATCH_SECONDS + 30))
+            if response.status == 410:
+                return ""
+            if response.status != 200:
+                raise _error(response.status, response.reason, response.read())
+            buffer = b""
+            for chunk in response.response.stream(amt=None, decode_content=False):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    if not line:
+                        continue
+                    event = json.loads(line)
+                    kind_of, obj = event.get("type"), event.get("object") or {}
+                    if kind_of == "ERROR":
+                        if obj.get("code") == 410:
+                            return ""
+                        raise ApiError(obj.get("code") or 0, obj.get("reason") or "Error", obj.get("message") or "")
+                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
+                    if kind_of != "BOOKMARK":
+                        obj.setdefault("apiVersion", kind.api_version)
+                        obj.setdefault("kind", kind.kind)
+                        deliver(kind_of, obj)
+                if stop.is_set():
+                    break
+            response.response.release_conn()
+            return version
+        except ApiException as e:
+            raise _error(e.status or 0, e.reason or "", e.body) from None
+        except (urllib3.exceptions.HTTPError, OSError) as e:
+            raise ApiError(0, "Unavailable", str(e)) from None
+
     # ---- plumbing ---------------------------------------------------------------------------------------------
     async def _run(self, fn, *args, **kwargs):
         return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
@@ -107,21 +196,44 @@ class KubeAPI:
 
     def _call(self, method: str, path: str, body: dict | None = None, query: list | None = None,
               content_type: str | None = None, timeout: float | None = None) -> dict:
+        """One call; a 429 (the server's API Priority and Fairness turned it away unprocessed) is sent again after
+        its Retry-After, up to THROTTLE_RETRIES times, a write only while the guard still allows it."""
         headers = {"Accept": "application/json", "Content-Type": content_type or "application/json"}
-        if method != "GET" and self.guard is not None and not self.guard():
-            raise NotLeader()
+        for retry in itertools.count():
+            if self.limit:
+                self.limit.take()
+            if method != "GET" and self.guard is not None and not self.guard():
+                raise NotLeader()
+            status, reason, data, retry_after = self._send(method, path, body, query, headers, timeout)
+            if 200 <= status <= 299:
+                return json.loads(data) if data else {}
+            if status != 429 or retry >= THROTTLE_RETRIES:
+                raise _error(status, reason, data)
+            self.throttled()
+            wait = _seconds(retry_after)
+            log.debug("%s %s: throttled (429), sending again in %.1fs", method, path, wait)
+            time.sleep(wait)
+
+    def _send(self, method: str, path: str, body, query, headers: dict, timeout: float | None):
+        """(status, reason, body, Retry-After) of one request; no answer at all is an ApiError."""
         try:
             request = self.api.param_serialize(method=method, resource_path=path, query_params=query or [],
                                                header_params=headers, body=body, auth_settings=["BearerToken"])
             response = self.api.call_api(*request, _request_timeout=timeout or self.timeout)
-            data = response.read()
-            if not 200 <= response.status <= 299:
-                raise _error(response.status, response.reason, data)
-            return json.loads(data) if data else {}
+            return response.status, response.reason, response.read(), response.getheader("Retry-After")
         except ApiException as e:
-            raise _error(e.status or 0, e.reason or "", e.body) from None
+            return e.status or 0, e.reason or "", e.body, (e.headers or {}).get("Retry-After")
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise ApiError(0, "Timeout" if _maybe_sent(e) else "Unavailable", str(e)) from None
+
+
+def _seconds(retry_after: str | None) -> float:
+    """Retry-After in seconds (the API server sends whole seconds), 1 when absent or unreadable, at most
+    MAX_RETRY_AFTER."""
+    try:
+        return min(MAX_RETRY_AFTER, max(0.0, float(retry_after)))
+    except (TypeError, ValueError):
+        return 1.0
 
 
 def _maybe_sent(e: Exception) -> bool:

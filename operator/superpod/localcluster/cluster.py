@@ -146,7 +146,7 @@ class LocalCluster:
         and leave no process or bound port behind."""
         extras = sorted({f.stem for f in self.run.glob("*.pid")} - set(COMPONENTS)) if self.run.exists() else []
         for name in [*extras, *reversed(COMPONENTS)]:
-            pid = self._pid(name)
+            pid = self.pid(name)
             if pid is not None:
                 _kill(pid, timeout)
             (self.run / f"{name}.pid").unlink(missing_ok=True)
@@ -162,7 +162,7 @@ class LocalCluster:
     def status(self) -> dict[str, dict]:
         out = {}
         for name in COMPONENTS:
-            pid = self._pid(name)
+            pid = self.pid(name)
             out[name] = {"pid": pid, "running": pid is not None and _alive(pid)}
         out["kube-apiserver"]["ready"] = self._api_ok("/readyz")
         return out
@@ -287,7 +287,7 @@ class LocalCluster:
         log.close()
         (self.run / f"{name}.pid").write_text(str(proc.pid))
 
-    def _pid(self, name: str) -> int | None:
+    def pid(self, name: str) -> int | None:
         f = self.run / f"{name}.pid"
         try:
             pid = int(f.read_text())
@@ -301,7 +301,7 @@ class LocalCluster:
                 return
             for name in COMPONENTS:
                 f = self.run / f"{name}.pid"
-                if f.exists() and self._pid(name) is None:
+                if f.exists() and self.pid(name) is None:
                     raise ClusterError(f"{name} exited; see {self.logs / (name + '.log')}")
             time.sleep(0.25)
         raise ClusterError(f"timed out waiting for {what}; logs in {self.logs}")
