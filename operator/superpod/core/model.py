@@ -259,6 +259,7 @@ class Snapshot:
             free[resource] = free.get(resource, 0) + node.allocatable.get(resource, 0) - old.allocatable.get(
                 resource, 0)
         self.nodes[i] = node
+        grew = any(amount > old.allocatable.get(resource, 0) for resource, amount in node.allocatable.items())
         for signature, view in self.views.items():
             job = self.view_jobs[signature]
             before, after = filter_reason(old, job), filter_reason(node, job)
@@ -269,11 +270,14 @@ class Snapshot:
             if after is not None:
                 view.reasons[after] += 1
             view.eligible[i] = after is None
+            grew |= before is not None and after is None
             if view.eligible[i]:
                 view.add_node(self, i, 1)
             if before != after or old.allocatable != node.allocatable:
                 view.static = {}  # facts of the eligible nodes' allocatable
-        self.idle_answers, self.unfit = {}, {}
+        self.idle_answers = {}
+        if grew:  # what did not fit may now: only a node that offers more (a cordon takes, an uncordon gives)
+            self.unfit = {}
         self.generation += 1
         return True
 
