@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -34,7 +35,7 @@ from superpod.sim import nodes, presets
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine, wait_all_ready  # noqa: E402
 from cpu import CpuMeter, Profile  # noqa: E402
-from scrape import Histograms  # noqa: E402
+from scrape import Histograms, buckets  # noqa: E402
 
 PORTS = Ports(etcd=12779, etcd_peer=12780, apiserver=16843, controller_manager=20657, scheduler=20659, kwok=20647)
 METRICS = 20671  # the operator's /metrics
@@ -77,6 +78,47 @@ def startup_latency(shapes: list[tuple[int, int]], submitted: dict[int, float], 
         by_size.setdefault(shapes[job][0], []).append(when - submitted[job])
     return ", ".join(f"{size} pod{'s' if size > 1 else ''}: p50 {_quantile(values, 0.5):.1f}s p99 "
                      f"{_quantile(values, 0.99):.1f}s" for size, values in sorted(by_size.items()))
+
+
+def start_operator(local: LocalCluster, env: dict, args) -> None:
+    local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", str(METRICS),
+                                     "--log-level", args.operator_log_level], env)
+
+
+def fill_and_restart(local: LocalCluster, api: client.ApiClient, core: client.CoreV1Api, node_names: list[str],
+                     count: int, env: dict, args) -> str:
+    """`count` running 1-GPU pods on the nodes (bound by a bare client), then a new operator process: seconds until
+    its first cycle ended, and its memory then and after a minute of watching."""
+    ns = "bench-fill"
+    core.create_namespace({"metadata": {"name": ns}})
+    pods = [{"metadata": {"name": f"fill-{i}", "labels": {"app": "fill"}}, "spec": {
+        "nodeName": node_names[i % len(node_names)], "restartPolicy": "Never",
+        "containers": [{"name": "main", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+        for i in range(count)]
+    started = time.monotonic()
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(lambda p: core.create_namespaced_pod(ns, p, _preload_content=False), pods))
+    wait_running(core, ns, count, started)
+    filled = time.monotonic() - started
+    pid = local.pid("operator")
+    os.kill(pid, signal.SIGTERM)
+    while local.pid("operator"):
+        time.sleep(0.2)
+    begun = time.monotonic()
+    start_operator(local, env, args)
+    url = f"http://127.0.0.1:{METRICS}/metrics"
+    while True:
+        try:
+            if sum(buckets(url, "superpod_plan_seconds").values()):
+                break
+        except OSError:
+            pass
+        time.sleep(0.2)
+    first = time.monotonic() - begun
+    at_first = memory(local.pid("operator"))
+    time.sleep(60)
+    return (f"{count} more 1-GPU pods running (created in {filled:.0f}s); a new operator process's first cycle "
+            f"ended {first:.1f}s after it started; {at_first}; a minute later {memory(local.pid('operator'))}")
 
 
 def memory(pid: int | None) -> str:
@@ -211,6 +253,8 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3, help="rounds of the three runs; medians are printed")
     ap.add_argument("--paced", type=float, default=0, help="then one more TrainingJob run, jobs submitted at this "
                     "rate per second: gang startup latency under a steady load")
+    ap.add_argument("--fill", type=int, default=0, help="then this many 1-GPU pods, bound by a bare client, and "
+                    "the operator restarted: its time from start to first cycle and its memory with them")
     ap.add_argument("--operator-log-level", default="INFO", help="DEBUG logs every cycle's timings")
     ap.add_argument("--profile", type=Path, help="folder for py-spy profiles of the operator (TrainingJob runs)")
     args = ap.parse_args()
@@ -229,8 +273,7 @@ def main() -> None:
               f"{pods} pods, {gpus} GPUs (multi-node jobs require one leaf)")
         core = client.CoreV1Api(api)
         env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
-        local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", str(METRICS),
-                                         "--log-level", args.operator_log_level], env)
+        start_operator(local, env, args)
         time.sleep(3)
         runs: dict[str, list[float]] = {"bare": [], "trainingjobs": [], "indexed": []}
         def meter() -> CpuMeter:
@@ -279,6 +322,8 @@ def main() -> None:
                                         "pods/binding)")):
             print(f"  {label}: {median[name]:.1f}s, {pods / median[name]:.0f} pods/s; ratio to the ceiling "
                   f"{median['bare'] / median[name]:.2f}")
+        if args.fill:
+            print(fill_and_restart(local, api, core, [o["metadata"]["name"] for o in objs], args.fill, env, args))
         if args.paced:
             submitted, running = {}, {}
             cycles = Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)

@@ -105,3 +105,64 @@ def test_the_rate_limit_lets_a_burst_through_then_spaces_calls_by_one_over_qps()
     for _ in range(4):
         limit.take()
     assert slept == [0.1]
+
+
+class Watched:
+    """An API server's pods endpoint as a watch sees it: the first watch streams two events and a bookmark, then
+    ends; the second is told its version is gone (410); a list answers with one pod; the third watch blocks."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+                owner.paths.append(self.path)
+                watches = sum(1 for p in owner.paths if "watch=1" in p)
+                if "watch=1" not in self.path:
+                    lines = [{"kind": "PodList", "metadata": {"resourceVersion": "20"},
+                              "items": [{"metadata": {"name": "listed", "resourceVersion": "19"}}]}]
+                elif watches == 1:
+                    lines = [{"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "11"}}},
+                             {"type": "MODIFIED", "object": {"metadata": {"name": "a", "resourceVersion": "12"}}},
+                             {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}]
+                elif watches == 2:
+                    lines = [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "reason": "Expired"}}]
+                else:
+                    owner.stop.wait(5)
+                    lines = []
+                body = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_) -> None:
+                pass
+
+        self.stop = threading.Event()
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def test_the_lean_watch_delivers_events_goes_on_from_bookmarks_and_lists_again_after_410():
+    served = Watched()
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{served.server.server_address[1]}"
+    api = KubeAPI(client.ApiClient(cfg), workers=2)
+    delivered, relisted = [], []
+
+    def relist(items: list[dict], version: str) -> None:
+        relisted.append(([item["metadata"]["name"] for item in items], version))
+        served.stop.set()  # and the watch after it ends the test
+
+    watcher = threading.Thread(target=api.watch, args=(PODS, "10", lambda kind, obj: delivered.append(
+        (kind, obj["metadata"]["name"], obj["kind"])), relist, served.stop))
+    watcher.start()
+    watcher.join(10)
+    served.server.shutdown()
+    assert delivered == [("ADDED", "a", "Pod"), ("MODIFIED", "a", "Pod")]
+    assert relisted == [(["listed"], "20")]
+    watches = [p for p in served.paths if "watch=1" in p]
+    assert "resourceVersion=10" in watches[0] and "resourceVersion=15" in watches[1], "on from the bookmark"

@@ -102,10 +102,12 @@ class Operator:
         threads = []
         for kind in self.lean:
             def deliver(event: str, obj: dict, kind: Kind = kind) -> None:
-                loop.call_soon_threadsafe(self._event, kind, event, obj)
+                with contextlib.suppress(RuntimeError):  # the loop closed: the operator is stopping
+                    loop.call_soon_threadsafe(self._event, kind, event, obj)
 
             def relist(items: list[dict], version: str, kind: Kind = kind) -> None:
-                loop.call_soon_threadsafe(self._relisted, kind, items, version)
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._relisted, kind, items, version)
             threads.append(threading.Thread(target=self.api.watch, name=f"watch-{kind.plural}", daemon=True,
                                             args=(kind, self.listed.get(kind, ""), deliver, relist, stop)))
         return threads

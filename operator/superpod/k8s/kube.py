@@ -131,9 +131,9 @@ class KubeAPI:
                     relist(items, version)
                 version = self._watch(kind, version, deliver, stop)
                 failures = 0
-            except (ApiError, ValueError) as e:  # ValueError: a line that is not JSON (a cut stream)
+            except Exception as e:  # noqa: BLE001 - the watch must outlive any error (a cut stream, a bad line)
                 failures += 1
-                log.warning("watching %s failed (%s); again in %ds", kind.plural, e, min(30, 2 ** failures))
+                log.warning("watching %s failed (%r); again in %ds", kind.plural, e, min(30, 2 ** failures))
                 stop.wait(min(30, 2 ** failures))
 
     def _watch(self, kind: Kind, version: str, deliver: Callable[[str, dict], None], stop: threading.Event) -> str:
