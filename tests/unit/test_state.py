@@ -139,3 +139,19 @@ def test_jobs_are_read_again_only_when_their_object_changed_and_held_capacity_fo
     assert state.holding_pods() == {}, "a finished pod holds nothing"
     state.apply(TRAININGJOBS, "DELETED", job(5, "Queued"), 0.0)
     assert views() == [] and reader.by_uid == {}
+
+
+def test_nodes_and_pods_are_kept_without_the_servers_field_ownership():
+    """managedFields were most of a cached node's and gang pod's bytes (RSS 980 MiB at 10,000 nodes and 11,100 pods
+    of Indexed Jobs); jobs keep theirs (their status is written back whole)."""
+    state = ClusterState()
+    owned = [{"manager": "kwok", "operation": "Update", "fieldsV1": {"f:status": {"f:conditions": {}}}}]
+    gang = pod("g", 1)
+    gang["metadata"].update(managedFields=owned, ownerReferences=[])
+    gang["spec"]["schedulerName"] = "superpod-scheduler"
+    for kind, obj in ((NODES, node("n1")), (PODS, gang), (TRAININGJOBS, job(1))):
+        obj["metadata"]["managedFields"] = owned
+        state.apply(kind, "ADDED", obj, 0.0)
+    assert "managedFields" not in state.nodes["n1"].obj["metadata"]
+    assert "managedFields" not in state.gang_pods["ns/g"]["metadata"]
+    assert state.jobs["ns/j"]["metadata"]["managedFields"] == owned

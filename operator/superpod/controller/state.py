@@ -41,6 +41,9 @@ from superpod.k8s.api import (
 
 log = logging.getLogger(__name__)
 TOMBSTONES = 50_000  # deleted uids remembered, so their late events are ignored
+# Kinds kept without metadata.managedFields (the server's field ownership, often half of a pod's or node's bytes):
+# nodes and pods are most of the cache at fleet size, and are never written back whole.
+SLIM = (NODES, PODS)
 # Dynamic MIG bookkeeping on the nodes themselves (see controller/mig.py), so it survives an operator restart.
 MIG_EXPECT = "superpod.dev/mig-expect"  # resources the node must advertise once reconfigured (JSON)
 MIG_LAYOUT = "superpod.dev/mig-layout"  # per-GPU geometry we configured (JSON)
@@ -161,6 +164,8 @@ class ClusterState:
             self._forget(kind, key, uid, rv, now, obj)
             return True
         self._versions[(kind.plural, key)] = (uid, rv)
+        if kind in SLIM and "managedFields" in meta:
+            obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
         self._store(kind, key, obj, now)
         self._changed(kind, key)
         return True
