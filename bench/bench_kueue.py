@@ -31,7 +31,7 @@ from superpod.localcluster.cluster import COMPONENTS, LocalCluster, Ports, state
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine  # noqa: E402
-from bench_operator import WORKERS, job_shapes, operator_run, paced, simulated_fleet, startup_latency, wait_running  # noqa: E402, E501
+from bench_operator import WORKERS, job_shapes, operator_run, paced, simulated_fleet, startup_latency, watch_running  # noqa: E402, E501
 from cpu import CpuMeter  # noqa: E402
 
 PORTS = Ports(etcd=12879, etcd_peer=12880, apiserver=16943, controller_manager=20757, scheduler=20759, kwok=20747)
@@ -121,9 +121,10 @@ def kueue_run(api: client.ApiClient, namespace: str, shapes: list[tuple[int, int
         batch.create_namespaced_job(namespace, job(j), _preload_content=False)
 
     started = time.monotonic()
+    watching = watch_running(core, namespace, sum(r for r, _ in shapes), started, running)
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(lambda j: paced(j, started, 0, submitted, submit), range(len(shapes))))
-    return wait_running(core, namespace, sum(r for r, _ in shapes), started, running)
+    return watching.result()
 
 
 def one_leaf(api: client.ApiClient, namespace: str, label: str) -> tuple[int, int]:

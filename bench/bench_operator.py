@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from kubernetes import client, watch
@@ -65,6 +65,12 @@ def wait_running(core: client.CoreV1Api, ns: str, total: int, started: float,
             if len(running) >= total:
                 break
     return max(running.values()) - started
+
+
+def watch_running(core: client.CoreV1Api, ns: str, total: int, started: float, seen: dict[str, float]) -> Future:
+    """wait_running on a thread of its own, started before the first submission: a pod that runs while the rest are
+    being submitted is seen when it runs."""
+    return ThreadPoolExecutor(1).submit(wait_running, core, ns, total, started, seen)
 
 
 def startup_latency(shapes: list[tuple[int, int]], submitted: dict[int, float], running: dict[str, float]) -> str:
@@ -139,9 +145,9 @@ def done(response) -> None:
     response.release_conn()
 
 
-def bare_client(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]]) -> tuple[float, float]:
+def bare_client(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]],
+                ns: str = "bench-bare") -> tuple[float, float]:
     core = client.CoreV1Api(api)
-    ns = "bench-bare"
     core.create_namespace({"metadata": {"name": ns}})
     pods, i = [], 0
     for j, (replicas, gpus) in enumerate(shapes):
@@ -169,10 +175,10 @@ def paced(job: int, started: float, rate: float, submitted: dict[int, float], su
 
 
 def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]], rate: float = 0,
-                 submitted: dict | None = None, running: dict | None = None) -> tuple[float, int]:
+                 submitted: dict | None = None, running: dict | None = None,
+                 ns: str = "bench-operator") -> tuple[float, int]:
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
-    ns = "bench-operator"
     core.create_namespace({"metadata": {"name": ns}})
     submitted = {} if submitted is None else submitted
     running = {} if running is None else running
@@ -187,9 +193,10 @@ def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]], rate: flo
 
     total = sum(r for r, _ in shapes)
     started = time.monotonic()
+    watching = watch_running(core, ns, total, started, running)
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(lambda j: paced(j, started, rate, submitted, submit), range(len(shapes))))
-    elapsed = wait_running(core, ns, total, started, running)
+    elapsed = watching.result()
     running_jobs = sum(1 for j in custom.list_namespaced_custom_object("superpod.dev", "v1alpha1", ns,
                                                                        "trainingjobs")["items"]
                        if (j.get("status") or {}).get("phase") in ("Starting", "Running"))
@@ -197,10 +204,9 @@ def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]], rate: flo
 
 
 def indexed_jobs_run(api: client.ApiClient, shapes: list[tuple[int, int]], submitted: dict,
-                     running: dict) -> tuple[float, int]:
+                     running: dict, ns: str = "bench-indexed") -> tuple[float, int]:
     """The same gangs as Indexed Jobs whose pods name this scheduler: the gang label and size on the pod template."""
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
-    ns = "bench-indexed"
     core.create_namespace({"metadata": {"name": ns}})
 
     def submit(j: int) -> None:
@@ -217,9 +223,10 @@ def indexed_jobs_run(api: client.ApiClient, shapes: list[tuple[int, int]], submi
 
     total = sum(r for r, _ in shapes)
     started = time.monotonic()
+    watching = watch_running(core, ns, total, started, running)
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(lambda j: paced(j, started, 0, submitted, submit), range(len(shapes))))
-    elapsed = wait_running(core, ns, total, started, running)
+    elapsed = watching.result()
     bound = sum(1 for p in core.list_namespaced_pod(ns).items if p.spec.node_name)
     return elapsed, bound
 
@@ -288,34 +295,37 @@ def main() -> None:
 
         for round_ in range(1, args.repeat + 1):  # interleaved, so drift on this machine hits all three alike
             cpu = meter()
-            created, bare = bare_client(api, [o["metadata"]["name"] for o in objs], shapes)
+            # Namespaces of their own each round: a namespace made again right after its deletion may refuse pods
+            # for a while (403 "being terminated"), and kube-controller-manager backs off for minutes.
+            names = {run: f"bench-{run}-{round_}" for run in ("bare", "operator", "indexed")}
+            created, bare = bare_client(api, [o["metadata"]["name"] for o in objs], shapes, names["bare"])
             print(f"round {round_}: bare client {bare:.1f}s (created in {created:.1f}s); {cpu.report(bare)}")
-            wait_no_pods(core, ("bench-bare",))
+            wait_no_pods(core, (names["bare"],))
             marks = [time.time()]  # the writes are counted from submission until all run (not the teardown)
             cpu, cycles = meter(), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
             profile = Profile(local.pid("operator"), str(args.profile / f"operator-{round_}.txt")) \
                 if args.profile else contextlib.nullcontext()
             submitted, running = {}, {}
             with profile:
-                elapsed, running_jobs = operator_run(api, shapes, 0, submitted, running)
+                elapsed, running_jobs = operator_run(api, shapes, 0, submitted, running, names["operator"])
             marks.append(time.time())
             print(f"  TrainingJobs {elapsed:.1f}s ({running_jobs}/{len(shapes)} placed); {cpu.report(elapsed)}")
             print(f"  operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
             print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
             if args.profile:
                 print(profile.hottest())
-            core.delete_namespace("bench-operator")
-            wait_no_pods(core, ("bench-operator",))
+            core.delete_namespace(names["operator"])
+            wait_no_pods(core, (names["operator"],))
             marks.append(time.time())
             cpu, cycles = meter(), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
             submitted, running = {}, {}
-            indexed, bound = indexed_jobs_run(api, shapes, submitted, running)
+            indexed, bound = indexed_jobs_run(api, shapes, submitted, running, names["indexed"])
             marks.append(time.time())
             print(f"  Indexed Jobs {indexed:.1f}s ({bound}/{pods} pods bound); {cpu.report(indexed)}")
             print(f"  operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
             print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
-            core.delete_namespace("bench-indexed")
-            wait_no_pods(core, ("bench-indexed",))
+            core.delete_namespace(names["indexed"])
+            wait_no_pods(core, (names["indexed"],))
             for name, seconds in (("bare", bare), ("trainingjobs", elapsed), ("indexed", indexed)):
                 runs[name].append(seconds)
             print(f"  the operator's writes per job (audit log): TrainingJobs "
