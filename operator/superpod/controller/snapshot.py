@@ -25,10 +25,10 @@ class SnapshotCache:
 
     def build(self, state: ClusterState, holdings: dict[str, Pod]) -> Snapshot:
         """The snapshot holding exactly `holdings` (pod key -> what it holds)."""
-        changed, state.changed_nodes = state.changed_nodes, set()
-        in_place = self._snap is not None and self._layout == state.layout and self._version != state.version
-        if in_place and all(self._snap.replace_node(state.nodes[name].node) for name in sorted(changed)):
-            self._version = state.version
+        if self._snap is not None and self._layout == state.layout and self._version != state.version:
+            changed = sorted(name for name, stamp in state.node_stamps.items() if stamp > self._version)
+            if all(self._snap.replace_node(state.nodes[name].node) for name in changed):
+                self._version = state.version
         if self._snap is None or self._layout != state.layout or self._version != state.version:
             self._snap = Snapshot(state.usable_nodes(), state.topology()[0], holdings.values())
             self._version, self._layout = state.version, state.layout

@@ -133,10 +133,8 @@ class ClusterState:
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
         self.version = 0  # bumped on every change to nodes or the topology
-        # bumped when the snapshot cannot follow in place (a node added, removed or unreadable, the topology changed);
-        # other node changes are named in changed_nodes until the snapshot takes them
+        # bumped when the snapshot cannot follow in place (a node added, removed or unreadable, the topology changed)
         self.layout = 0
-        self.changed_nodes: set[str] = set()
         self.node_stamps: dict[str, int] = {}  # node name -> the version of its last change (deletion included)
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
@@ -326,8 +324,6 @@ class ClusterState:
             self.node_stamps[name] = self.version
             if old is None or old.node is None or node is None:
                 self.layout += 1
-            else:
-                self.changed_nodes.add(name)
 
     # ---- reading ------------------------------------------------------------------------------------------------
     def topology(self) -> tuple[Topology, str | None]:
