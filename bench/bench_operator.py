@@ -35,7 +35,7 @@ from superpod.sim import nodes, presets
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine, wait_all_ready  # noqa: E402
-from cpu import CpuMeter, Profile  # noqa: E402
+from cpu import CpuMeter, GoProfile, Profile  # noqa: E402
 from scrape import Histograms, buckets  # noqa: E402
 
 PORTS = Ports(etcd=12779, etcd_peer=12780, apiserver=16843, controller_manager=20657, scheduler=20659, kwok=20647)
@@ -269,7 +269,9 @@ def main() -> None:
     ap.add_argument("--fill", type=int, default=0, help="then this many pods, bound by a bare client, and "
                     "the operator restarted: its time from start to first cycle and its memory with them")
     ap.add_argument("--operator-log-level", default="INFO", help="DEBUG logs every cycle's timings")
-    ap.add_argument("--profile", type=Path, help="folder for py-spy profiles of the operator (TrainingJob runs)")
+    ap.add_argument("--profile", type=Path, help="folder for py-spy profiles of the operator and pprof profiles of "
+                    "the API server (TrainingJob runs)")
+    ap.add_argument("--profile-seconds", type=int, default=10, help="length of the API server's profile")
     args = ap.parse_args()
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     if args.profile:
@@ -305,8 +307,10 @@ def main() -> None:
             cpu, cycles = meter(), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
             profile = Profile(local.pid("operator"), str(args.profile / f"operator-{round_}.txt")) \
                 if args.profile else contextlib.nullcontext()
+            served = GoProfile(local.api_url, local.admin_ssl(), str(args.profile / f"apiserver-{round_}.pb.gz"),
+                               args.profile_seconds) if args.profile else contextlib.nullcontext()
             submitted, running = {}, {}
-            with profile:
+            with profile, served:
                 elapsed, running_jobs = operator_run(api, shapes, 0, submitted, running, names["operator"])
             marks.append(time.time())
             print(f"  TrainingJobs {elapsed:.1f}s ({running_jobs}/{len(shapes)} placed); {cpu.report(elapsed)}")
@@ -314,6 +318,7 @@ def main() -> None:
             print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
             if args.profile:
                 print(profile.hottest())
+                print(served.hottest())
             core.delete_namespace(names["operator"])
             wait_no_pods(core, (names["operator"],))
             marks.append(time.time())

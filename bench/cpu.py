@@ -86,3 +86,35 @@ def _short(frame: str) -> str:
     """`fn (path/to/module.py:12)` -> `fn (module.py)`: the line left out, so a function's samples add up."""
     name, _, where = frame.partition(" (")
     return f"{name} ({where.rsplit('/', 1)[-1].split(':')[0]})" if where else name
+
+
+class GoProfile:
+    """The API server's own CPU profile (Go's pprof endpoint, on by default) over `seconds`, taken on a thread while
+    the `with` block runs; `hottest` reads it with `go tool pprof`."""
+
+    def __init__(self, url: str, ssl_context, path: str, seconds: int) -> None:
+        self.url, self.ssl, self.path, self.seconds = url, ssl_context, path, seconds
+
+    def __enter__(self) -> GoProfile:
+        import threading
+        import urllib.request
+
+        def fetch() -> None:
+            with urllib.request.urlopen(f"{self.url}/debug/pprof/profile?seconds={self.seconds}",
+                                        context=self.ssl, timeout=self.seconds + 60) as answer:
+                Path(self.path).write_bytes(answer.read())
+
+        self.thread = threading.Thread(target=fetch, daemon=True)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *_) -> None:
+        self.thread.join(self.seconds + 60)
+
+    def hottest(self, top: int = 25) -> str:
+        """Functions by cumulative share (with callees): which requests and layers the API server spent its CPU on."""
+        if not Path(self.path).exists():
+            return "no API server profile was written"
+        out = subprocess.run(["go", "tool", "pprof", "-top", "-cum", f"-nodecount={top}", self.path],
+                             capture_output=True, text=True)
+        return out.stdout or out.stderr

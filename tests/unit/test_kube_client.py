@@ -12,9 +12,23 @@ import pytest
 from kubernetes import client
 
 from superpod.k8s.api import PODS, ApiError, NotLeader
+from superpod.k8s.client import load
 from superpod.k8s.kube import THROTTLE_RETRIES, KubeAPI, RateLimit
+from superpod.k8s.lease import TERM
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
+
+
+def serve(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def api_of(server: ThreadingHTTPServer, **kwargs) -> KubeAPI:
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{server.server_address[1]}"
+    return KubeAPI(client.ApiClient(cfg), workers=2, **kwargs)
 
 
 class Throttling:
@@ -26,7 +40,7 @@ class Throttling:
 
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:  # noqa: N802 - the http.server API
-                body = self.rfile.read(int(self.headers["Content-Length"]))
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 owner.requests.append(self.path)
                 status, headers = (429, {"Retry-After": "0"}) if len(owner.requests) <= owner.busy else (201, {})
                 answer = body if status == 201 else json.dumps(
@@ -38,16 +52,15 @@ class Throttling:
                 self.end_headers()
                 self.wfile.write(answer)
 
+            do_PUT = do_DELETE = do_POST  # noqa: N815
+
             def log_message(self, *_) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(Handler)
 
     def api(self, **kwargs) -> KubeAPI:
-        cfg = client.Configuration()
-        cfg.host = f"http://127.0.0.1:{self.server.server_address[1]}"
-        return KubeAPI(client.ApiClient(cfg), workers=2, **kwargs)
+        return api_of(self.server, **kwargs)
 
 
 @pytest.fixture
@@ -109,7 +122,7 @@ def test_the_rate_limit_lets_a_burst_through_then_spaces_calls_by_one_over_qps()
 
 class Watched:
     """An API server's pods endpoint as a watch sees it: the first watch streams two events and a bookmark, then
-    ends; the second is told its version is gone (410); a list answers with one pod; the third watch blocks."""
+    ends; the second is told its version is gone (410); a list answers in two pages; the third watch blocks."""
 
     def __init__(self) -> None:
         self.paths: list[str] = []
@@ -119,9 +132,11 @@ class Watched:
             def do_GET(self) -> None:  # noqa: N802 - the http.server API
                 owner.paths.append(self.path)
                 watches = sum(1 for p in owner.paths if "watch=1" in p)
-                if "watch=1" not in self.path:
-                    lines = [{"kind": "PodList", "metadata": {"resourceVersion": "20"},
-                              "items": [{"metadata": {"name": "listed", "resourceVersion": "19"}}]}]
+                if "watch=1" not in self.path:  # a list of two pages
+                    more = {} if "continue=" in self.path else {"continue": "next"}
+                    name = "second" if "continue=" in self.path else "listed"
+                    lines = [{"kind": "PodList", "metadata": {"resourceVersion": "20", **more},
+                              "items": [{"metadata": {"name": name, "resourceVersion": "19"}}]}]
                 elif watches == 1:
                     lines = [{"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "11"}}},
                              {"type": "MODIFIED", "object": {"metadata": {"name": "a", "resourceVersion": "12"}}},
@@ -142,20 +157,18 @@ class Watched:
                 pass
 
         self.stop = threading.Event()
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = serve(Handler)
 
 
 def test_the_lean_watch_delivers_events_goes_on_from_bookmarks_and_lists_again_after_410():
     served = Watched()
-    cfg = client.Configuration()
-    cfg.host = f"http://127.0.0.1:{served.server.server_address[1]}"
-    api = KubeAPI(client.ApiClient(cfg), workers=2)
+    api = api_of(served.server)
     delivered, relisted = [], []
 
-    def relist(items: list[dict], version: str) -> None:
-        relisted.append(([item["metadata"]["name"] for item in items], version))
-        served.stop.set()  # and the watch after it ends the test
+    def relist(items: list[dict], version: str, last: bool) -> None:
+        relisted.append(([item["metadata"]["name"] for item in items], version, last))
+        if last:
+            served.stop.set()  # and the watch after it ends the test
 
     watcher = threading.Thread(target=api.watch, args=(PODS, "10", lambda kind, obj: delivered.append(
         (kind, obj["metadata"]["name"], obj["kind"])), relist, served.stop))
@@ -163,6 +176,98 @@ def test_the_lean_watch_delivers_events_goes_on_from_bookmarks_and_lists_again_a
     watcher.join(10)
     served.server.shutdown()
     assert delivered == [("ADDED", "a", "Pod"), ("MODIFIED", "a", "Pod")]
-    assert relisted == [(["listed"], "20")]
+    assert relisted == [(["listed"], "20", False), (["second"], "20", True)], "a page at a time"
     watches = [p for p in served.paths if "watch=1" in p]
     assert "resourceVersion=10" in watches[0] and "resourceVersion=15" in watches[1], "on from the bookmark"
+
+
+def kubeconfig_for(server: ThreadingHTTPServer, folder) -> str:
+    path = folder / "kubeconfig"
+    path.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "local",
+        "clusters": [{"name": "local", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+        "users": [{"name": "local", "user": {}}],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": "local"}}]}))
+    return str(path)
+
+
+@pytest.mark.parametrize("method", ["replace", "delete"])
+def test_puts_and_deletes_throttled_are_sent_again_only_by_the_guarded_loop(throttling, tmp_path, method):
+    """urllib3 would send a PUT or DELETE again on a 429 by itself, past the Lease guard: the client from `load`
+    leaves that to KubeAPI, which asks the guard before each send."""
+    server, asked = throttling(100), []
+
+    def guard() -> bool:
+        asked.append(1)
+        return len(asked) == 1
+    api = KubeAPI(load(kubeconfig_for(server.server, tmp_path)), workers=2, guard=guard)
+    call = api.replace(PODS, POD) if method == "replace" else api.delete(PODS, "p", "ns")
+    with pytest.raises(NotLeader):
+        asyncio.run(call)
+    assert len(server.requests) == 1, "sent once: the second try found the Lease lost"
+
+
+def test_the_guard_is_asked_in_the_callers_context(throttling):
+    """The Lease term a cycle records (a context variable) reaches the guard on the worker thread."""
+    server, seen = throttling(0), []
+
+    async def write() -> None:
+        TERM.set(7)
+        await api.create(PODS, POD)
+    api = server.api(guard=lambda: seen.append(TERM.get()) or True)
+    asyncio.run(write())
+    assert seen == [7]
+
+
+class CutWatch:
+    """A watch that streams an event and a bookmark, then loses its connection mid-stream; the next one blocks."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        self.stop = threading.Event()
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 - the http.server API
+                owner.paths.append(self.path)
+                if len(owner.paths) > 1:
+                    owner.stop.wait(5)
+                    self.send_response(200)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
+                lines = [{"type": "ADDED", "object": {"metadata": {"name": "a", "resourceVersion": "11"}}},
+                         {"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "15"}}}]
+                body = b"".join(json.dumps(line).encode() + b"\n" for line in lines)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Transfer-Encoding", "chunked")
+                self.end_headers()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(body), body))
+                self.wfile.flush()
+                self.close_connection = True  # no last chunk: the stream is cut
+
+            def log_message(self, *_) -> None:
+                pass
+
+        self.server = serve(Handler)
+
+
+def test_a_watch_cut_mid_stream_goes_on_at_once_from_the_last_version_it_delivered():
+    served = CutWatch()
+    delivered = []
+
+    def deliver(kind: str, obj: dict) -> None:
+        delivered.append(obj["metadata"]["name"])
+    watcher = threading.Thread(target=api_of(served.server).watch,
+                               args=(PODS, "10", deliver, lambda *_: None, served.stop))
+    watcher.start()
+    while len(served.paths) < 2 and watcher.is_alive():
+        served.stop.wait(0.05)
+    served.stop.set()
+    watcher.join(10)
+    served.server.shutdown()
+    assert delivered == ["a"], "the event is not delivered twice"
+    assert "resourceVersion=10" in served.paths[0] and "resourceVersion=15" in served.paths[1]

@@ -13,7 +13,7 @@ from superpod.controller.actions import CreatePods, Plan, WriteStatus
 from superpod.controller.applier import Applier
 from superpod.controller.state import ClusterState
 from superpod.k8s.api import LEASES, PODS, TRAININGJOBS, ApiError
-from superpod.k8s.lease import LeaderLease
+from superpod.k8s.lease import TERM, LeaderLease
 from superpod.k8s.memory import MemoryAPI
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
@@ -55,6 +55,26 @@ def test_clock_skew_cannot_steal_the_lease():
         assert run(behind.step())
         assert not run(standby.step())
         clock.now += 2
+
+
+def test_a_write_held_back_across_a_lost_and_retaken_lease_is_refused():
+    """Throttling holds a cycle's write for a minute: meanwhile a loses the Lease, b takes it (and may place gangs),
+    loses it, and a takes it again. a leads when the write is finally asked, but in another term: refused."""
+    clock = Clocks()
+    store = MemoryAPI(clock=clock)
+    a, b = lease(store, "a", clock), lease(store, "b", clock)
+    assert run(a.step())
+    TERM.set(a.acquisitions)  # the cycle begins; its write waits
+    assert a.may_write()
+    for taker in (b, a):
+        assert not run(taker.step())  # the one to take over observes the record ...
+        clock.now += 16  # ... which stands still for a lease duration (its holder cannot renew)
+        assert run(taker.step())
+    assert a.is_leading() and a.acquisitions == 2
+    assert not a.may_write(), "a decision of term 1 written in term 2"
+    TERM.set(a.acquisitions)  # the next cycle, in the new term
+    assert a.may_write()
+    TERM.set(None)
 
 
 def test_a_holder_that_cannot_renew_stops_leading_before_anyone_may_take_over():

@@ -13,7 +13,7 @@ from superpod.core.placement import place
 from superpod.core.request import GPU, Taint
 from superpod.k8s.api import NODES
 from tests.unit.builders import TOPO, job, node
-from tests.unit.memory_cluster import MemoryCluster, training_job
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
 JOBS = [job("one").gpus(1).build(), job("pair").replicas(2).gpus(8).required("leaf").build(),
         job("four").replicas(4).gpus(4).preferred("leaf").build(),
@@ -107,3 +107,22 @@ def test_a_node_change_judges_only_the_gangs_on_that_node():
     c.update_node(node, lambda obj: obj["metadata"]["labels"].update({"example.com/pool": "blue"}))
     c.cycle()
     assert judged == ["team-a/b"]
+
+
+def test_a_deleted_node_leaves_no_stamp_and_its_gang_is_judged():
+    """A node deleted is forgotten (no stamp kept for every node that ever was); the gang on it is still judged:
+    it is gone from the nodes, although the other node of the gang changed later than it."""
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)
+    c.submit(training_job("pair", 2, 8))
+    c.settle(3)
+    stamps = c.controller.state.node_stamps
+    first, second = sorted({p["spec"]["nodeName"] for p in c.pods("pair")}, key=stamps.__getitem__)
+    c.update_node(second, lambda obj: obj["metadata"]["labels"].update({"example.com/pool": "blue"}))
+    c.settle(1)
+    judged = []
+    judge = c.controller._judge
+    c.controller._judge = lambda view, now: judged.append(view.key) or judge(view, now)
+    run(c.admin.delete(NODES, first))
+    c.cycle()
+    assert first not in stamps and len(stamps) == 3
+    assert judged == ["team-a/pair"]

@@ -89,6 +89,22 @@ def test_a_relist_removes_phantoms_and_keeps_what_is_newer_than_the_list():
     assert set(s.pods) == {"ns/kept", "ns/new"} and "n9" not in s.nodes and changed == 2
 
 
+def test_a_relist_page_by_page_with_watch_events_between_pages():
+    """The list is applied a page at a time (never all pages held at once): an event newer than the list, applied
+    between its pages, is kept; what no page names is dropped only at the end."""
+    s = ClusterState()
+    for name, rv, uid in (("a", 3, "ua"), ("b", 4, "ub"), ("gone", 5, "ug")):
+        s.apply(PODS, "ADDED", pod(name, rv, uid=uid), 0)
+    relist = s.relist(PODS, "10")
+    relist.page([pod("a", 3, uid="ua")], 1)
+    s.apply(PODS, "MODIFIED", pod("b", 11, uid="ub", phase="Succeeded"), 1)  # a watch event between the pages
+    s.apply(PODS, "ADDED", pod("new", 12, uid="un"), 1)
+    assert "ns/gone" in s.pods, "nothing is dropped before the last page"
+    relist.page([pod("b", 4, uid="ub")], 1)
+    assert relist.end(2) == 1
+    assert set(s.pods) == {"ns/a", "ns/b", "ns/new"} and s.pods["ns/b"].phase == "Succeeded"
+
+
 def test_a_node_with_damaged_annotations_is_left_out_with_a_reason():
     """Defect: one node whose superpod.dev/mig-expect was not JSON made the operator exit at start-up."""
     s = ClusterState()
@@ -149,9 +165,12 @@ def test_nodes_and_pods_are_kept_without_the_servers_field_ownership():
     gang = pod("g", 1)
     gang["metadata"].update(managedFields=owned, ownerReferences=[])
     gang["spec"]["schedulerName"] = "superpod-scheduler"
-    for kind, obj in ((NODES, node("n1")), (PODS, gang), (TRAININGJOBS, job(1))):
+    listed = node("n1")
+    listed["status"].update(images=[{"names": ["registry.example/trainer:1"], "sizeBytes": 1}], nodeInfo={})
+    for kind, obj in ((NODES, listed), (PODS, gang), (TRAININGJOBS, job(1))):
         obj["metadata"]["managedFields"] = owned
         state.apply(kind, "ADDED", obj, 0.0)
     assert "managedFields" not in state.nodes["n1"].obj["metadata"]
+    assert set(state.nodes["n1"].obj["status"]) == {"allocatable", "conditions"}, "nor the kubelet's image list"
     assert "managedFields" not in state.gang_pods["ns/g"]["metadata"]
     assert state.jobs["ns/j"]["metadata"]["managedFields"] == owned

@@ -262,9 +262,9 @@ class Controller:
 
     def _judge_placed(self, touched: set[str], now: float) -> list[Plan]:
         """Judge the placed gangs that are not steady: those that changed (`touched`), those not steady last cycle,
-        and when nodes changed, those on a node that changed."""
+        and when nodes changed, those on a node that changed or is gone."""
         active, changes, version, steady = self.reader.active, self.state.changes, self.state.version, self.steady
-        stamps = self.state.node_stamps
+        stamps, nodes = self.state.node_stamps, self.state.nodes
         if self._judged != version:
             self._judged, candidates = version, set(active)
         else:
@@ -277,7 +277,9 @@ class Controller:
             view = active.get(key)
             if view is None:
                 continue
-            seen = (changes.get(key, 0), max((stamps.get(node, 0) for node in view.placement().values()), default=0))
+            on = view.placement().values()
+            seen = (changes.get(key, 0), max((stamps.get(node, 0) for node in on), default=0),
+                    sum(node not in nodes for node in on))  # a node deleted has no stamp
             if steady.get(view.uid) != seen and self.applier.settled(view.uid, now):
                 plans += self._judge_unless_steady(view, seen, now)
             if steady.get(view.uid) != seen:

@@ -40,11 +40,11 @@ from superpod.controller.health import Health
 from superpod.controller.judge import Settings
 from superpod.controller.metrics import Metrics
 from superpod.controller.mig import MigFlow
-from superpod.controller.state import ClusterState
+from superpod.controller.state import ClusterState, Relist
 from superpod.k8s.api import NODES, PODGROUPS, PODS, TRAININGJOBS, WATCHED, ApiError, ClusterAPI, Kind
 from superpod.k8s.client import load
 from superpod.k8s.kube import AGENT, KubeAPI
-from superpod.k8s.lease import LEASE_SECONDS, LeaderLease, lease_timings
+from superpod.k8s.lease import LEASE_SECONDS, TERM, LeaderLease, lease_timings
 
 log = logging.getLogger("superpod")
 LEAN = (NODES, PODS, TRAININGJOBS)  # watched without kopf (see above)
@@ -64,10 +64,11 @@ class Operator:
                  slow_cycle: float = 0, kinds: tuple[Kind, ...] = WATCHED, lean: tuple[Kind, ...] = ()) -> None:
         self.api, self.metrics, self.kinds, self.lean = api, metrics, kinds, lean
         self.listed: dict[Kind, str] = {}  # kind -> the resourceVersion its first list ended at
+        self._relists: dict[Kind, Relist] = {}  # kind -> the Relist a lean watch is sending pages of
         self.state = ClusterState(topology, (settings or Settings()).scheduler_name)
         identity = identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
         self.lease = LeaderLease(lease_api, namespace, LEASE_NAME, identity, *lease_timings(lease_seconds))
-        api.guard = self.lease.is_leading  # every write is asked, right before it is sent
+        api.guard = self.lease.may_write  # every write is asked, right before it is sent
         mig = MigFlow(self.state, namespace, mig_configmap, mig_timeout, metrics)
         self.controller = Controller(self.state, api, self.lease.is_leading, settings, mig, metrics)
         self.health = Health(metrics.registry, stall_seconds)
@@ -92,10 +93,23 @@ class Operator:
         if self.state.apply(kind, event, obj, time.time()):
             self.wake.set()
 
-    def _relisted(self, kind: Kind, items: list[dict], version: str) -> None:
-        if changed := self.state.resync(kind, items, version, time.time()):
+    def _relisted(self, kind: Kind, items: list[dict], version: str, last: bool) -> None:
+        """A page of the list a watch took after it fell behind (410 Gone)."""
+        relist = self._relists.get(kind)
+        if relist is None or relist.version != version:
+            relist = self._relists[kind] = self.state.relist(kind, version)
+        relist.page(items, time.time())
+        if last and (changed := self._relists.pop(kind).end(time.time())):
             log.info("a relist after the watch fell behind corrected %d %s", changed, kind.plural)
             self.wake.set()
+
+    async def _list(self, kind: Kind) -> tuple[int, str]:
+        """A full list of the kind into the cache, page by page: (cached objects it changed, its resourceVersion)."""
+        relist = None
+        async for items, version in self.api.pages(kind):
+            relist = relist or self.state.relist(kind, version)
+            relist.page(items, time.time())
+        return relist.end(time.time()), relist.version
 
     def _watch_threads(self, loop: asyncio.AbstractEventLoop, stop: threading.Event) -> list[threading.Thread]:
         """A thread per lean kind, list-watching from where the first list ended, applying on the loop."""
@@ -105,9 +119,9 @@ class Operator:
                 with contextlib.suppress(RuntimeError):  # the loop closed: the operator is stopping
                     loop.call_soon_threadsafe(self._event, kind, event, obj)
 
-            def relist(items: list[dict], version: str, kind: Kind = kind) -> None:
+            def relist(items: list[dict], version: str, last: bool, kind: Kind = kind) -> None:
                 with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(self._relisted, kind, items, version)
+                    loop.call_soon_threadsafe(self._relisted, kind, items, version, last)
             threads.append(threading.Thread(target=self.api.watch, name=f"watch-{kind.plural}", daemon=True,
                                             args=(kind, self.listed.get(kind, ""), deliver, relist, stop)))
         return threads
@@ -119,8 +133,7 @@ class Operator:
         while True:
             try:
                 for kind in self.kinds:
-                    items, version = await self.api.list(kind)
-                    self.state.resync(kind, items, version, time.time())
+                    _, version = await self._list(kind)
                     self.listed.setdefault(kind, version)
                 return
             except ApiError as e:
@@ -159,6 +172,7 @@ class Operator:
                     self.synced_for = acquisition
                     self.health.cycle_done()  # the stall clock starts with leadership
                 self.controller.writer(self.lease.fence)
+                TERM.set(self.lease.acquisitions)
                 started = time.monotonic()
                 try:
                     await self.controller.cycle(time.time(), pause=self.slow_cycle)
@@ -181,8 +195,8 @@ class Operator:
                 return
             try:
                 for kind in self.kinds:
-                    items, version = await self.api.list(kind)
-                    if changed := self.state.resync(kind, items, version, time.time()):
+                    changed, _ = await self._list(kind)
+                    if changed:
                         log.info("resync corrected %d %s", changed, kind.plural)
                         self.wake.set()
             except Exception as e:  # noqa: BLE001 - retried at the next period

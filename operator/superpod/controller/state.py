@@ -44,6 +44,9 @@ TOMBSTONES = 50_000  # deleted uids remembered, so their late events are ignored
 # Kinds kept without metadata.managedFields (the server's field ownership, often half of a pod's or node's bytes):
 # nodes and pods are most of the cache at fleet size, and are never written back whole.
 SLIM = (NODES, PODS)
+# What a node's kubelet reports that no decision reads: the image list alone is often most of a real node's bytes.
+UNREAD_NODE_STATUS = ("images", "nodeInfo", "addresses", "daemonEndpoints", "volumesInUse", "volumesAttached",
+                      "config", "runtimeHandlers", "features")
 # Dynamic MIG bookkeeping on the nodes themselves (see controller/mig.py), so it survives an operator restart.
 MIG_EXPECT = "superpod.dev/mig-expect"  # resources the node must advertise once reconfigured (JSON)
 MIG_LAYOUT = "superpod.dev/mig-layout"  # per-GPU geometry we configured (JSON)
@@ -114,6 +117,46 @@ class NodeEntry:
     not_ready_since: float | None = None  # on the local clock, when it was first seen not ready
 
 
+def slim(obj: dict) -> dict:
+    """A node or pod as cached: without managedFields, a node also without the status fields nothing reads."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    if "managedFields" in meta:
+        obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+    if obj.get("kind") == "Node" and any(field in status for field in UNREAD_NODE_STATUS):
+        obj = {**obj, "status": {k: v for k, v in status.items() if k not in UNREAD_NODE_STATUS}}
+    return obj
+
+
+class Relist:
+    """A full list of one kind at one resourceVersion, applied page by page on the event loop; at its end, what it
+    proves deleted (cached from before the list, absent from it) is dropped. Watch events may come between pages:
+    versions only move forward, so a page older than them changes nothing."""
+
+    def __init__(self, state: ClusterState, kind: Kind, list_version: str) -> None:
+        self.state, self.kind, self.version = state, kind, list_version
+        self.present: set[str] = set()
+        self.changed = 0
+
+    def page(self, items: list[dict], now: float) -> None:
+        apply, kind = self.state.apply, self.kind
+        for item in items:
+            self.changed += apply(kind, "MODIFIED", item, now)
+            self.present.add(object_key(item))
+
+    def end(self, now: float) -> int:
+        """Drop what the list proves deleted; how many cached objects the whole list changed."""
+        try:
+            listed_at = int(self.version)
+        except ValueError:
+            listed_at = 0
+        state, plural = self.state, self.kind.plural
+        for (kind_plural, key), (uid, rv) in list(state._versions.items()):
+            if kind_plural == plural and key not in self.present and rv <= listed_at:
+                state._forget(self.kind, key, uid, max(rv, listed_at), now)
+                self.changed += 1
+        return self.changed
+
+
 class ClusterState:
     def __init__(self, topology_name: str = "default", scheduler_name: str = SCHEDULER_NAME) -> None:
         self.topology_name, self.scheduler_name = topology_name, scheduler_name
@@ -135,7 +178,7 @@ class ClusterState:
         self.version = 0  # bumped on every change to nodes or the topology
         # bumped when the snapshot cannot follow in place (a node added, removed or unreadable, the topology changed)
         self.layout = 0
-        self.node_stamps: dict[str, int] = {}  # node name -> the version of its last change (deletion included)
+        self.node_stamps: dict[str, int] = {}  # node name -> the version of its last change (present nodes only)
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
         self.touched: set[str] = set()  # keys of the jobs stamped (or deleted) since the controller last looked
@@ -162,8 +205,8 @@ class ClusterState:
             self._forget(kind, key, uid, rv, now, obj)
             return True
         self._versions[(kind.plural, key)] = (uid, rv)
-        if kind in SLIM and "managedFields" in meta:
-            obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+        if kind in SLIM:
+            obj = slim(obj)
         self._store(kind, key, obj, now)
         self._changed(kind, key)
         return True
@@ -186,17 +229,13 @@ class ClusterState:
     def resync(self, kind: Kind, items: list[dict], list_version: str, now: float) -> int:
         """A full list: apply every item, and drop what the list proves deleted (cached from before the list, absent
         from it). Returns how many cached objects changed."""
-        try:
-            listed_at = int(list_version)
-        except ValueError:
-            listed_at = 0
-        changed = sum(self.apply(kind, "MODIFIED", item, now) for item in items)
-        present = {object_key(item) for item in items}
-        for (plural, key), (uid, rv) in list(self._versions.items()):
-            if plural == kind.plural and key not in present and rv <= listed_at:
-                self._forget(kind, key, uid, max(rv, listed_at), now)
-                changed += 1
-        return changed
+        relist = self.relist(kind, list_version)
+        relist.page(items, now)
+        return relist.end(now)
+
+    def relist(self, kind: Kind, list_version: str) -> Relist:
+        """A full list taken page by page (resync one page at a time: the pages are never all held at once)."""
+        return Relist(self, kind, list_version)
 
     def _store(self, kind: Kind, key: str, obj: dict, now: float) -> None:
         if kind is PODS:
@@ -258,7 +297,7 @@ class ClusterState:
             self.node_edits += 1
             self.version += 1
             self.layout += 1
-            self.node_stamps[key] = self.version
+            self.node_stamps.pop(key, None)  # the layout changed: the next snapshot is built anew
             self.gone.append(uid)
         elif kind is SERVICES:
             self.services.pop(key, None)

@@ -5,6 +5,7 @@ objects in memory for unit tests and the simulator. Objects are plain dicts, as 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import NamedTuple, Protocol
 
 
@@ -80,6 +81,10 @@ def object_key(obj: dict) -> str:
 class ClusterAPI(Protocol):
     async def list(self, kind: Kind) -> tuple[list[dict], str]:
         """Every object of the kind (all namespaces), and the list's resourceVersion."""
+        ...
+
+    def pages(self, kind: Kind) -> AsyncIterator[tuple[list[dict], str]]:
+        """The same list a page at a time, each with the list's resourceVersion."""
         ...
 
     async def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict: ...

@@ -4,15 +4,18 @@ blocking calls on a thread pool so independent writes go out in parallel, every 
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import itertools
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from urllib.parse import quote
 
+import orjson
 import urllib3
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -48,6 +51,13 @@ class RateLimit:
             wait = -self.tokens / self.qps if self.tokens < 0 else 0.0
         if wait:
             self.sleep(wait)
+
+
+@dataclass
+class _Position:
+    """Where a watch stands: the last resourceVersion delivered, and whether the current stream delivered any."""
+    version: str
+    moved: bool = False
 
 
 class KubeAPI:
@@ -119,26 +129,34 @@ class KubeAPI:
         return any(r.get("name") == kind.plural for r in found.get("resources") or [])
 
     def watch(self, kind: Kind, version: str, deliver: Callable[[str, dict], None],
-              relist: Callable[[list[dict], str], None], stop: threading.Event) -> None:
+              relist: Callable[[list[dict], str, bool], None], stop: threading.Event) -> None:
         """List-watch `kind` from the list `version` until `stop`: each event's object, parsed once, to
-        `deliver(type, object)`. When the server no longer has that version (410 Gone), list again and hand the
-        whole list to `relist(items, version)`. Failures are retried with backoff. Blocking: a thread of its own."""
-        failures = 0
+        `deliver(type, object)`. When the server no longer has that version (410 Gone), list again, a page at a
+        time to `relist(items, version, last)`. A cut stream goes on at once from the last version it delivered;
+        a failure before anything was delivered is retried with backoff. Blocking: a thread of its own."""
+        at, failures = _Position(version), 0
         while not stop.is_set():
             try:
-                if not version:
-                    items, version = self._list(kind)
-                    relist(items, version)
-                version = self._watch(kind, version, deliver, stop)
+                if not at.version:
+                    items, listed, token = self._page(kind, "")
+                    relist(items, listed, not token)
+                    while token:
+                        items, _, token = self._page(kind, token)
+                        relist(items, listed, not token)
+                    at.version = listed
+                self._watch(kind, at, deliver, stop)
                 failures = 0
             except Exception as e:  # noqa: BLE001 - the watch must outlive any error (a cut stream, a bad line)
-                failures += 1
-                log.warning("watching %s failed (%r); again in %ds", kind.plural, e, min(30, 2 ** failures))
-                stop.wait(min(30, 2 ** failures))
+                failures = 0 if at.moved else failures + 1
+                wait = min(30, 2 ** failures) if failures else 0
+                log.warning("watching %s failed (%r); again in %ds", kind.plural, e, wait)
+                stop.wait(wait)
+            at.moved = False
 
-    def _watch(self, kind: Kind, version: str, deliver: Callable[[str, dict], None], stop: threading.Event) -> str:
-        """One watch request: the version to go on from ("" after 410 Gone: list again)."""
-        query = [("watch", "1"), ("resourceVersion", version), ("allowWatchBookmarks", "true"),
+    def _watch(self, kind: Kind, at: _Position, deliver: Callable[[str, dict], None], stop: threading.Event) -> None:
+        """One watch request from `at.version`, moving it on with each event and bookmark (to "" after 410 Gone:
+        list again)."""
+        query = [("watch", "1"), ("resourceVersion", at.version), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", str(WATCH_SECONDS))]
         try:
             request = self.api.param_serialize(method="GET", resource_path=_path(kind, None), query_params=query,
@@ -146,7 +164,8 @@ class KubeAPI:
                                                auth_settings=["BearerToken"])
             response = self.api.call_api(*request, _request_timeout=(10, WATCH_SECONDS + 30))
             if response.status == 410:
-                return ""
+                at.version = ""
+                return
             if response.status != 200:
                 raise _error(response.status, response.reason, response.read())
             buffer = b""
@@ -156,21 +175,22 @@ class KubeAPI:
                 for line in lines:
                     if not line:
                         continue
-                    event = json.loads(line)
+                    event = orjson.loads(line)
                     kind_of, obj = event.get("type"), event.get("object") or {}
                     if kind_of == "ERROR":
                         if obj.get("code") == 410:
-                            return ""
+                            at.version = ""
+                            return
                         raise ApiError(obj.get("code") or 0, obj.get("reason") or "Error", obj.get("message") or "")
-                    version = (obj.get("metadata") or {}).get("resourceVersion") or version
                     if kind_of != "BOOKMARK":
                         obj.setdefault("apiVersion", kind.api_version)
                         obj.setdefault("kind", kind.kind)
                         deliver(kind_of, obj)
+                    at.version = (obj.get("metadata") or {}).get("resourceVersion") or at.version
+                    at.moved = True
                 if stop.is_set():
                     break
             response.response.release_conn()
-            return version
         except ApiException as e:
             raise _error(e.status or 0, e.reason or "", e.body) from None
         except (urllib3.exceptions.HTTPError, OSError) as e:
@@ -178,21 +198,34 @@ class KubeAPI:
 
     # ---- plumbing ---------------------------------------------------------------------------------------------
     async def _run(self, fn, *args, **kwargs):
-        return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: fn(*args, **kwargs))
+        """`fn` on a worker thread, in the caller's context (the guard reads the cycle's Lease term from it)."""
+        context = contextvars.copy_context()
+        return await asyncio.get_running_loop().run_in_executor(self.pool, lambda: context.run(fn, *args, **kwargs))
 
     def _list(self, kind: Kind) -> tuple[list[dict], str]:
-        items, token, version = [], "", ""
-        while True:
-            query = [("limit", str(PAGE))] + ([("continue", token)] if token else [])
-            page = self._call("GET", _path(kind, None), query=query, timeout=120)
-            version = version or page["metadata"].get("resourceVersion", "")
-            for item in page.get("items") or []:
-                item.setdefault("apiVersion", kind.api_version)
-                item.setdefault("kind", kind.kind)
-                items.append(item)
-            token = page["metadata"].get("continue")
-            if not token:
-                return items, version
+        items, version, token = self._page(kind, "")
+        while token:
+            more, _, token = self._page(kind, token)
+            items += more
+        return items, version
+
+    async def pages(self, kind: Kind) -> AsyncIterator[tuple[list[dict], str]]:
+        items, version, token = await self._run(self._page, kind, "")
+        yield items, version
+        while token:
+            items, _, token = await self._run(self._page, kind, token)
+            yield items, version
+
+    def _page(self, kind: Kind, token: str) -> tuple[list[dict], str, str]:
+        """One page of a list: its items, the list's resourceVersion, and the token of the next page ("" at the
+        end). Every page of a list is served at the resourceVersion of its first."""
+        query = [("limit", str(PAGE))] + ([("continue", token)] if token else [])
+        page = self._call("GET", _path(kind, None), query=query, timeout=120)
+        items = page.get("items") or []
+        for item in items:
+            item.setdefault("apiVersion", kind.api_version)
+            item.setdefault("kind", kind.kind)
+        return items, page["metadata"].get("resourceVersion", ""), page["metadata"].get("continue") or ""
 
     def _call(self, method: str, path: str, body: dict | None = None, query: list | None = None,
               content_type: str | None = None, timeout: float | None = None) -> dict:
@@ -206,7 +239,7 @@ class KubeAPI:
                 raise NotLeader()
             status, reason, data, retry_after = self._send(method, path, body, query, headers, timeout)
             if 200 <= status <= 299:
-                return json.loads(data) if data else {}
+                return orjson.loads(data) if data else {}
             if status != 429 or retry >= THROTTLE_RETRIES:
                 raise _error(status, reason, data)
             self.throttled()

@@ -14,12 +14,16 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from contextvars import ContextVar
 
 from superpod.api.times import rfc3339
 from superpod.k8s.api import LEASES, ApiError, ClusterAPI
 
 log = logging.getLogger(__name__)
 LEASE_SECONDS = 15.0
+# The acquisition a cycle's decisions were made in: set by the schedule loop, carried by the cycle's tasks and the
+# API worker threads they run on; None outside a cycle.
+TERM: ContextVar[int | None] = ContextVar("superpod_lease_term", default=None)
 
 
 def lease_timings(duration: float = LEASE_SECONDS) -> tuple[float, float, float]:
@@ -45,6 +49,12 @@ class LeaderLease:
 
     def is_leading(self) -> bool:
         return self.clock() < self.valid_until
+
+    def may_write(self) -> bool:
+        """Leading, and in the term the cycle that wants to write began in: a write held back (throttled) across a
+        lost and retaken Lease carries a decision made before another replica may have written, and is not sent."""
+        term = TERM.get()
+        return self.is_leading() and (term is None or term == self.acquisitions)
 
     @property
     def fence(self) -> str:

@@ -10,7 +10,7 @@ import asyncio
 import itertools
 import json
 import pickle
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 from superpod.api.resources import STANDARD, quantity
@@ -132,6 +132,9 @@ class MemoryClient:
 
     async def list(self, kind: Kind) -> tuple[list[dict], str]:
         return self.store.items(kind), str(int(self.store.version()) - 1)
+
+    async def pages(self, kind: Kind) -> AsyncIterator[tuple[list[dict], str]]:
+        yield await self.list(kind)
 
     async def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict:
         obj = self.store.peek(kind, f"{namespace}/{name}" if kind.namespaced else name)

@@ -306,6 +306,14 @@ class LocalCluster:
             time.sleep(0.25)
         raise ClusterError(f"timed out waiting for {what}; logs in {self.logs}")
 
+    @property
+    def api_url(self) -> str:
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    def admin_ssl(self) -> ssl.SSLContext:
+        """TLS as the cluster's admin (system:masters): for the API server's own endpoints such as /debug/pprof."""
+        return self._ssl(client=True)
+
     def _ssl(self, client: bool) -> ssl.SSLContext:
         ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
         if client:
