@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
-from superpod.k8s.api import GPUQUEUES, GPUUSAGES, TRAININGJOBS, ApiError
+from superpod.k8s.api import GPUQUEUES, GPUUSAGES, PODS, TRAININGJOBS, ApiError
 from superpod.usage import gather, table
 from tests.unit.memory_cluster import MemoryCluster, run
 from tests.unit.test_controller_queues import finish, gpu_queue, message, phase, queue_status, submit
@@ -61,6 +61,34 @@ def test_a_close_whose_status_write_failed_is_retried_without_a_second_record():
     assert failed == [1], "the close failed after its record was written"
     assert c.status("j")["phase"] == "Succeeded" and c.status("j")["accountedAttempts"] == 1
     assert len(records(c)) == 1
+
+
+def test_a_close_retried_by_a_replica_that_saw_less_closes_at_the_amount_billed():
+    """The close's status write fails after its record; the pods are gone before the next operator lists (it never
+    saw them run): it closes the attempt at the record's amount, not at the nothing it knows of (records billed more
+    than the statuses that closed them)."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    submit(c, "a", "j")
+    c.settle(10)
+    failed = []
+
+    def fault(verb, kind, obj, writer):
+        if kind is TRAININGJOBS and verb == "update" and (obj.get("status") or {}).get("accountedAttempts"):
+            failed.append(verb)
+            raise ApiError(500, "InternalError", "the operator dies right after its record")
+
+    c.store.fault = fault
+    finish(c, "a", "j")
+    c.cycle()
+    c.store.fault = None
+    [record] = records(c)
+    assert failed and record["spec"]["gpuSeconds"] > 0 and c.status("j").get("accountedAttempts", 0) == 0
+    for pod in c.pods("j", live=False):
+        c.store.delete_now(PODS, f"team-a/{pod['metadata']['name']}")
+    c.start("op-2")  # knows the record, not the pods' runs
+    c.settle(3)
+    assert c.status("j")["accountedAttempts"] == 1
+    assert c.status("j")["finishedGpuSeconds"] == record["spec"]["gpuSeconds"]
 
 
 def test_a_spent_budget_holds_new_jobs_with_its_words_and_running_ones_go_on():

@@ -13,11 +13,13 @@ from superpod.api.status import with_failure
 from superpod.api.times import rfc3339
 from superpod.controller.actions import CreatePods, CreateService, DeletePods, Plan, RecordUsage
 from superpod.controller.jobs import JobView
-from superpod.controller.metering import Labels, attempt_runs, attempt_usage, outside_queues
+from superpod.controller.metering import Labels, attempt_bill, attempt_runs, attempt_usage, outside_queues
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle
 from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Condition, Phase, Reason
 from superpod.core.usage import Record
+
+STATUS_DELAY = 5.0  # seconds (Settings.status_delay)
 
 
 @dataclass(frozen=True)
@@ -141,7 +143,7 @@ def _closing(state: ClusterState, view: JobView, now: float) -> dict:
     status = view.status
     if status.accountedAttempts >= status.attempt:
         return {}
-    finished = status.finishedGpuSeconds + attempt_usage(state, view, status.attempt, now)
+    finished = status.finishedGpuSeconds + attempt_bill(state, view, status.attempt, now)
     return {"finishedGpuSeconds": round(finished, 3), "accountedAttempts": status.attempt,
             "gpuSeconds": round(finished, 3)}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from superpod.api import manifests
+from superpod.api.convert import usage_name
 from superpod.controller.jobs import JobView
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import Run, gpu_seconds
@@ -89,3 +90,10 @@ def attempt_runs(state: ClusterState, view: JobView, attempt: int) -> list[Run]:
 def attempt_usage(state: ClusterState, view: JobView, attempt: int, now: float) -> float:
     """GPU-seconds of one attempt's pods so far."""
     return gpu_seconds(attempt_runs(state, view, attempt), view.units, now)
+
+
+def attempt_bill(state: ClusterState, view: JobView, attempt: int, now: float) -> float:
+    """What closing an attempt bills: its GPUUsage record's amount once that is written (a close retried after its
+    record, perhaps by another replica that saw less of its pods, closes at the amount billed), else its usage."""
+    record = state.ledger.get(usage_name(view.uid, attempt))
+    return record.gpu_seconds if record is not None else attempt_usage(state, view, attempt, now)

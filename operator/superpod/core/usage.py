@@ -90,6 +90,10 @@ class Ledger:
         self.queue_of[name] = record.queue
         self._count(record, 1.0)
 
+    def get(self, name: str) -> Record | None:
+        queue = self.queue_of.get(name)
+        return None if queue is None else self.by_queue[queue][name]
+
     def remove(self, name: str) -> None:
         if name in self.queue_of:
             self._count(self.by_queue[self.queue_of.pop(name)].pop(name), -1.0)
