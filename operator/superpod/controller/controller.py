@@ -41,6 +41,7 @@ from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
 log = logging.getLogger(__name__)
+GAUGE_PERIOD = 1.0  # seconds between updates of the gauges over the whole cluster (jobs by phase, GPUs)
 
 
 class Controller:
@@ -73,6 +74,7 @@ class Controller:
         self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
         self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
         self.nominated: dict = {}  # job key -> view, of the jobs and pod gangs holding a nomination (this cycle)
+        self._gauged = float("-inf")  # when the cluster-wide gauges were last set
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -252,7 +254,9 @@ class Controller:
             for decision in self.visited:
                 if decision.placement is not None:
                     self.metrics.queue_wait_seconds.observe(max(0.0, now - decision.job.submitted))
-            self.metrics.observe_cluster(self.state)
+            if now - self._gauged >= GAUGE_PERIOD:  # reads every job, node and pod: not in each of many cycles
+                self._gauged = now
+                self.metrics.observe_cluster(self.state)
 
     def offered(self) -> Offered:
         """What the usable nodes offer at all, recomputed when nodes change."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import gc
 import itertools
 import logging
 import os
@@ -135,6 +136,7 @@ class Operator:
                 for kind in self.kinds:
                     _, version = await self._list(kind)
                     self.listed.setdefault(kind, version)
+                settle_heap()
                 return
             except ApiError as e:
                 failures += 1
@@ -184,6 +186,7 @@ class Operator:
                     log.exception("scheduling cycle failed (%d in a row); retrying", failures)
                     await asyncio.sleep(min(30.0, 0.5 * 2 ** failures))
                 self.metrics.cycle_seconds.observe(time.monotonic() - started)
+            gc.freeze()  # what the cycle kept is long-lived: out of the collections until the next full list
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=1.0)
 
@@ -199,6 +202,7 @@ class Operator:
                     if changed:
                         log.info("resync corrected %d %s", changed, kind.plural)
                         self.wake.set()
+                settle_heap()
             except Exception as e:  # noqa: BLE001 - retried at the next period
                 self.metrics.cycle_errors.labels("resync").inc()
                 log.warning("resync failed: %s", e)
@@ -228,6 +232,17 @@ class Operator:
             await asyncio.to_thread(lease.join, 30)
             if server:
                 server.shutdown()
+
+
+def settle_heap() -> None:
+    """After a full list: one full collection, then what survives is kept out of the collections (gc.freeze; each
+    cycle freezes what it kept too). The cache is a million acyclic objects or more that live for minutes (a node's or
+    pod's JSON each, freed by reference counting when replaced); Python's collections scanned them again and again:
+    at 1,000 nodes and a burst of 500 jobs, 47 full collections of 120 ms, 12 % of the operator's CPU. What a freeze
+    keeps that later becomes cyclic garbage waits for this collection (every --resync)."""
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 def _settings(settings: kopf.OperatorSettings, **_) -> None:

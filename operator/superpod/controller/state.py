@@ -395,9 +395,11 @@ class ClusterState:
         return dict(self.holding)
 
 
-def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME) -> PodInfo:
+def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None = None) -> PodInfo:
     """What the cache keeps of a pod. A pod a TrainingJob controls is its job's; a pod another controller made for
-    this scheduler (spec.schedulerName) is its gang's (api/podgang.py), bound or not."""
+    this scheduler (spec.schedulerName) is its gang's (api/podgang.py), bound or not. `held`: what the pod held
+    before, kept as the same object when it holds the same (the snapshot compares holdings by identity first: an
+    equal copy from each status update of each pod was compared again every cycle)."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     ns = meta.get("namespace", "default")
@@ -409,6 +411,8 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME) -> PodInfo:
     status = obj.get("status") or {}
     try:
         holds = pod_from_k8s(obj)
+        if holds is not None and holds == held:
+            holds = held
     except ConvertError as e:  # a pod with a malformed quantity: the API server would not have it, but be safe
         log.warning("ignoring pod capacity: %s", e)
         holds = None
