@@ -57,7 +57,9 @@ def test_restart_after_half_a_gang_was_written_completes_that_gang(cluster, oper
 
 def test_killed_while_writing_a_big_gang_converges_to_one_whole_gang(cluster, crds, operator, jobs, tmp_path):
     """Defect: the kill test did not check that the kill landed mid-gang. Here the operator writes two pods at a
-    time and is killed at the first pod it creates; the test asserts the gang was cut short."""
+    time and is killed at the first pod it creates; the test asserts the gang was cut short. Its status was not
+    written yet (it is written after the pods): the next operator deletes the part, records its attempt and places
+    the next one whole."""
     sim, _ = sim_cluster(cluster.api, "dgx-h100", 40, nodes_per_unit=40)
     operator.kill()
     slow = OperatorProcess(crds.kubeconfig, tmp_path / "slow.log", args=operator_args("--api-workers", "2"))
@@ -77,7 +79,7 @@ def test_killed_while_writing_a_big_gang_converges_to_one_whole_gang(cluster, cr
     jobs.wait_phase("big", "Running", 90)
     pods = jobs.pods("big")
     assert len(pods) == 32 and len({p.metadata.name for p in pods}) == 32
-    assert {p.metadata.labels["superpod.dev/attempt"] for p in pods} == {"1"}
+    assert {p.metadata.labels["superpod.dev/attempt"] for p in pods} == {"2"} and jobs.status("big")["attempt"] == 2
     assert max(gpus_per_node(pods).values()) == 8
     # Every GPU is booked once: the 8 free nodes take exactly one more 8-node gang, and nothing beyond it.
     jobs.create(training_job("fits", sim, 8, gpus=8))
@@ -87,6 +89,30 @@ def test_killed_while_writing_a_big_gang_converges_to_one_whole_gang(cluster, cr
     all_pods = jobs.pods("big") + jobs.pods("fits")
     assert max(gpus_per_node(all_pods).values()) == 8
     print(f"killed after {written} of 32 pods were written")
+
+
+def test_killed_after_a_gangs_pods_before_its_status_the_next_operator_keeps_that_gang(cluster, crds, operator,
+                                                                                           jobs, tmp_path):
+    """A gang's status is written after its pods (at its next status write, here: once they run). The operator
+    sleeps between deciding and writing in every cycle, and is killed in the sleep before the Running write: the
+    next operator finds the pods, writes their placement and keeps them (none made again, none deleted)."""
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 4, nodes_per_unit=4)
+    operator.kill()
+    slow = OperatorProcess(crds.kubeconfig, tmp_path / "slow.log", args=operator_args("--debug-slow-cycle", "5"))
+    slow.start()
+    try:
+        jobs.create(training_job("pair", sim, 2, gpus=8))
+        wait_for(lambda: len([p for p in jobs.pods("pair") if p.status.phase == "Running"]) == 2, 60,
+                 "the pair's pods run")
+        slow.kill()
+        written = sorted(p.metadata.uid for p in jobs.pods("pair"))
+        assert not jobs.status("pair").get("attempt"), "the kill landed before the status write"
+    finally:
+        slow.kill()
+        operator.start()
+    jobs.wait_phase("pair", "Running", 60)
+    assert sorted(p.metadata.uid for p in jobs.pods("pair")) == written
+    assert jobs.status("pair")["attempt"] == 1
 
 
 def test_a_paused_leader_with_a_slow_cycle_never_writes_beside_the_new_one(cluster, crds, operator, jobs, tmp_path):

@@ -13,7 +13,7 @@ The invariants (checked after every step, `check`):
 - no write by a replica that does not hold the Lease;
 - GPU-seconds: a job's accounted attempts bill exactly what its pods ran when nothing of them was lost (no crash,
   no lost event); never more than that otherwise. Not checked: an attempt closed while the closing replica's cache
-  lagged behind its pods (it bills a pod that had already stopped up to the decision)."""
+  lagged behind its pods, its events late or lost (it bills a pod that had already stopped up to the decision)."""
 
 from __future__ import annotations
 
@@ -108,7 +108,21 @@ class World:
     def crash(self, index: int) -> None:
         self.observe()
         self._taint_open_attempts()
+        if self._unrecorded_pods():
+            self.checks["crash after a gang's pods, before their status"] += 1
         self.replicas[index] = self._replica()
+
+    def _unrecorded_pods(self) -> bool:
+        """Whether live pods exist of an attempt their job's status does not record yet (its write was deferred)."""
+        jobs = {job["metadata"]["uid"]: int((job.get("status") or {}).get("attempt") or 0)
+                for job in self.store.objects.get(TRAININGJOBS, {}).values()}
+        for pod in self.store.objects.get(PODS, {}).values():
+            meta = pod["metadata"]
+            owner = next((o["uid"] for o in meta.get("ownerReferences") or []), None)
+            if owner in jobs and not meta.get("deletionTimestamp") and int(
+                    meta["labels"]["superpod.dev/attempt"]) > jobs[owner]:
+                return True
+        return False
 
     def leader(self) -> Replica | None:
         return next((r for r in self.replicas if r.lease.is_leading()), None)
@@ -148,7 +162,8 @@ class World:
             _run(replica.lease.step())
         leading = replica.lease.is_leading()
         if leading and not replica.was_leading:
-            self.resync(replica)  # as Operator.lease_loop: a fresh view at the start of a term
+            replica.state.forget_unsent()  # as Operator.schedule_loop: a fresh view at the start of a term
+            self.resync(replica)
         replica.was_leading = leading
 
     def cycle(self, replica: Replica, fault: dict | None = None) -> None:
@@ -156,6 +171,10 @@ class World:
             return
         lagging = {ev.obj["metadata"].get("labels", {}).get("superpod.dev/job-name")
                    for ev in self.store.events[replica.cursor:] if ev.kind is PODS}
+        for key, pod in self.store.objects.get(PODS, {}).items():  # and events lost: the cache has another phase
+            cached = replica.state.pods.get(key)
+            if cached is None or cached.phase != ((pod.get("status") or {}).get("phase") or "Pending"):
+                lagging.add((pod["metadata"].get("labels") or {}).get("superpod.dev/job-name"))
         self.injected, self.writing, self.writes_this_cycle = fault, replica, 0
         self.active_before = {key: (job.get("status") or {}).get("attempt") for key, job in replica.state.jobs.items()
                               if (job.get("status") or {}).get("phase") in ("Starting", "Running")}

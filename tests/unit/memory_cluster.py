@@ -106,6 +106,11 @@ class MemoryCluster:
     def status(self, name: str) -> dict:
         return (self.job(name) or {}).get("status") or {}
 
+    def decided(self, name: str, namespace: str = "team-a") -> dict:
+        """The status in force in the operator's cache: written, or decided and not sent yet (a placement waits for
+        its gang's next status write, ClusterState.unsent)."""
+        return (self.state.jobs.get(f"{namespace}/{name}") or {}).get("status") or {}
+
     def pods(self, name: str | None = None, live: bool = True) -> list[dict]:
         out = []
         for pod in self.store.objects.get(PODS, {}).values():

@@ -17,7 +17,7 @@ def test_gangs_place_run_and_succeed_with_exact_gpu_seconds():
     c.submit(training_job("b", 4, 8, topology={"required": "leaf"}))
     c.submit(training_job("c", 4, 8, topology={"required": "leaf"}))
     c.cycle()
-    assert [c.status(n)["phase"] for n in "abc"] == ["Starting", "Starting", "Queued"]
+    assert [c.decided(n)["phase"] for n in "abc"] == ["Starting", "Starting", "Queued"]
     assert c.status("c")["message"].endswith("leaf su-1 is reserved for it")
     c.settle(12)
     a = c.status("a")

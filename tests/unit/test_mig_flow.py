@@ -67,7 +67,7 @@ def test_a_node_given_a_gang_in_the_same_cycle_is_never_repartitioned():
     c.submit(h100_job("whole", 1, 8, priority=10))  # takes an H100 node this cycle
     c.submit(mig_job("slices", 1))
     c.cycle()
-    placed = next(iter(c.status("whole")["placement"]))
+    placed = next(iter(c.decided("whole")["placement"]))
     assert placed not in requested(c)
 
 
@@ -141,7 +141,7 @@ def test_damaged_bookkeeping_and_a_config_map_that_is_no_mapping_never_stop_a_cy
     c.submit(h100_job("other", 1, 8))
     c.cycle()
     assert "damaged" in c.store.peek(NODES, "rent-h100-02")["metadata"]["annotations"][MIG_FAILED]
-    assert c.status("other")["phase"] == "Starting"
+    assert c.decided("other")["phase"] == "Starting"
 
 
 def _job_key(name: str):
@@ -163,7 +163,7 @@ def test_slices_are_never_reclaimed_from_a_node_placed_on_in_the_same_cycle():
     c.submit(mig_job("second", 1, priority=5))  # takes an idle slice of rent-h100-02 in this cycle
     c.submit(h100_job("whole", 2, 8))  # waits for whole H100s
     c.cycle()
-    assert "rent-h100-02" in c.status("second")["placement"]
+    assert "rent-h100-02" in c.decided("second")["placement"]
     assert requested(c) == []
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from superpod.api import models
+from superpod.api.manifests import GANG_FIELDS
 
 # Level names in the ClusterTopology conventions of DESIGN.md, coarsest first. CEL can order these; levels with
 # other names are checked by the operator, which knows the cluster's ClusterTopology.
@@ -27,7 +28,6 @@ def _order_rule(a: str, b: str, msg: str) -> dict:
 _POD_SPEC = "self.template.spec"
 _GPU_KEY = "k == 'nvidia.com/gpu' || k.startsWith('nvidia.com/mig-')"
 _ACTIVE = "['Starting', 'Running']"
-_GANG = ("replicas", "resources", "topology", "template")
 
 
 def _containers_rule(each: str, msg: str) -> dict:
@@ -40,7 +40,7 @@ def _containers_rule(each: str, msg: str) -> dict:
 RULES: dict[str, list[dict]] = {
     "TrainingJob": [
         {"rule": f"!has(oldSelf.status) || !has(oldSelf.status.phase) || !(oldSelf.status.phase in {_ACTIVE}) || "
-                 f"({' && '.join(f'self.spec.{f} == oldSelf.spec.{f}' for f in _GANG)})",
+                 f"({' && '.join(f'self.spec.{f} == oldSelf.spec.{f}' for f in GANG_FIELDS)})",
          "fieldPath": ".spec",
          "message": "replicas, resources, topology and template define the gang and cannot change while it is "
                     "Starting or Running: delete and recreate the job, or wait until it ends"},

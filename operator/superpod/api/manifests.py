@@ -5,6 +5,8 @@ the core books for each replica exactly what `replica_requests` computes from th
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 
 from superpod.api.models import GROUP, VERSION
 from superpod.api.resources import ConvertError, pod_requests, quantity
@@ -14,6 +16,8 @@ JOB_LABEL = "superpod.dev/job-name"
 INDEX_LABEL = "superpod.dev/replica-index"
 ATTEMPT_LABEL = "superpod.dev/attempt"
 WRITER_ANNOTATION = "superpod.dev/written-by"  # the operator replica (and its Lease term) that created the object
+GANG_ANNOTATION = "superpod.dev/gang-spec"  # digest of the fields that define the gang, on each of its pods
+GANG_FIELDS = ("replicas", "resources", "topology", "template")  # what a gang's pods are made of (fixed while placed)
 MASTER_PORT = 29500
 
 
@@ -26,6 +30,13 @@ def owner_reference(job: dict) -> dict:
 def pod_name(job_name: str, attempt: int, index: int) -> str:
     """Deterministic per attempt, so a write repeated after a crash meets AlreadyExists instead of duplicating."""
     return f"{job_name}-a{attempt}-{index}"
+
+
+def gang_digest(spec: dict) -> str:
+    """A digest of the spec fields that define the gang: pods whose digest is the job's were made from its spec as
+    it is (a spec edited since, its priority aside, makes other pods)."""
+    fields = json.dumps({f: spec.get(f) for f in GANG_FIELDS}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(fields.encode()).hexdigest()[:16]
 
 
 def replica_resources(spec: dict) -> dict[str, str]:
@@ -51,7 +62,8 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
     pspec = _mapping(template.get("spec"), where, "spec.template.spec")
     labels = {**_strings(tmeta.get("labels"), where, "spec.template.metadata.labels"),
               JOB_LABEL: name, INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
-    annotations = dict(_strings(tmeta.get("annotations"), where, "spec.template.metadata.annotations"))
+    annotations = {**_strings(tmeta.get("annotations"), where, "spec.template.metadata.annotations"),
+                   GANG_ANNOTATION: gang_digest(spec)}
     if writer:
         annotations[WRITER_ANNOTATION] = writer
     # Each attempt's pods have their own host names (the pod names): a terminating pod of the last attempt is never

@@ -14,11 +14,15 @@ from superpod.k8s.api import ApiError
 @dataclass(frozen=True)
 class WriteStatus:
     """Replace a job's status (PUT /status) if the job is still at `resource_version`. `status` is the whole new
-    status: nothing of the old one survives that is not in it (a placement is replaced, never merged)."""
+    status: nothing of the old one survives that is not in it (a placement is replaced, never merged).
+
+    `deferred`: in force in the cache at once, sent with the job's next status write (ClusterState.unsent): a gang
+    whose pods run before its placement's status is due is written once, Running."""
 
     job: str  # namespace/name
     resource_version: str
     status: dict
+    deferred: bool = False
 
 
 @dataclass(frozen=True)

@@ -165,7 +165,7 @@ class Applier:
                  MergeMigConfigs: self._merge_configs}[type(step)]
         await write(step)
         if not isinstance(step, Emit):
-            self._count("ok", step)
+            self._count("deferred" if isinstance(step, WriteStatus) and step.deferred else "ok", step)
 
     def _see(self, kind, obj: dict | None, event: str = "MODIFIED") -> None:
         if obj:
@@ -176,6 +176,10 @@ class Applier:
         job = self.state.jobs.get(step.job)
         if job is None:
             raise ApiError(404, "NotFound", f"TrainingJob {step.job} is gone")
+        if step.deferred:  # in force now, sent with the job's next status write (the precondition checked here)
+            if not self.state.defer(step.job, step.resource_version, step.status, self.clock()):
+                raise ApiError(409, "Conflict", f"TrainingJob {step.job} changed since the decision")
+            return
         rv = step.resource_version or job["metadata"]["resourceVersion"]
         body = {**job, "metadata": {**job["metadata"], "resourceVersion": rv}, "status": step.status}
         try:

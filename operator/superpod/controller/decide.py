@@ -77,10 +77,18 @@ def _pending(state: ClusterState, view: JobView, now: float, out: Pending) -> No
         out.reasons[view.key] = f"in backoff until {rfc3339(timestamp(view.status.notBefore))}"
         _add(out.plans, _repair(view, now))
         return
+    if live and (plan := recovered(state, view, [p for p in earlier if not p.deleting], now)):
+        out.reasons[view.key] = "its pods were written before its status: writing their placement"
+        out.plans.append(plan)
+        return
     if live:  # pods of an earlier attempt still run: stop them first, place once they are going
         why = f"stopping {len(live)} pod(s) of an earlier attempt before a new one starts"
         out.reasons[view.key] = why
-        _add(out.plans, Plan(f"stop:{view.key}", [DeletePods(live)]))
+        newest = max((p.attempt for p in earlier if p.owner == view.uid and p.attempt is not None), default=0)
+        plan = Plan(f"stop:{view.key}", [DeletePods(live)])
+        if newest > view.status.attempt:  # pods written before their status: their attempt number is not reused
+            plan.steps.insert(0, view.write({"attempt": newest}, now))
+        out.plans.append(plan)
         return
     if earlier:  # terminating: the new attempt keeps off their nodes (views are cached: change a copy)
         avoid = tuple(sorted({p.node for p in earlier if p.node}))
@@ -238,15 +246,12 @@ def _words(sentence: str) -> str:
 
 def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]], now: float,
           settings: Settings) -> Plan:
-    """The writes of a new gang attempt: status (the commit point), Service, pods; undone on failure."""
+    """The writes of a new gang attempt: status (the commit point, in force in the cache at once and sent with the
+    job's next status write: decide.recovered finds the gang if this replica stops first), Service, pods; undone
+    on failure."""
     attempt = next_attempt(state, view)
-    domains, domain = describe_domains(state, assignments)
-    message = f"placed {view.replicas} replicas on {len(assignments)} nodes{f' in {domain}' if domain else ''}"
-    write = view.write({"phase": Phase.STARTING, "attempt": attempt, "placement": assignments, "domains": domains,
-                        "domain": domain, "attemptStartTime": rfc3339(now), "reason": Reason.PLACED,
-                        "message": message, "gpus": view.holdings(), "ready": f"0/{view.replicas}",
-                        "notBefore": None, "nomination": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now)},
-                       now, [(Condition.SCHEDULABLE, "True", Reason.PLACED, message)])
+    write = placed(state, view, attempt, assignments, now, "placed", deferred=True)
+    message = write.status["message"]
     nodes = {int(i): node for node, ranks in assignments.items() for i in ranks}
     pods = tuple(manifests.pod(view.obj, attempt, i, nodes[i], settings.scheduler_name, settings.writer)
                  for i in sorted(nodes))
@@ -255,6 +260,38 @@ def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]],
                                     view.emit("Normal", Reason.PLACED, message)])
     plan.undo = lambda error: rollback(view, write.status, error, now)
     return plan
+
+
+def placed(state: ClusterState, view: JobView, attempt: int, assignments: dict[str, list[int]], now: float,
+           verb: str, deferred: bool = False) -> WriteStatus:
+    """The status of a gang attempt placed on `assignments` (node -> replica indexes)."""
+    domains, domain = describe_domains(state, assignments)
+    message = f"{verb} {view.replicas} replicas on {len(assignments)} nodes{f' in {domain}' if domain else ''}"
+    write = view.write({"phase": Phase.STARTING, "attempt": attempt, "placement": assignments, "domains": domains,
+                        "domain": domain, "attemptStartTime": rfc3339(now), "reason": Reason.PLACED,
+                        "message": message, "gpus": view.holdings(), "ready": f"0/{view.replicas}",
+                        "notBefore": None, "nomination": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now)},
+                       now, [(Condition.SCHEDULABLE, "True", Reason.PLACED, message)])
+    return replace(write, deferred=deferred)
+
+
+def recovered(state: ClusterState, view: JobView, pods: list, now: float) -> Plan | None:
+    """A waiting job whose live pods are one whole attempt newer than its status, made from its spec as it is: a
+    replica placed them and stopped (or lost its Lease) before their status was written. Their placement is
+    written now; anything else of them is not a gang and goes (None)."""
+    attempts = {p.attempt for p in pods}
+    indexes = sorted(p.index for p in pods if p.index is not None)
+    attempt = next(iter(attempts)) if len(attempts) == 1 else None
+    if attempt is None or attempt <= view.status.attempt or indexes != list(range(view.replicas)) or any(
+            p.owner != view.uid or p.gang_spec != manifests.gang_digest(view.obj["spec"]) or not p.node
+            for p in pods):
+        return None
+    assignments: dict[str, list[int]] = {}
+    for pod in sorted(pods, key=lambda p: p.index):
+        assignments.setdefault(pod.node, []).append(pod.index)
+    write = placed(state, view, attempt, assignments, now, "found the pods of attempt "
+                   f"{attempt} written before their status:")
+    return Plan(f"job:{view.key}", [write, view.emit("Normal", Reason.PLACED, write.status["message"])])
 
 
 def next_attempt(state: ClusterState, view: JobView) -> int:

@@ -29,6 +29,9 @@ class Settings:
     writer: str = ""  # who writes (identity/term), stamped on the pods
     usage_half_life: float = 7 * 86400.0  # seconds: a queue's past usage halves in this (the surplus order)
     preemption: bool = True  # a blocked job may evict lower-priority or borrowing gangs (core/preempt.py)
+    # Seconds a placed gang's status may wait after its pods are written: a gang whose pods all run by then is
+    # written once, Running, instead of Starting then Running (a status write costs the API server four pod writes).
+    status_delay: float = STATUS_DELAY
 
 
 def own_pods(state: ClusterState, view: JobView) -> list[PodInfo]:
@@ -55,7 +58,12 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
                           and p.phase not in POD_FINISHED)), now)
     plan = Plan(f"job:{view.key}")
     changes = _changes(state, view, verdict, current, now)
-    if any(view.raw.get(k) != v for k, v in changes.items()) or view.problems:
+    unsent = state.unsent.get(view.key)
+    if unsent is not None:  # its placement is not written yet: only once it runs, ends, or has waited long enough
+        write = verdict.phase != Phase.STARTING or now - unsent[1] >= settings.status_delay or bool(view.problems)
+    else:
+        write = any(view.raw.get(k) != v for k, v in changes.items()) or bool(view.problems)
+    if write:
         plan.then(*_usage_record(state, view, changes, now, labels))
         ok = "True" if verdict.phase in (Phase.RUNNING, Phase.SUCCEEDED) else "False"
         conditions = [(Condition.RUNNING, ok, verdict.reason or verdict.phase, verdict.message)]

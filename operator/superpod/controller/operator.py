@@ -170,6 +170,7 @@ class Operator:
                 if self.synced_for != self.lease.acquisitions:
                     # A new term: a fresh view before its first decision, with whatever the last leader wrote.
                     acquisition = self.lease.acquisitions
+                    self.state.forget_unsent()  # a status of the last term that was never sent is not in force
                     await self.sync()
                     self.synced_for = acquisition
                     self.health.cycle_done()  # the stall clock starts with leadership
@@ -271,6 +272,10 @@ def register(sub) -> None:
     p.add_argument("--usage-half-life", type=duration, default=Settings.usage_half_life,
                    help="how fast a GPUQueue's past usage is forgotten in the order of the surplus, e.g. 168h "
                         "(it halves in this time)")
+    p.add_argument("--status-delay", type=float, default=Settings.status_delay,
+                   help="seconds a placed gang's status may wait after its pods are written: a gang whose pods all "
+                        "run by then is written once, Running (under load most are); 0 writes Starting at the next "
+                        "cycle")
     p.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=Settings.preemption,
                    help="a blocked job may evict lower-priority gangs, and a queue below its guarantee what others "
                         "borrow")
@@ -304,7 +309,7 @@ def run(args) -> int:
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     api_client.user_agent = f"{AGENT}{identity}"  # the API server's audit log names each replica
     settings = Settings(args.scheduler_name, args.not_ready_grace, usage_half_life=args.usage_half_life,
-                        preemption=args.preemption)
+                        preemption=args.preemption, status_delay=args.status_delay)
     metrics = Metrics()
     api = KubeAPI(api_client, workers=args.api_workers, qps=args.api_qps, burst=args.api_burst,
                   throttled=metrics.api_throttled.inc)

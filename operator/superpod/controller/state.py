@@ -16,7 +16,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 
 from superpod.api.convert import node_from_k8s, pod_from_k8s, record_from_k8s, topology_from_k8s
-from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME
+from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME
 from superpod.api.podgang import NOMINATION, Grouping, grouping
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
@@ -106,6 +106,7 @@ class PodInfo:
     state: PodState
     run: Run  # from status.startTime to the last container's finish (or the deletion request)
     last_known: float = 0.0  # the latest time its object names (a start, a transition): it ran at least until
+    gang_spec: str | None = None  # a TrainingJob pod's digest of the spec it was made from (manifests.gang_digest)
 
 
 @dataclass
@@ -174,6 +175,10 @@ class ClusterState:
         self.pod_groups: dict[str, dict] = {}  # PodGroup key -> object (scheduling.x-k8s.io, when served)
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
+        # Job statuses in force but not sent yet (WriteStatus.deferred): key -> (the object as the API server has it,
+        # since when). The cache shows the job with its new status until the object changes in any way (the next
+        # status write landing, or anyone's edit); then what the API server has is all there is.
+        self.unsent: dict[str, tuple[dict, float]] = {}
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
         self.version = 0  # bumped on every change to nodes or the topology
         # bumped when the snapshot cannot follow in place (a node added, removed or unreadable, the topology changed)
@@ -211,6 +216,27 @@ class ClusterState:
         self._changed(kind, key)
         return True
 
+    def defer(self, key: str, resource_version: str, status: dict, now: float) -> bool:
+        """A job's new status in force at once and sent later; False if the job is gone or no longer at
+        `resource_version` (the decision was made on another version)."""
+        obj = self.jobs.get(key)
+        if obj is None or (resource_version and obj["metadata"].get("resourceVersion") != resource_version):
+            return False
+        self.unsent.setdefault(key, (obj, now))
+        self.jobs[key] = {**obj, "status": status}
+        self.edited_jobs.add(key)
+        self._stamp(key)
+        return True
+
+    def forget_unsent(self) -> None:
+        """The jobs as the API server has them: the statuses not sent are dropped (a new Lease term decides only on
+        what was written; the pods a dropped placement made are found by their job, `decide.recovered`)."""
+        for key, (obj, _) in self.unsent.items():
+            self.jobs[key] = obj
+            self.edited_jobs.add(key)
+            self._stamp(key)
+        self.unsent.clear()
+
     def _changed(self, kind: Kind, key: str) -> None:
         job = self.pods[key].job if kind is PODS and key in self.pods else key
         if kind in (PODS, SERVICES, TRAININGJOBS) and job:
@@ -242,6 +268,7 @@ class ClusterState:
             self._store_pod(key, obj, now)
         elif kind is TRAININGJOBS:
             self.jobs[key] = obj
+            self.unsent.pop(key, None)
             self.edited_jobs.add(key)
         elif kind is NODES:
             self._store_node(key, obj, now)
@@ -288,6 +315,7 @@ class ClusterState:
                                    replace(last, end=max(last.start or 0.0, pod.last_known)))
         elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
+            self.unsent.pop(key, None)
             self.edited_jobs.add(key)
             self.changes.pop(key, None)
             self.touched.add(key)
@@ -315,7 +343,7 @@ class ClusterState:
             self.pod_groups.pop(key, None)
 
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
-        info = pod_info(obj, self.scheduler_name)
+        info = pod_info(obj, self.scheduler_name, self.holding.get(key))
         old = self.pods.get(key)
         if old is not None and old.job and old.job != info.job:
             self.by_job.get(old.job, set()).discard(key)
@@ -422,6 +450,7 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None =
         phase=state.phase, deleting=bool(meta.get("deletionTimestamp")), job=job,
         owner=owner, attempt=_int(labels.get(ATTEMPT_LABEL)), index=_int(labels.get(INDEX_LABEL)), holds=holds,
         state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status),
+        gang_spec=(meta.get("annotations") or {}).get(GANG_ANNOTATION) if owner else None,
     )
 
 
