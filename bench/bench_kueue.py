@@ -4,7 +4,8 @@ Kueue admits the same gangs as batch/v1 Indexed Jobs (the queue label, `kueue.x-
 superpod.dev/leaf` on the multi-node ones) and kube-scheduler binds them. Printed for each: time until every pod is
 Running, pods/s, and the share of multi-node gangs inside one leaf.
 
-    bash hack/build.sh --kueue && .venv/bin/python bench/bench_kueue.py [--nodes 1000] [--jobs 500] [--qps 500]
+    bash hack/build.sh --kueue && .venv/bin/python bench/bench_kueue.py [--nodes 1000] [--jobs 500] [--qps 500] \
+        [--repeat 3]
 
 Kueue runs as a local process: no leader election, only the batch/Job integration, its webhooks on 127.0.0.1 with
 the local CA's certificate and its webhook configuration rewritten to `clientConfig.url`. With internal certificate
@@ -17,7 +18,9 @@ import argparse
 import base64
 import os
 import shutil
+import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -31,7 +34,16 @@ from superpod.localcluster.cluster import COMPONENTS, LocalCluster, Ports, state
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine  # noqa: E402
-from bench_operator import WORKERS, job_shapes, operator_run, paced, simulated_fleet, startup_latency, watch_running  # noqa: E402, E501
+from bench_operator import (  # noqa: E402
+    WORKERS,
+    Incomplete,
+    job_shapes,
+    operator_run,
+    paced,
+    simulated_fleet,
+    startup_latency,
+    watch_running,
+)
 from cpu import CpuMeter  # noqa: E402
 
 PORTS = Ports(etcd=12879, etcd_peer=12880, apiserver=16943, controller_manager=20757, scheduler=20759, kwok=20747)
@@ -143,47 +155,88 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=1000)
     ap.add_argument("--jobs", type=int, default=500)
     ap.add_argument("--qps", type=int, default=500, help="Kueue's client QPS and burst (it ships with 50/100)")
+    ap.add_argument("--repeat", type=int, default=3, help="rounds of the two, interleaved; medians are printed")
     args = ap.parse_args()
     print(f"machine: {machine()}")
     local = LocalCluster(state_dir().parent / "cluster-bench-kueue", PORTS)
     local.wipe()
     local.up(local.build(quiet=True))
-    kueue = None
     try:
         api, _, kubectl = simulated_fleet(local, args.nodes)
         shapes = job_shapes(args.jobs)
         pods = sum(r for r, _ in shapes)
         print(f"cluster: {args.nodes} simulated DGX H100 nodes ({args.nodes * 8} GPUs), leaves of 32; workload: "
               f"{len(shapes)} gangs, {pods} pods (multi-node gangs require one leaf)")
-        kueue = kueue_up(local, kubectl, args.qps)
-        kueue_queues(kubectl, "bench-kueue", args.nodes * 8)
+        took: dict[str, list[float]] = {"kueue": [], "operator": []}
+        for round_ in range(1, args.repeat + 1):
+            print(f"round {round_}:")
+            for name, seconds in (("kueue", kueue_round(local, api, kubectl, shapes, args.qps, args.nodes * 8,
+                                                        f"bench-kueue-{round_}")),
+                                  ("operator", operator_round(local, api, shapes, f"bench-operator-{round_}"))):
+                if seconds is not None:
+                    took[name].append(seconds)
+        if not took["kueue"] or not took["operator"]:
+            raise SystemExit("no complete round of both")
+        kueue, ours = statistics.median(took["kueue"]), statistics.median(took["operator"])
+        print(f"medians of {args.repeat} round(s), all {pods} pods Running: Kueue + TAS {kueue:.1f}s "
+              f"({pods / kueue:.0f} pods/s), this operator {ours:.1f}s ({pods / ours:.0f} pods/s): "
+              f"{kueue / ours:.1f}x faster")
+    finally:
+        local.wipe()
+
+
+def kueue_round(local: LocalCluster, api: client.ApiClient, kubectl: list[str], shapes: list[tuple[int, int]],
+                qps: int, gpus: int, namespace: str) -> float | None:
+    """Kueue started, the gangs run in a namespace of their own, Kueue stopped: seconds until all ran."""
+    kueue = kueue_up(local, kubectl, qps)
+    try:
+        kueue_queues(kubectl, namespace, gpus)
         submitted, running, cpu = {}, {}, meter(local, kueue.pid)
-        took = kueue_run(api, "bench-kueue", shapes, submitted, running)
-        inside, multi = one_leaf(api, "bench-kueue", "batch.kubernetes.io/job-name")
-        print(f"Kueue + TAS (client QPS {args.qps}), kube-scheduler binds: all {pods} pods Running in {took:.1f}s "
-              f"({pods / took:.0f} pods/s); {inside} of {multi} multi-node gangs inside one leaf")
-        print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
-        print(f"  {cpu.report(took)}")
-        client.CoreV1Api(api).delete_namespace("bench-kueue")  # while Kueue runs: it removes its finalizers
-        while any(ns.metadata.name == "bench-kueue" for ns in client.CoreV1Api(api).list_namespace().items):
-            time.sleep(1)
+        try:
+            took = kueue_run(api, namespace, shapes, submitted, running)
+            inside, multi = one_leaf(api, namespace, "batch.kubernetes.io/job-name")
+            print(f"  Kueue + TAS (client QPS {qps}), kube-scheduler binds: all Running in {took:.1f}s; {inside} of "
+                  f"{multi} multi-node gangs inside one leaf; {cpu.report(took)}")
+            print(f"    gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
+        except Incomplete as e:
+            took = None
+            print(f"  Kueue + TAS: incomplete, {e}; left out of the medians")
+        gone(api, namespace)  # while Kueue runs: it removes its finalizers
+    finally:
         kueue.terminate()
         kueue.wait(30)
-        kueue = None
-        env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
-        local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0"], env)
+    return took
+
+
+def operator_round(local: LocalCluster, api: client.ApiClient, shapes: list[tuple[int, int]],
+                   namespace: str) -> float | None:
+    """The operator started, the gangs run as TrainingJobs in a namespace of their own, the operator stopped."""
+    env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
+    local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0"], env)
+    try:
         time.sleep(3)
         submitted, running, cpu = {}, {}, meter(local, local.pid("operator"))
-        took, placed = operator_run(api, shapes, 0, submitted, running)
-        inside, multi = one_leaf(api, "bench-operator", "superpod.dev/job-name")
-        print(f"this operator, TrainingJobs: all {pods} pods Running in {took:.1f}s ({pods / took:.0f} pods/s); "
-              f"{inside} of {multi} multi-node gangs inside one leaf")
-        print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
-        print(f"  {cpu.report(took)}")
+        try:
+            took, _ = operator_run(api, shapes, 0, submitted, running, namespace)
+            inside, multi = one_leaf(api, namespace, "superpod.dev/job-name")
+            print(f"  this operator, TrainingJobs: all Running in {took:.1f}s; {inside} of {multi} multi-node gangs "
+                  f"inside one leaf; {cpu.report(took)}")
+            print(f"    gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
+        except Incomplete as e:
+            took = None
+            print(f"  this operator: incomplete, {e}; left out of the medians")
+        gone(api, namespace)
     finally:
-        if kueue is not None:
-            kueue.terminate()
-        local.wipe()
+        os.kill(local.pid("operator"), signal.SIGTERM)
+        while local.pid("operator"):
+            time.sleep(0.2)
+    return took
+
+
+def gone(api: client.ApiClient, namespace: str) -> None:
+    client.CoreV1Api(api).delete_namespace(namespace)
+    while any(ns.metadata.name == namespace for ns in client.CoreV1Api(api).list_namespace().items):
+        time.sleep(1)
 
 
 def meter(local: LocalCluster, scheduler: int | None) -> CpuMeter:

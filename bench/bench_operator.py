@@ -2,12 +2,14 @@
 sizes submitted at once -> time until every pod is Running, and pods placed per second; the same gangs as TrainingJobs
 and as Indexed Jobs (batch/v1, created by the real kube-controller-manager, spec.schedulerName: superpod-scheduler,
 bound by the operator through pods/binding). Beside them, in the same run, the ceiling: a bare client creating the
-same number of pods with their nodes already assigned.
+same number of pods with their nodes already assigned; and (`--runs bare,floor,...`) the floor of a TrainingJob on
+this API server: a bare client making what any scheduler of TrainingJobs must (the job, its Service, its pods, one
+status write), the operator paused.
 
-    .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500] [--repeat 3] [--profile DIR]
+    .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500] [--repeat 3] [--runs ...] [--profile DIR]
 
 Each run also prints the CPU seconds every process used (where the 2 cores went); --profile samples the operator
-with py-spy during the TrainingJob runs and prints its hottest functions.
+with py-spy and the API server with pprof during each run and prints their hottest functions.
 
 Runs on its own ports and state folder and wipes them afterwards."""
 
@@ -17,6 +19,7 @@ import argparse
 import contextlib
 import os
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
@@ -44,6 +47,7 @@ CYCLES = ("superpod_plan_seconds", "superpod_cycle_seconds")
 # (share of jobs, replicas, GPUs per replica): 1-GPU notebooks up to 16-node gangs inside one leaf
 MIX = [(0.42, 1, 1), (0.20, 1, 8), (0.20, 2, 8), (0.10, 4, 8), (0.06, 8, 8), (0.02, 16, 8)]
 WORKERS = 32
+GROUP, VERSION = "superpod.dev", "v1alpha1"
 
 
 def job_shapes(count: int) -> list[tuple[int, int]]:
@@ -53,12 +57,20 @@ def job_shapes(count: int) -> list[tuple[int, int]]:
     return (shapes + [(1, 1)] * count)[:count]
 
 
+class Incomplete(Exception):
+    """Not every pod of a run was Running in time (a gang that found no room: the workload nearly fills the
+    cluster, and which jobs get a leaf depends on the order they came in)."""
+
+
 def wait_running(core: client.CoreV1Api, ns: str, total: int, started: float,
-                 seen: dict[str, float] | None = None) -> float:
-    """Seconds from `started` until `total` pods of the namespace run; `seen` gets each pod's first Running moment."""
+                 seen: dict[str, float] | None = None, timeout: float = 600) -> float:
+    """Seconds from `started` until `total` pods of the namespace run; `seen` gets each pod's first Running moment.
+    Incomplete after `timeout` seconds."""
     running = {} if seen is None else seen
     while len(running) < total:
-        for ev in watch.Watch().stream(core.list_namespaced_pod, ns, timeout_seconds=120, deserialize=False):
+        if time.monotonic() - started > timeout:
+            raise Incomplete(f"{len(running)} of {total} pods Running after {timeout:.0f}s")
+        for ev in watch.Watch().stream(core.list_namespaced_pod, ns, timeout_seconds=60, deserialize=False):
             pod = ev["object"]  # plain JSON: the watcher's own CPU stays small beside the cluster's
             if (pod.get("status") or {}).get("phase") == "Running":
                 running.setdefault(pod["metadata"]["name"], time.monotonic())
@@ -92,6 +104,17 @@ def start_operator(local: LocalCluster, env: dict, args) -> None:
                                      "--log-level", args.operator_log_level], env)
 
 
+@contextlib.contextmanager
+def paused_operator(local: LocalCluster):
+    """The operator stopped (SIGSTOP) inside the block, and going on after it."""
+    pid = local.pid("operator")
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
 def fill_and_restart(local: LocalCluster, api: client.ApiClient, core: client.CoreV1Api, node_names: list[str],
                      count: int, env: dict, args) -> str:
     """`count` running pods on the nodes (bound by a bare client, no GPU requested: any count fits), then a new
@@ -112,19 +135,23 @@ def fill_and_restart(local: LocalCluster, api: client.ApiClient, core: client.Co
         time.sleep(0.2)
     begun = time.monotonic()
     start_operator(local, env, args)
-    url = f"http://127.0.0.1:{METRICS}/metrics"
-    while True:
-        try:
-            if sum(buckets(url, "superpod_plan_seconds").values()):
-                break
-        except OSError:
-            pass
-        time.sleep(0.2)
+    first_cycle(f"http://127.0.0.1:{METRICS}/metrics")
     first = time.monotonic() - begun
     at_first = memory(local.pid("operator"))
     time.sleep(60)
     return (f"{count} more pods running (created in {filled:.0f}s); a new operator process's first cycle "
             f"ended {first:.1f}s after it started; {at_first}; a minute later {memory(local.pid('operator'))}")
+
+
+def first_cycle(url: str) -> None:
+    """Until the operator at `url` has ended its first cycle."""
+    while True:
+        try:
+            if sum(buckets(url, "superpod_plan_seconds").values()):
+                return
+        except OSError:
+            pass
+        time.sleep(0.2)
 
 
 def memory(pid: int | None) -> str:
@@ -145,25 +172,77 @@ def done(response) -> None:
     response.release_conn()
 
 
-def bare_client(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]],
-                ns: str = "bench-bare") -> tuple[float, float]:
-    core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": ns}})
-    pods, i = [], 0
+def bare_pods(node_names: list[str], shapes: list[tuple[int, int]]) -> list[list[dict]]:
+    """Each job's pods with their nodes already assigned (round robin: KWOK books nothing)."""
+    out, i = [], 0
     for j, (replicas, gpus) in enumerate(shapes):
+        out.append([])
         for r in range(replicas):
-            pods.append({"metadata": {"name": f"j{j}-{r}"}, "spec": {
+            out[-1].append({"metadata": {"name": f"j{j}-{r}", "labels": {"job": f"j{j}"}}, "spec": {
                 "nodeName": node_names[i % len(node_names)], "restartPolicy": "Never",
                 "containers": [{"name": "main", "image": "trainer",
                                 "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}})
             i += 1
+    return out
+
+
+def bare_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,
+             running: dict, ns: str) -> tuple[float, str]:
+    """The ceiling: a bare client creating the same pods, their nodes already assigned."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
+    pods = [pod for job in bare_pods(node_names, shapes) for pod in job]
     started = time.monotonic()
+    watching = watch_running(core, ns, len(pods), started, running)
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(lambda p: done(core.create_namespaced_pod(ns, p, _preload_content=False)), pods))
     created = time.monotonic() - started
-    running = wait_running(core, ns, len(pods), started)
-    core.delete_namespace(ns)
-    return created, running
+    return watching.result(), f"created in {created:.1f}s"
+
+
+def floor_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,
+              running: dict, ns: str) -> tuple[float, str]:
+    """What the API server must do for a TrainingJob whatever schedules it, done by a bare client with the
+    operator paused: the job created, its headless Service (two replicas or more), its pods with their nodes, one
+    status write (Running, with the placement)."""
+    custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
+    pods = bare_pods(node_names, shapes)
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+    def one(j: int) -> None:
+        submitted[j] = time.monotonic()
+        job = training_job(j, shapes[j])
+        created = custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", job)
+        if len(pods[j]) > 1:
+            done(core.create_namespaced_service(ns, {"metadata": {"name": f"j{j}"}, "spec": {
+                "clusterIP": "None", "selector": {"job": f"j{j}"}, "ports": [{"port": 29500}]}},
+                _preload_content=False))
+        for pod in pods[j]:
+            done(core.create_namespaced_pod(ns, pod, _preload_content=False))
+        placement: dict[str, list[int]] = {}
+        for r, pod in enumerate(pods[j]):
+            placement.setdefault(pod["spec"]["nodeName"], []).append(r)
+        created["status"] = {"phase": "Running", "attempt": 1, "placement": placement, "ready": f"{len(pods[j])}/"
+                             f"{len(pods[j])}", "gpus": f"{len(pods[j]) * shapes[j][1]} GPUs", "startTime": now,
+                             "conditions": [{"type": "Running", "status": "True", "reason": "Running",
+                                             "message": "all replicas running", "lastTransitionTime": now}]}
+        done(custom.replace_namespaced_custom_object_status(GROUP, VERSION, ns, "trainingjobs", f"j{j}", created,
+                                                             _preload_content=False))
+
+    started = time.monotonic()
+    watching = watch_running(core, ns, sum(len(p) for p in pods), started, running)
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(one, range(len(shapes))))
+    return watching.result(), "job, Service, pods and one status write each"
+
+
+def training_job(j: int, shape: tuple[int, int]) -> dict:
+    replicas, gpus = shape
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": f"j{j}"},
+            "spec": {"replicas": replicas, "resources": {"gpus": gpus},
+                     "topology": {"required": "leaf"} if replicas > 1 else {},
+                     "template": {"spec": {"containers": [{"name": "main", "image": "trainer"}]}}}}
 
 
 def paced(job: int, started: float, rate: float, submitted: dict[int, float], submit) -> None:
@@ -184,12 +263,8 @@ def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]], rate: flo
     running = {} if running is None else running
 
     def submit(j: int) -> None:
-        replicas, gpus = shapes[j]
-        custom.create_namespaced_custom_object("superpod.dev", "v1alpha1", ns, "trainingjobs", {
-            "apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob", "metadata": {"name": f"j{j}"},
-            "spec": {"replicas": replicas, "resources": {"gpus": gpus},
-                     "topology": {"required": "leaf"} if replicas > 1 else {},
-                     "template": {"spec": {"containers": [{"name": "main", "image": "trainer"}]}}}})
+        done(custom.create_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs", training_job(j, shapes[j]),
+                                                    _preload_content=False))
 
     total = sum(r for r, _ in shapes)
     started = time.monotonic()
@@ -197,14 +272,17 @@ def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]], rate: flo
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(lambda j: paced(j, started, rate, submitted, submit), range(len(shapes))))
     elapsed = watching.result()
-    running_jobs = sum(1 for j in custom.list_namespaced_custom_object("superpod.dev", "v1alpha1", ns,
-                                                                       "trainingjobs")["items"]
-                       if (j.get("status") or {}).get("phase") in ("Starting", "Running"))
-    return elapsed, running_jobs
+    return elapsed, len({name.split("-", 1)[0] for name in running})
 
 
-def indexed_jobs_run(api: client.ApiClient, shapes: list[tuple[int, int]], submitted: dict,
-                     running: dict, ns: str = "bench-indexed") -> tuple[float, int]:
+def trainingjobs_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,
+                     running: dict, ns: str) -> tuple[float, str]:
+    elapsed, placed = operator_run(api, shapes, 0, submitted, running, ns)
+    return elapsed, f"{placed}/{len(shapes)} placed"
+
+
+def indexed_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,
+                running: dict, ns: str) -> tuple[float, str]:
     """The same gangs as Indexed Jobs whose pods name this scheduler: the gang label and size on the pod template."""
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
@@ -228,7 +306,26 @@ def indexed_jobs_run(api: client.ApiClient, shapes: list[tuple[int, int]], submi
         list(pool.map(lambda j: paced(j, started, 0, submitted, submit), range(len(shapes))))
     elapsed = watching.result()
     bound = sum(1 for p in core.list_namespaced_pod(ns).items if p.spec.node_name)
-    return elapsed, bound
+    return elapsed, f"{bound}/{total} pods bound"
+
+
+RUNS = {"bare": bare_run, "floor": floor_run, "trainingjobs": trainingjobs_run, "indexed": indexed_run}
+OPERATED = ("trainingjobs", "indexed")  # the operator schedules these: its writes are counted
+LABELS = {"bare": f"bare client, {WORKERS} threads, nodes pre-assigned (the ceiling)",
+          "floor": "bare client, what a TrainingJob needs (the operator paused)",
+          "trainingjobs": "operator, TrainingJobs",
+          "indexed": "operator, Indexed Jobs (pods by kube-controller-manager, bound through pods/binding)"}
+
+
+def waiting(api: client.ApiClient, ns: str) -> str:
+    """The TrainingJobs of a namespace that are not Running, and why (their status message)."""
+    try:
+        jobs = client.CustomObjectsApi(api).list_namespaced_custom_object(GROUP, VERSION, ns, "trainingjobs")["items"]
+    except client.ApiException:
+        return "no TrainingJobs"
+    stuck = [f"{j['metadata']['name']}: {(j.get('status') or {}).get('message')}" for j in jobs
+             if (j.get("status") or {}).get("phase") != "Running"]
+    return f"{len(stuck)} job(s) not Running" + (f", e.g. {stuck[0]}" if stuck else "")
 
 
 def writes_per_job(local: LocalCluster, since: float, until: float, jobs: int) -> str:
@@ -272,6 +369,9 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, help="folder for py-spy profiles of the operator and pprof profiles of "
                     "the API server (TrainingJob runs)")
     ap.add_argument("--profile-seconds", type=int, default=10, help="length of the API server's profile")
+    ap.add_argument("--logs", type=Path, help="copy the cluster's and the operator's logs here before the wipe")
+    ap.add_argument("--runs", default="bare,trainingjobs,indexed", help="which runs each round makes (comma-separated; "
+                    "the bare client's is the ceiling every ratio is taken to)")
     args = ap.parse_args()
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     if args.profile:
@@ -290,63 +390,64 @@ def main() -> None:
         core = client.CoreV1Api(api)
         env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
         start_operator(local, env, args)
-        time.sleep(3)
-        runs: dict[str, list[float]] = {"bare": [], "trainingjobs": [], "indexed": []}
+        first_cycle(f"http://127.0.0.1:{METRICS}/metrics")
+        chosen = [run for run in args.runs.split(",") if run]
+        unknown = set(chosen) - set(RUNS)
+        if unknown or "bare" not in chosen:
+            raise SystemExit(f"--runs: {', '.join(sorted(unknown)) or 'bare is missing'} (of {', '.join(RUNS)}; the "
+                             "bare client's run is the ceiling every ratio is taken to)")
+        runs: dict[str, list[float]] = {run: [] for run in chosen}
+        node_names = [o["metadata"]["name"] for o in objs]
+
         def meter() -> CpuMeter:
             return CpuMeter({**{name: local.pid(name) for name in (*COMPONENTS, "operator")}, "bench": os.getpid()})
 
-        for round_ in range(1, args.repeat + 1):  # interleaved, so drift on this machine hits all three alike
-            cpu = meter()
-            # Namespaces of their own each round: a namespace made again right after its deletion may refuse pods
-            # for a while (403 "being terminated"), and kube-controller-manager backs off for minutes.
-            names = {run: f"bench-{run}-{round_}" for run in ("bare", "operator", "indexed")}
-            created, bare = bare_client(api, [o["metadata"]["name"] for o in objs], shapes, names["bare"])
-            print(f"round {round_}: bare client {bare:.1f}s (created in {created:.1f}s); {cpu.report(bare)}")
-            wait_no_pods(core, (names["bare"],))
-            marks = [time.time()]  # the writes are counted from submission until all run (not the teardown)
-            cpu, cycles = meter(), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
-            profile = Profile(local.pid("operator"), str(args.profile / f"operator-{round_}.txt")) \
-                if args.profile else contextlib.nullcontext()
-            served = GoProfile(local.api_url, local.admin_ssl(), str(args.profile / f"apiserver-{round_}.pb.gz"),
-                               args.profile_seconds) if args.profile else contextlib.nullcontext()
-            submitted, running = {}, {}
-            with profile, served:
-                elapsed, running_jobs = operator_run(api, shapes, 0, submitted, running, names["operator"])
-            marks.append(time.time())
-            print(f"  TrainingJobs {elapsed:.1f}s ({running_jobs}/{len(shapes)} placed); {cpu.report(elapsed)}")
-            print(f"  operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
-            print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
-            if args.profile:
-                print(profile.hottest())
-                print(served.hottest())
-            core.delete_namespace(names["operator"])
-            wait_no_pods(core, (names["operator"],))
-            marks.append(time.time())
-            cpu, cycles = meter(), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
-            submitted, running = {}, {}
-            indexed, bound = indexed_jobs_run(api, shapes, submitted, running, names["indexed"])
-            marks.append(time.time())
-            print(f"  Indexed Jobs {indexed:.1f}s ({bound}/{pods} pods bound); {cpu.report(indexed)}")
-            print(f"  operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
-            print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
-            core.delete_namespace(names["indexed"])
-            wait_no_pods(core, (names["indexed"],))
-            for name, seconds in (("bare", bare), ("trainingjobs", elapsed), ("indexed", indexed)):
-                runs[name].append(seconds)
-            print(f"  the operator's writes per job (audit log): TrainingJobs "
-                  f"{writes_per_job(local, marks[0], marks[1], len(shapes))}; Indexed Jobs "
-                  f"{writes_per_job(local, marks[2], marks[3], len(shapes))}")
+        for round_ in range(1, args.repeat + 1):  # interleaved, so drift on this machine hits all runs alike
+            print(f"round {round_}:")
+            writes = []
+            for run in chosen:
+                # A namespace of its own each run: a namespace made again right after its deletion may refuse pods
+                # for a while (403 "being terminated"), and kube-controller-manager backs off for minutes.
+                ns = f"bench-{run}-{round_}"
+                since = time.time()  # the writes are counted from submission until all run (not the teardown)
+                cpu, cycles = meter(), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
+                profile = Profile(local.pid("operator"), str(args.profile / f"operator-{run}-{round_}.txt")) \
+                    if args.profile else contextlib.nullcontext()
+                served = GoProfile(local.api_url, local.admin_ssl(), str(args.profile / f"apiserver-{run}-{round_}"
+                                   ".pb.gz"), args.profile_seconds) if args.profile else contextlib.nullcontext()
+                submitted, running = {}, {}
+                paused = paused_operator(local) if run == "floor" else contextlib.nullcontext()
+                with paused, profile, served:
+                    try:
+                        elapsed, outcome = RUNS[run](api, node_names, shapes, submitted, running, ns)
+                    except Incomplete as e:
+                        elapsed, outcome = None, f"{e}; left out of the medians; {waiting(api, ns)}"
+                    until, used = time.time(), cpu.report(elapsed or time.monotonic() - cpu.started)
+                    if run == "floor":  # gone before the operator goes on, or it would see jobs it did not place
+                        core.delete_namespace(ns)
+                        wait_no_pods(core, (ns,))
+                if elapsed is not None:
+                    runs[run].append(elapsed)
+                print(f"  {LABELS[run]}: {'incomplete' if elapsed is None else f'{elapsed:.1f}s'} ({outcome}); "
+                      f"{used}")
+                if run != "bare":
+                    print(f"    operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
+                    print(f"    gang startup, submitted to all pods running: "
+                          f"{startup_latency(shapes, submitted, running)}")
+                    if run in OPERATED:
+                        writes.append(f"{LABELS[run]} {writes_per_job(local, since, until, len(shapes))}")
+                if args.profile:
+                    print(profile.hottest())
+                    print(served.hottest())
+                if run != "floor":
+                    core.delete_namespace(ns)
+                    wait_no_pods(core, (ns,))
+            if writes:
+                print(f"  the operator's writes per job (audit log): {'; '.join(writes)}")
         median = {name: statistics.median(values) for name, values in runs.items() if values}
-        if median:
-            print(f"medians of {args.repeat} round(s), time until all {pods} pods Running (the operator running in "
-                  "all):")
-        for name, label in (("bare", f"bare client, {WORKERS} threads, nodes pre-assigned (the ceiling)"),
-                            ("trainingjobs", "operator, TrainingJobs"),
-                            ("indexed", "operator, Indexed Jobs (pods by kube-controller-manager, bound through "
-                                        "pods/binding)")):
-            if name not in median:
-                continue
-            print(f"  {label}: {median[name]:.1f}s, {pods / median[name]:.0f} pods/s; ratio to the ceiling "
+        print(f"medians of {args.repeat} round(s), time until all {pods} pods Running (the operator running in all):")
+        for name in (name for name in chosen if name in median and "bare" in median):
+            print(f"  {LABELS[name]}: {median[name]:.1f}s, {pods / median[name]:.0f} pods/s; ratio to the ceiling "
                   f"{median['bare'] / median[name]:.2f}")
         if args.fill:
             print(fill_and_restart(local, api, core, [o["metadata"]["name"] for o in objs], args.fill, env, args))
@@ -358,6 +459,8 @@ def main() -> None:
                   f"({running_jobs}/{len(shapes)} placed); operator cycles: {cycles.report()}")
             print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
     finally:
+        if args.logs:
+            shutil.copytree(local.logs, args.logs, dirs_exist_ok=True)
         local.wipe()
 
 

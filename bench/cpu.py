@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -25,7 +26,7 @@ def cpu_seconds(pid: int) -> float:
 class CpuMeter:
     def __init__(self, pids: dict[str, int | None]) -> None:
         self.pids = {name: pid for name, pid in pids.items() if pid}
-        self.start = self.read()
+        self.start, self.started = self.read(), time.monotonic()
 
     def read(self) -> dict[str, float]:
         return {name: cpu_seconds(pid) for name, pid in self.pids.items()}
