@@ -4,7 +4,7 @@ replica that stops between the pods and the status leaves pods the next one find
 
 from __future__ import annotations
 
-from superpod.k8s.api import PODS, TRAININGJOBS
+from superpod.k8s.api import GPUUSAGES, PODS, TRAININGJOBS
 from superpod.sim.kubelet import STAY_PENDING
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
@@ -62,10 +62,16 @@ def test_part_of_a_gang_without_its_status_is_not_taken_for_the_gang():
     c.submit(training_job("gang", 2, 8))
     c.cycle()
     c.store.delete_now(PODS, f"team-a/{c.pods('gang')[1]['metadata']['name']}")  # its create never landed
+    c.tick()
+    c.tick(20)  # the other runs meanwhile
     c.start("op-2")
     c.settle(3)
     assert (c.status("gang")["phase"], c.status("gang")["attempt"]) == ("Running", 2)
     assert {p["metadata"]["labels"]["superpod.dev/attempt"] for p in c.pods("gang")} == {"2"}
+    [record] = c.store.objects.get(GPUUSAGES, {}).values()  # what the part of attempt 1 ran is billed
+    assert record["spec"]["attempt"] == 1 and record["spec"]["gpuSeconds"] >= 8 * 20
+    assert c.status("gang")["accountedAttempts"] == 1
+    assert c.status("gang")["finishedGpuSeconds"] == record["spec"]["gpuSeconds"]
 
 
 def test_pods_of_a_spec_edited_since_are_not_taken_for_the_gang():
@@ -81,8 +87,9 @@ def test_pods_of_a_spec_edited_since_are_not_taken_for_the_gang():
     assert {p["spec"]["containers"][0]["image"] for p in c.pods("gang")} == {"trainer:v2"}
 
 
-def test_an_edit_of_the_job_while_its_status_waits_is_no_lost_placement():
-    """Anyone's write to the job drops the status the cache holds for it; the same operator then finds its pods."""
+def test_an_edit_of_the_job_while_its_status_waits_keeps_its_placement():
+    """An edit that leaves the status as it was (a label) keeps the status the cache holds: it is written later,
+    on the edited version, with the same pods."""
     c = MemoryCluster(nodes=4, nodes_per_unit=4)
     c.submit(training_job("gang", 2, 8, annotations={STAY_PENDING: "true"}))
     c.cycle()
@@ -91,5 +98,28 @@ def test_an_edit_of_the_job_while_its_status_waits_is_no_lost_placement():
     job["metadata"].setdefault("labels", {})["team"] = "a"
     run(c.admin.replace(TRAININGJOBS, job))
     c.cycle()
+    assert c.status("gang") == {} and (c.decided("gang")["phase"], c.decided("gang")["attempt"]) == ("Starting", 1)
+    c.settle(int(c.settings.status_delay) + 1)
     assert (c.status("gang")["phase"], c.status("gang")["attempt"]) == ("Starting", 1)
     assert sorted(p["metadata"]["uid"] for p in c.pods("gang")) == written
+    assert c.job("gang")["metadata"]["labels"]["team"] == "a"
+
+
+def test_a_gang_that_ended_before_the_next_operator_is_billed_once_and_not_run_again():
+    """Its pods ran and succeeded while no operator led: the next one writes their placement, and the job ends
+    Succeeded with its record (without finished pods counted, it ran the gang a second time, unbilled)."""
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)
+    c.submit(training_job("gang", 2, 8))
+    c.cycle()
+    c.tick()  # the pods start
+    c.tick(30)
+    for pod in c.pods("gang"):
+        c.kubelet.finish(f"team-a/{pod['metadata']['name']}", 0)
+    c.tick()
+    assert c.status("gang") == {} and not c.pods("gang")  # the moment: the gang ended, its status never sent
+    c.start("op-2")
+    c.settle(3)
+    assert (c.status("gang")["phase"], c.status("gang")["attempt"]) == ("Succeeded", 1)
+    [record] = c.store.objects.get(GPUUSAGES, {}).values()
+    assert record["spec"]["gpuSeconds"] == c.status("gang")["finishedGpuSeconds"] > 0
+    assert {p["metadata"]["labels"]["superpod.dev/attempt"] for p in c.pods("gang", live=False)} == {"1"}

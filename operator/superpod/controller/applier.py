@@ -243,18 +243,21 @@ class Applier:
                        f"{first.message}; rolled back")
 
     async def _adopt(self, pod: dict) -> None:
-        """A pod of this name exists: ours (written before a crash) if its owner and attempt match, else an error."""
+        """A pod of this name exists: ours (written before a crash) if its owner, attempt and node match, else an
+        error."""
         meta = pod["metadata"]
         found = await self.api.get(PODS, meta["name"], meta["namespace"])
         owner = meta["ownerReferences"][0]["uid"]
         theirs = found["metadata"]
         if not theirs.get("deletionTimestamp") and any(o.get("uid") == owner for o in theirs.get("ownerReferences")
                                                        or []) and (
-                (theirs.get("labels") or {}).get(ATTEMPT_LABEL) == meta["labels"][ATTEMPT_LABEL]):
+                (theirs.get("labels") or {}).get(ATTEMPT_LABEL) == meta["labels"][ATTEMPT_LABEL]) and (
+                found["spec"].get("nodeName") == pod["spec"].get("nodeName")):
             self._see(PODS, found)
             return
         raise ApiError(409, "AlreadyExists", f"pod {meta['namespace']}/{meta['name']} exists and is not this "
-                       "attempt's live pod (being deleted, or of an earlier job of the same name)")
+                       "attempt's live pod on its node (being deleted, of an earlier job of the same name, "
+                       "or placed elsewhere)")
 
     async def _delete_pods(self, step: DeletePods) -> None:
         async def delete(key: str, uid: str) -> None:

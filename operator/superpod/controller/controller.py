@@ -133,7 +133,8 @@ class Controller:
         placed = self.reader.gangs
         plans += self._record_deleted(now)
         plans += self._judge_placed(touched, now)
-        waiting = self.room.pending(self.state, self.reader, now, touched)
+        waiting = self.room.pending(self.state, self.reader, now, touched, self.queues.labels,
+                                     lambda uid: self.applier.settled(uid, now))
         plans += waiting.plans
         gangs = self.room.gangs
         snap = self.snapshots.build(self.state, {**gangs.holdings(), **holdings(self.state, placed, self._assumed)})

@@ -9,6 +9,7 @@ import contextlib
 import functools
 import logging
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from superpod.api import manifests
@@ -17,7 +18,8 @@ from superpod.api.status import condition, updated
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller.actions import Action, CreatePods, CreateService, DeletePods, Plan, WriteStatus
 from superpod.controller.jobs import JobView
-from superpod.controller.judge import Settings
+from superpod.controller.judge import Settings, abandoned
+from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import RESERVED_NOTE, Decision
 from superpod.core.lifecycle import backoff
@@ -45,26 +47,33 @@ class Pending:
     reasons: dict[str, str] = field(default_factory=dict)  # held back this cycle, and why
 
 
-def pending(state: ClusterState, views: list[JobView], now: float) -> Pending:
+def pending(state: ClusterState, views: list[JobView], now: float, labels: Callable[[JobView], Labels] = outside_queues,
+            settled: Callable[[str], bool] = lambda uid: True) -> Pending:
     """Sort the jobs that are not placed: ready to schedule, held back this cycle, or Invalid; and tidy up after
-    finished jobs. A bug met on one job is said on it; the others go on."""
+    finished jobs. `labels`: a job's usage labels (the record of an attempt closed here); `settled(uid)`: False while
+    pods of the job may exist unseen (applier.settled). A bug met on one job is said on it; the others go on."""
     out = Pending()
     for view in views:
         if view.phase in ACTIVE:
             continue
         try:
-            _pending(state, view, now, out)
+            _pending(state, view, now, out, labels, settled)
         except Exception as e:  # noqa: BLE001 - isolate it to this job
             log.exception("sorting %s failed", view.key)
             out.plans.append(view.fault(f"the operator failed to consider this job: {e!r}", now))
     return out
 
 
-def _pending(state: ClusterState, view: JobView, now: float, out: Pending) -> None:
-    earlier = [p for p in state.pods_of(view.key) if p.phase not in POD_FINISHED] if view.key in state.by_job else []
+def _pending(state: ClusterState, view: JobView, now: float, out: Pending, labels: Callable[[JobView], Labels],
+             settled: Callable[[str], bool]) -> None:
+    pods = state.pods_of(view.key) if view.key in state.by_job else []
+    earlier = [p for p in pods if p.phase not in POD_FINISHED]
     live = tuple(sorted((p.key, p.uid) for p in earlier if not p.deleting)) if earlier else ()
     if view.phase in FINISHED:  # nothing of it may run on (a teardown whose deletes were lost, say)
         _add(out.plans, _repair(view, now, live))
+        return
+    if not settled(view.uid):  # a pod create's answer was lost: what the gang is must be seen first
+        out.reasons[view.key] = "waiting to see the pods whose create answer was lost"
         return
     if isinstance(view.request, ConvertError):
         _add(out.plans, view.invalid(str(view.request), now))
@@ -77,17 +86,21 @@ def _pending(state: ClusterState, view: JobView, now: float, out: Pending) -> No
         out.reasons[view.key] = f"in backoff until {rfc3339(timestamp(view.status.notBefore))}"
         _add(out.plans, _repair(view, now))
         return
-    if live and (plan := recovered(state, view, [p for p in earlier if not p.deleting], now)):
+    # Pods of an attempt the status does not know: written by a replica that stopped before their status.
+    unknown = [p for p in pods if p.owner == view.uid and p.attempt is not None and p.attempt > view.status.attempt
+               and not p.deleting]
+    if unknown and (plan := recovered(state, view, [p for p in pods if not p.deleting and (
+            p.phase not in POD_FINISHED or p in unknown)], now)):
         out.reasons[view.key] = "its pods were written before its status: writing their placement"
         out.plans.append(plan)
         return
-    if live:  # pods of an earlier attempt still run: stop them first, place once they are going
-        why = f"stopping {len(live)} pod(s) of an earlier attempt before a new one starts"
-        out.reasons[view.key] = why
-        newest = max((p.attempt for p in earlier if p.owner == view.uid and p.attempt is not None), default=0)
-        plan = Plan(f"stop:{view.key}", [DeletePods(live)])
-        if newest > view.status.attempt:  # pods written before their status: their attempt number is not reused
-            plan.steps.insert(0, view.write({"attempt": newest}, now))
+    if live or unknown:  # pods of an earlier attempt still run: stop them first, place once they are going
+        out.reasons[view.key] = f"stopping {len(live)} pod(s) of an earlier attempt before a new one starts"
+        plan = Plan(f"stop:{view.key}")
+        if unknown:  # that attempt is closed (billed what its pods used) and its number never used again
+            plan.then(*abandoned(state, view, max(p.attempt for p in unknown), now, labels))
+        if live:
+            plan.then(DeletePods(live))
         out.plans.append(plan)
         return
     if earlier:  # terminating: the new attempt keeps off their nodes (views are cached: change a copy)
@@ -276,9 +289,9 @@ def placed(state: ClusterState, view: JobView, attempt: int, assignments: dict[s
 
 
 def recovered(state: ClusterState, view: JobView, pods: list, now: float) -> Plan | None:
-    """A waiting job whose live pods are one whole attempt newer than its status, made from its spec as it is: a
-    replica placed them and stopped (or lost its Lease) before their status was written. Their placement is
-    written now; anything else of them is not a gang and goes (None)."""
+    """A waiting job whose pods (live, or finished since) are one whole attempt newer than its status, made from
+    its spec as it is: a replica placed them and stopped (or lost its Lease) before their status was written. Their
+    placement is written now (the judge then sees them run or end); anything else of them is not a gang (None)."""
     attempts = {p.attempt for p in pods}
     indexes = sorted(p.index for p in pods if p.index is not None)
     attempt = next(iter(attempts)) if len(attempts) == 1 else None

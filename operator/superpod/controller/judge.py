@@ -5,7 +5,7 @@ any of its pods is deleted, so a crash can neither lose nor double-count it."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from superpod.api import manifests
 from superpod.api.convert import usage_object
@@ -172,6 +172,16 @@ def _usage_record(state: ClusterState, view: JobView, changes: dict, now: float,
                     round(view.units * view.replicas, 4), min(run.start for run in runs),
                     max(now if run.end is None else run.end for run in runs), round(max(0.0, used), 3))
     return [RecordUsage(usage_object(record, view.uid))]
+
+
+def abandoned(state: ClusterState, view: JobView, attempt: int, now: float,
+              labels: Callable[[JobView], Labels]) -> list:
+    """The steps that close an attempt newer than the status knows (its pods were written before their status, by a
+    replica that stopped, and are not a whole gang of the spec as it is): its record, then the status that takes its
+    number and the GPU-seconds its pods used."""
+    newer = replace(view, status=view.status.model_copy(update={"attempt": attempt}))
+    changes = {"attempt": attempt, **_closing(state, newer, now)}
+    return [*_usage_record(state, newer, changes, now, labels), view.write(changes, now)]
 
 
 def record_deleted(state: ClusterState, view: JobView, now: float, labels: Callable[[JobView], Labels]) -> Plan | None:

@@ -203,10 +203,10 @@ class Operator:
                     if changed:
                         log.info("resync corrected %d %s", changed, kind.plural)
                         self.wake.set()
-                settle_heap()
             except Exception as e:  # noqa: BLE001 - retried at the next period
                 self.metrics.cycle_errors.labels("resync").inc()
                 log.warning("resync failed: %s", e)
+            settle_heap()  # a failed resync too: what the cycles froze is collected every period
 
     async def run(self, stop: asyncio.Event, port: int = 0) -> None:
         server = self.health.serve(port) if port else None

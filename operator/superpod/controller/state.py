@@ -176,8 +176,8 @@ class ClusterState:
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
         # Job statuses in force but not sent yet (WriteStatus.deferred): key -> (the object as the API server has it,
-        # since when). The cache shows the job with its new status until the object changes in any way (the next
-        # status write landing, or anyone's edit); then what the API server has is all there is.
+        # since when). The cache shows the job with its new status until a status is written (the next write of
+        # it landing, or anyone's) or the job is deleted; then what the API server has is all there is.
         self.unsent: dict[str, tuple[dict, float]] = {}
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
         self.version = 0  # bumped on every change to nodes or the topology
@@ -228,6 +228,19 @@ class ClusterState:
         self._stamp(key)
         return True
 
+    def _store_job(self, key: str, obj: dict) -> None:
+        """A job's new version. A status not sent yet stays in force over an edit that left the status as it was
+        (a label, the spec: the status write that follows is made on this version); a status written by anyone
+        ends it."""
+        unsent = self.unsent.get(key)
+        if unsent is not None and obj.get("status") == unsent[0].get("status"):
+            self.unsent[key] = (obj, unsent[1])
+            obj = {**obj, "status": self.jobs[key]["status"]}
+        else:
+            self.unsent.pop(key, None)
+        self.jobs[key] = obj
+        self.edited_jobs.add(key)
+
     def forget_unsent(self) -> None:
         """The jobs as the API server has them: the statuses not sent are dropped (a new Lease term decides only on
         what was written; the pods a dropped placement made are found by their job, `decide.recovered`)."""
@@ -267,9 +280,7 @@ class ClusterState:
         if kind is PODS:
             self._store_pod(key, obj, now)
         elif kind is TRAININGJOBS:
-            self.jobs[key] = obj
-            self.unsent.pop(key, None)
-            self.edited_jobs.add(key)
+            self._store_job(key, obj)
         elif kind is NODES:
             self._store_node(key, obj, now)
         elif kind is SERVICES:

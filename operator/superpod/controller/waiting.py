@@ -11,6 +11,7 @@ in turn, only a change of their cause's words rewrites them, not its counts (dec
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Callable
 from itertools import islice
 
 from superpod.api.podgang import is_gang_key
@@ -18,6 +19,7 @@ from superpod.controller.actions import Plan
 from superpod.controller.decide import Offered, Pending, pending, servable, starts
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings
+from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.podgangs import GangView, PodGangs
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision, schedule
@@ -42,10 +44,12 @@ class WaitingRoom:
         self._first = True
         self._nodes = -1  # ClusterState.version when every ready job was last checked against the nodes
 
-    def pending(self, state: ClusterState, reader: JobReader, now: float, touched: set[str]) -> Pending:
+    def pending(self, state: ClusterState, reader: JobReader, now: float, touched: set[str],
+                labels: Callable[[JobView], Labels] = outside_queues,
+                settled: Callable[[str], bool] = lambda uid: True) -> Pending:
         """`decide.pending` over the jobs whose verdict may have changed (`touched`: the jobs the cache stamped or
         deleted since the last cycle; the others keep theirs): the plans and reasons of the jobs held back; the ready
-        ones wait in `ready`."""
+        ones wait in `ready`. `labels`, `settled`: as `decide.pending` takes them."""
         if self._first:  # the cache may have been filled before this room looked (kept in `touched` on failure)
             self._first = False
             touched |= reader.by_key.keys() | {key for key in state.by_job if is_gang_key(key)}
@@ -66,7 +70,7 @@ class WaitingRoom:
                 continue
             if view is None or view.phase in ACTIVE:
                 continue
-            verdict = pending(state, [view], now)
+            verdict = pending(state, [view], now, labels, settled)
             out.plans += verdict.plans
             out.reasons.update(verdict.reasons)
             if verdict.plans or verdict.reasons:
