@@ -24,6 +24,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -191,16 +192,9 @@ def kueue_round(local: LocalCluster, api: client.ApiClient, kubectl: list[str], 
     kueue = kueue_up(local, kubectl, qps)
     try:
         kueue_queues(kubectl, namespace, gpus)
-        submitted, running, cpu = {}, {}, meter(local, kueue.pid)
-        try:
-            took = kueue_run(api, namespace, shapes, submitted, running)
-            inside, multi = one_leaf(api, namespace, "batch.kubernetes.io/job-name")
-            print(f"  Kueue + TAS (client QPS {qps}), kube-scheduler binds: all Running in {took:.1f}s; {inside} of "
-                  f"{multi} multi-node gangs inside one leaf; {cpu.report(took)}")
-            print(f"    gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
-        except Incomplete as e:
-            took = None
-            print(f"  Kueue + TAS: incomplete, {e}; left out of the medians")
+        took = measured(api, namespace, "batch.kubernetes.io/job-name", f"Kueue + TAS (client QPS {qps}), "
+                        "kube-scheduler binds", meter(local, kueue.pid), shapes,
+                        lambda submitted, running: kueue_run(api, namespace, shapes, submitted, running))
         gone(api, namespace)  # while Kueue runs: it removes its finalizers
     finally:
         kueue.terminate()
@@ -215,21 +209,32 @@ def operator_round(local: LocalCluster, api: client.ApiClient, shapes: list[tupl
     local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0"], env)
     try:
         time.sleep(3)
-        submitted, running, cpu = {}, {}, meter(local, local.pid("operator"))
-        try:
-            took, _ = operator_run(api, shapes, 0, submitted, running, namespace)
-            inside, multi = one_leaf(api, namespace, "superpod.dev/job-name")
-            print(f"  this operator, TrainingJobs: all Running in {took:.1f}s; {inside} of {multi} multi-node gangs "
-                  f"inside one leaf; {cpu.report(took)}")
-            print(f"    gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
-        except Incomplete as e:
-            took = None
-            print(f"  this operator: incomplete, {e}; left out of the medians")
+        took = measured(api, namespace, "superpod.dev/job-name", "this operator, TrainingJobs",
+                        meter(local, local.pid("operator")), shapes,
+                        lambda submitted, running: operator_run(api, shapes, 0, submitted, running, namespace)[0])
         gone(api, namespace)
     finally:
         os.kill(local.pid("operator"), signal.SIGTERM)
         while local.pid("operator"):
             time.sleep(0.2)
+    return took
+
+
+def measured(api: client.ApiClient, namespace: str, job_label: str, what: str, cpu: CpuMeter,
+             shapes: list[tuple[int, int]], run: Callable[[dict, dict], float]) -> float | None:
+    """Seconds until all of one round's gangs ran (None if they did not), printed with their locality, the CPU
+    each process used and the gangs' startup latency."""
+    submitted: dict[int, float] = {}
+    running: dict[str, float] = {}
+    try:
+        took = run(submitted, running)
+    except Incomplete as e:
+        print(f"  {what}: incomplete, {e}; left out of the medians")
+        return None
+    inside, multi = one_leaf(api, namespace, job_label)
+    print(f"  {what}: all Running in {took:.1f}s; {inside} of {multi} multi-node gangs inside one leaf; "
+          f"{cpu.report(took)}")
+    print(f"    gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")
     return took
 
 

@@ -4,7 +4,7 @@ and as Indexed Jobs (batch/v1, created by the real kube-controller-manager, spec
 bound by the operator through pods/binding). Beside them, in the same run, the ceiling: a bare client creating the
 same number of pods with their nodes already assigned; and (`--runs bare,floor,...`) the floor of a TrainingJob on
 this API server: a bare client making what any scheduler of TrainingJobs must (the job, its Service, its pods, one
-status write), the operator paused.
+status write), the operator stopped.
 
     .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500] [--repeat 3] [--runs ...] [--profile DIR]
 
@@ -105,14 +105,22 @@ def start_operator(local: LocalCluster, env: dict, args) -> None:
 
 
 @contextlib.contextmanager
-def paused_operator(local: LocalCluster):
-    """The operator stopped (SIGSTOP) inside the block, and going on after it."""
-    pid = local.pid("operator")
-    os.kill(pid, signal.SIGSTOP)
+def stopped_operator(local: LocalCluster, env: dict, args):
+    """No operator inside the block; a new process after it, once it has ended its first cycle. (A process paused
+    with SIGSTOP wakes with the cache it had, and acts on the objects deleted meanwhile until their events are read:
+    500 gang writes refused, in the run after.)"""
+    stop_operator(local)
     try:
         yield
     finally:
-        os.kill(pid, signal.SIGCONT)
+        start_operator(local, env, args)
+        first_cycle(f"http://127.0.0.1:{METRICS}/metrics")
+
+
+def stop_operator(local: LocalCluster) -> None:
+    os.kill(local.pid("operator"), signal.SIGTERM)
+    while local.pid("operator"):
+        time.sleep(0.2)
 
 
 def fill_and_restart(local: LocalCluster, api: client.ApiClient, core: client.CoreV1Api, node_names: list[str],
@@ -129,10 +137,7 @@ def fill_and_restart(local: LocalCluster, api: client.ApiClient, core: client.Co
         list(pool.map(lambda p: done(core.create_namespaced_pod(ns, p, _preload_content=False)), pods))
     wait_running(core, ns, count, started)
     filled = time.monotonic() - started
-    pid = local.pid("operator")
-    os.kill(pid, signal.SIGTERM)
-    while local.pid("operator"):
-        time.sleep(0.2)
+    stop_operator(local)
     begun = time.monotonic()
     start_operator(local, env, args)
     first_cycle(f"http://127.0.0.1:{METRICS}/metrics")
@@ -203,7 +208,7 @@ def bare_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[in
 def floor_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,
               running: dict, ns: str) -> tuple[float, str]:
     """What the API server must do for a TrainingJob whatever schedules it, done by a bare client with the
-    operator paused: the job created, its headless Service (two replicas or more), its pods with their nodes, one
+    operator stopped: the job created, its headless Service (two replicas or more), its pods with their nodes, one
     status write (Running, with the placement)."""
     custom, core = client.CustomObjectsApi(api), client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
@@ -312,7 +317,7 @@ def indexed_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple
 RUNS = {"bare": bare_run, "floor": floor_run, "trainingjobs": trainingjobs_run, "indexed": indexed_run}
 OPERATED = ("trainingjobs", "indexed")  # the operator schedules these: its writes are counted
 LABELS = {"bare": f"bare client, {WORKERS} threads, nodes pre-assigned (the ceiling)",
-          "floor": "bare client, what a TrainingJob needs (the operator paused)",
+          "floor": "bare client, what a TrainingJob needs (the operator stopped)",
           "trainingjobs": "operator, TrainingJobs",
           "indexed": "operator, Indexed Jobs (pods by kube-controller-manager, bound through pods/binding)"}
 
@@ -399,8 +404,9 @@ def main() -> None:
         runs: dict[str, list[float]] = {run: [] for run in chosen}
         node_names = [o["metadata"]["name"] for o in objs]
 
-        def meter() -> CpuMeter:
-            return CpuMeter({**{name: local.pid(name) for name in (*COMPONENTS, "operator")}, "bench": os.getpid()})
+        def meter(operator: bool) -> CpuMeter:
+            return CpuMeter({**{name: local.pid(name) for name in COMPONENTS}, "bench": os.getpid(),
+                             **({"operator": local.pid("operator")} if operator else {})})
 
         for round_ in range(1, args.repeat + 1):  # interleaved, so drift on this machine hits all runs alike
             print(f"round {round_}:")
@@ -410,14 +416,14 @@ def main() -> None:
                 # for a while (403 "being terminated"), and kube-controller-manager backs off for minutes.
                 ns = f"bench-{run}-{round_}"
                 since = time.time()  # the writes are counted from submission until all run (not the teardown)
-                cpu, cycles = meter(), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
+                cpu, cycles = meter(run != "floor"), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
                 profile = Profile(local.pid("operator"), str(args.profile / f"operator-{run}-{round_}.txt")) \
-                    if args.profile else contextlib.nullcontext()
+                    if args.profile and run != "floor" else contextlib.nullcontext()
                 served = GoProfile(local.api_url, local.admin_ssl(), str(args.profile / f"apiserver-{run}-{round_}"
                                    ".pb.gz"), args.profile_seconds) if args.profile else contextlib.nullcontext()
                 submitted, running = {}, {}
-                paused = paused_operator(local) if run == "floor" else contextlib.nullcontext()
-                with paused, profile, served:
+                stopped = stopped_operator(local, env, args) if run == "floor" else contextlib.nullcontext()
+                with stopped, profile, served:
                     try:
                         elapsed, outcome = RUNS[run](api, node_names, shapes, submitted, running, ns)
                     except Incomplete as e:
@@ -430,14 +436,15 @@ def main() -> None:
                     runs[run].append(elapsed)
                 print(f"  {LABELS[run]}: {'incomplete' if elapsed is None else f'{elapsed:.1f}s'} ({outcome}); "
                       f"{used}")
-                if run != "bare":
+                if run in OPERATED:
                     print(f"    operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
                     print(f"    gang startup, submitted to all pods running: "
                           f"{startup_latency(shapes, submitted, running)}")
                     if run in OPERATED:
                         writes.append(f"{LABELS[run]} {writes_per_job(local, since, until, len(shapes))}")
                 if args.profile:
-                    print(profile.hottest())
+                    if run != "floor":
+                        print(profile.hottest())
                     print(served.hottest())
                 if run != "floor":
                     core.delete_namespace(ns)
