@@ -41,7 +41,9 @@ from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
 log = logging.getLogger(__name__)
-GAUGE_PERIOD = 1.0  # seconds between updates of the gauges over the whole cluster (jobs by phase, GPUs)
+# Seconds between updates of the metrics read off every job, node and pod (jobs by phase, GPUs, the GPU-seconds
+# counter): at 10,000 nodes and 5,000 jobs they were a third of the operator's CPU when made each cycle.
+GAUGE_PERIOD = 5.0
 
 
 class Controller:
@@ -74,7 +76,7 @@ class Controller:
         self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
         self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
         self.nominated: dict = {}  # job key -> view, of the jobs and pod gangs holding a nomination (this cycle)
-        self._gauged = float("-inf")  # when the cluster-wide gauges were last set
+        self._gauged = self._metered = float("-inf")  # when the cluster-wide gauges, the usage counter were last set
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -178,7 +180,9 @@ class Controller:
                 log.error("placing %s failed: %s", decision.job.key, decision.error)
                 plans.append(view.fault(decision.reason, now))
                 self._count_error("decide")
-        self._guarded("metering", lambda: self.meter.observe(self.state, self.reader.by_key.values(), now), None)
+        if now - self._metered >= GAUGE_PERIOD:
+            self._metered = now
+            self._guarded("metering", lambda: self.meter.observe(self.state, self.reader.by_key.values(), now), None)
         if self.state.ended:
             by_uid = self.reader.by_uid
             self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts
@@ -260,9 +264,9 @@ class Controller:
                 self.metrics.observe_cluster(self.state)
 
     def offered(self) -> Offered:
-        """What the usable nodes offer at all, recomputed when nodes change."""
+        """What the usable nodes offer at all, recomputed when nodes change (from counts kept as they change)."""
         if self._offered is None or self._offered[0] != self.state.version:
-            self._offered = (self.state.version, Offered.of(self.state.usable_nodes()))
+            self._offered = (self.state.version, Offered.of(self.state.offers))
         return self._offered[1]
 
     def _judge_placed(self, touched: set[str], now: float) -> list[Plan]:

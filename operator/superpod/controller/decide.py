@@ -9,7 +9,7 @@ import contextlib
 import functools
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from superpod.api import manifests
@@ -28,7 +28,7 @@ from superpod.core.mig_catalog import product as mig_product
 from superpod.core.model import Snapshot
 from superpod.core.phases import ACTIVE, FINISHED, POD_FINISHED, Condition, Phase, Reason
 from superpod.core.placement import validate
-from superpod.core.request import MIG_CAPABLE_LABEL, MIG_PREFIX, PRODUCT_LABEL, JobRequest
+from superpod.core.request import MIG_PREFIX, JobRequest
 from superpod.k8s.api import ApiError
 
 log = logging.getLogger(__name__)
@@ -128,16 +128,19 @@ class Offered:
     mig_products: tuple[Product, ...]
 
     @classmethod
-    def of(cls, nodes: list) -> Offered:
+    def of(cls, offers: Iterable[tuple[str, str]]) -> Offered:
+        """From the usable nodes' `state.offer_keys` (kept in `ClusterState.offers` as nodes change)."""
         products, resources, mig = set(), set(), {}
-        for node in nodes:
-            products.add(node.labels.get(PRODUCT_LABEL))
-            resources.update(r for r, amount in node.allocatable.items() if amount > 0)
-            if node.labels.get(MIG_CAPABLE_LABEL) == "true":
+        for kind, value in sorted(offers):
+            if kind == "product":
+                products.add(value)
+            elif kind == "resource":
+                resources.add(value)
+            elif kind == "mig":
                 with contextlib.suppress(UnknownProductError):
-                    found = mig_product(node.labels.get(PRODUCT_LABEL, ""))
+                    found = mig_product(value)
                     mig[found.key] = found
-        return cls(frozenset(products - {None}), frozenset(resources), tuple(mig.values()))
+        return cls(frozenset(products), frozenset(resources), tuple(mig.values()))
 
 
 def unservable(snap: Snapshot, offered: Offered, job: JobRequest) -> str | None:

@@ -21,6 +21,7 @@ from superpod.controller.state import (
     MIG_EXPECT,
     MIG_FAILED,
     MIG_FOR,
+    MIG_KEYS,
     MIG_LAYOUT,
     MIG_PREVIOUS,
     MIG_PREVIOUS_RESOURCES,
@@ -37,7 +38,7 @@ from superpod.core.phases import Reason
 from superpod.core.request import GPU, MIG_CAPABLE_LABEL, MIG_PREFIX, PRODUCT_LABEL, JobRequest
 
 log = logging.getLogger(__name__)
-DYNAMIC = "superpod.dev/mig-dynamic"
+DYNAMIC = f"{MIG_KEYS}dynamic"  # superpod.dev/mig-dynamic
 STRATEGY = "nvidia.com/mig.strategy"
 OURS = (MIG_EXPECT, MIG_REQUESTED_AT, MIG_FOR, MIG_PREVIOUS, MIG_PREVIOUS_RESOURCES)
 
@@ -55,8 +56,9 @@ class MigFlow:
         """Release nodes whose reconfiguration finished; fail, revert and mark those that failed or timed out."""
         out = []
         if self._expecting is None or self._expecting[0] != self.state.node_edits:
-            self._expecting = (self.state.node_edits, [name for name, entry in self.state.nodes.items()
-                                                       if MIG_EXPECT in (entry.obj["metadata"].get("annotations")
+            nodes = self.state.nodes
+            self._expecting = (self.state.node_edits, [name for name in sorted(self.state.mig_nodes)
+                                                       if MIG_EXPECT in (nodes[name].obj["metadata"].get("annotations")
                                                                          or {})])
         for name in self._expecting[1]:
             entry = self.state.nodes[name]
@@ -146,9 +148,11 @@ class MigFlow:
     def _served(self) -> set[str]:
         """The jobs whose nodes are being repartitioned (recomputed when a node object changes)."""
         if self._serving is None or self._serving[0] != self.state.node_edits:
+            nodes = self.state.nodes
             self._serving = (self.state.node_edits, {
-                k for e in self.state.nodes.values()
-                for k in ((e.obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",") if k})
+                k for name in self.state.mig_nodes
+                for k in ((nodes[name].obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",")
+                if k})
         return self._serving[1]
 
     def reclaims(self) -> bool:
@@ -158,8 +162,10 @@ class MigFlow:
     def _any_dynamic(self) -> bool:
         """Some node opted in to dynamic MIG (recomputed when nodes change)."""
         if self._dynamic is None or self._dynamic[0] != self.state.version:
-            self._dynamic = (self.state.version, any((e.obj["metadata"].get("labels") or {}).get(DYNAMIC) == "true"
-                                                     for e in self.state.nodes.values()))
+            nodes = self.state.nodes
+            self._dynamic = (self.state.version, any(
+                (nodes[name].obj["metadata"].get("labels") or {}).get(DYNAMIC) == "true"
+                for name in self.state.mig_nodes))
         return self._dynamic[1]
 
     def _reclaim(self, waiting: list[JobRequest], nodes: list[MigNode], taken: set[str], layouts: dict,

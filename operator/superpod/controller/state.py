@@ -25,6 +25,7 @@ from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
 from superpod.core.mig_render import STATE_LABEL
 from superpod.core.model import Node, Pod, Topology
 from superpod.core.phases import KUBELET_DISRUPTIONS, POD_FINISHED
+from superpod.core.request import MIG_CAPABLE_LABEL, PRODUCT_LABEL
 from superpod.core.usage import Ledger
 from superpod.k8s.api import (
     CLUSTERTOPOLOGIES,
@@ -55,6 +56,7 @@ MIG_FOR = "superpod.dev/mig-for"  # the jobs the reconfiguration is for
 MIG_PREVIOUS = "superpod.dev/mig-previous"  # the nvidia.com/mig.config value before we changed it
 MIG_PREVIOUS_RESOURCES = "superpod.dev/mig-previous-resources"  # what the node advertised before (JSON)
 MIG_FAILED = "superpod.dev/mig-failed"  # why the last reconfiguration failed; no more MIG plans here
+MIG_KEYS = "superpod.dev/mig-"  # the prefix of that bookkeeping, and of the label that opts a node in to dynamic MIG
 
 
 def version(obj: dict) -> int:
@@ -185,6 +187,10 @@ class ClusterState:
         self.layout = 0
         self.node_stamps: dict[str, int] = {}  # node name -> the version of its last change (present nodes only)
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
+        # Nodes with a label or annotation under MIG_KEYS: what the MIG flow looks at, kept as nodes are stored (at
+        # fleet size every heartbeat stores a node; a scan of them all at each was most of the operator's CPU).
+        self.mig_nodes: set[str] = set()
+        self.offers: dict[tuple[str, str], int] = {}  # offer_keys of the usable nodes -> how many nodes offer it
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
         self.touched: set[str] = set()  # keys of the jobs stamped (or deleted) since the controller last looked
         # uids of the jobs, nodes and queues deleted since the controller last dropped what it remembers of them (a
@@ -332,7 +338,9 @@ class ClusterState:
             self.touched.add(key)
             self.gone.append(uid)
         elif kind is NODES:
-            self.nodes.pop(key, None)
+            gone = self.nodes.pop(key, None)
+            self._offer(gone.node if gone else None, -1)
+            self.mig_nodes.discard(key)
             self.node_edits += 1
             self.version += 1
             self.layout += 1
@@ -398,10 +406,26 @@ class ClusterState:
         since = None if ready else (old.not_ready_since if old and old.not_ready_since is not None else now)
         self.nodes[name] = NodeEntry(obj["metadata"].get("uid") or "", obj, node, problem, since)
         if old is None or old.node != node:
+            self._offer(old.node if old else None, -1)
+            self._offer(node, 1)
+        meta = obj["metadata"]
+        if any(k.startswith(MIG_KEYS) for k in (*(meta.get("annotations") or ()), *(meta.get("labels") or ()))):
+            self.mig_nodes.add(name)
+        else:
+            self.mig_nodes.discard(name)
+        if old is None or old.node != node:
             self.version += 1
             self.node_stamps[name] = self.version
             if old is None or old.node is None or node is None:
                 self.layout += 1
+
+    def _offer(self, node: Node | None, sign: int) -> None:
+        for key in offer_keys(node) if node is not None else ():
+            count = self.offers.get(key, 0) + sign
+            if count:
+                self.offers[key] = count
+            else:
+                del self.offers[key]
 
     # ---- reading ------------------------------------------------------------------------------------------------
     def topology(self) -> tuple[Topology, str | None]:
@@ -432,6 +456,18 @@ class ClusterState:
 
     def holding_pods(self) -> dict[str, Pod]:
         return dict(self.holding)
+
+
+def offer_keys(node: Node) -> set[tuple[str, str]]:
+    """What one usable node adds to what the cluster offers at all (`decide.Offered`): ("product", its GPU product),
+    ("resource", each resource it has some of), ("mig", its product when it is MIG-capable)."""
+    keys = {("resource", resource) for resource, amount in node.allocatable.items() if amount > 0}
+    product = node.labels.get(PRODUCT_LABEL)
+    if product is not None:
+        keys.add(("product", product))
+        if node.labels.get(MIG_CAPABLE_LABEL) == "true":
+            keys.add(("mig", product))
+    return keys
 
 
 def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None = None) -> PodInfo:
