@@ -41,9 +41,6 @@ from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
 log = logging.getLogger(__name__)
-# Seconds between updates of the metrics read off every job, node and pod (jobs by phase, GPUs, the GPU-seconds
-# counter): at 10,000 nodes and 5,000 jobs they were a third of the operator's CPU when made each cycle.
-GAUGE_PERIOD = 5.0
 
 
 class Controller:
@@ -76,7 +73,6 @@ class Controller:
         self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
         self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
         self.nominated: dict = {}  # job key -> view, of the jobs and pod gangs holding a nomination (this cycle)
-        self._gauged = self._metered = float("-inf")  # when the cluster-wide gauges, the usage counter were last set
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -180,9 +176,7 @@ class Controller:
                 log.error("placing %s failed: %s", decision.job.key, decision.error)
                 plans.append(view.fault(decision.reason, now))
                 self._count_error("decide")
-        if now - self._metered >= GAUGE_PERIOD:
-            self._metered = now
-            self._guarded("metering", lambda: self.meter.observe(self.state, self.reader.by_key.values(), now), None)
+        self._guarded("metering", lambda: self.meter.observe(self.state, self.reader.by_key.values(), now), None)
         if self.state.ended:
             by_uid = self.reader.by_uid
             self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts
@@ -259,9 +253,7 @@ class Controller:
             for decision in self.visited:
                 if decision.placement is not None:
                     self.metrics.queue_wait_seconds.observe(max(0.0, now - decision.job.submitted))
-            if now - self._gauged >= GAUGE_PERIOD:  # reads every job, node and pod: not in each of many cycles
-                self._gauged = now
-                self.metrics.observe_cluster(self.state)
+            self.metrics.observe_cluster(self.state)
 
     def offered(self) -> Offered:
         """What the usable nodes offer at all, recomputed when nodes change (from counts kept as they change)."""
