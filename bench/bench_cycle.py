@@ -5,8 +5,10 @@ through the simulator's engine (the operator's own Controller on MemoryAPI): the
 nothing changed ("idle"), of a cycle after one server's job ended ("freed"), and of a cycle after one node was
 cordoned or uncordoned ("node"), and after a node object was stored with nothing a decision reads changed
 ("heartbeat"), per queue length and policy. `gang-firstfit` (no topology search, no reservation)
-is the baseline in the same run.
+is the baseline in the same run. With --metrics the controller keeps its Prometheus metrics as the operator does
+(the cluster gauges and the GPU-seconds counter each cycle).
 Run: .venv/bin/python bench/bench_cycle.py [--nodes N] [--waiting 1000,5000] [--policies superpod,gang-firstfit]
+     [--metrics]
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import time
 
 from bench_placement import machine
 
+from superpod.controller.metrics import Metrics
 from superpod.core.baselines import POLICIES
 from superpod.k8s.api import NODES, PODS
 from superpod.sim import presets
@@ -27,7 +30,7 @@ from superpod.simulate.trace import TraceJob
 ROUNDS = 9
 
 
-def measure(preset: str, count: int | None, waiting: int, policy: str) -> tuple[float, ...]:
+def measure(preset: str, count: int | None, waiting: int, policy: str, metrics: bool) -> tuple[float, ...]:
     nodes, topology = presets.preset_nodes(preset, count), presets.topology()
     runtime = RuntimeModel.of(topology, nodes)
     servers = runtime.capacity // 8
@@ -38,6 +41,9 @@ def measure(preset: str, count: int | None, waiting: int, policy: str) -> tuple[
     simulation.loop.close = lambda: None  # the replay below goes on after run() returns
     simulation.run(until=2.0)
     controller = simulation.controller
+    if metrics:
+        controller.metrics = Metrics()
+        controller.meter.counter = controller.metrics.gpu_seconds
 
     def cycle() -> float:
         simulation.now += 1.0
@@ -80,15 +86,17 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, help="nodes of the preset (default: the preset's own count)")
     parser.add_argument("--waiting", default="1000,5000")
     parser.add_argument("--policies", default="superpod,gang-firstfit")
+    parser.add_argument("--metrics", action="store_true", help="keep the operator's Prometheus metrics")
     args = parser.parse_args()
     print(f"machine: {machine()}")
     nodes = len(presets.preset_nodes(args.preset, args.nodes))
-    print(f"preset {args.preset}, {nodes} nodes, full of long jobs; medians of {ROUNDS} cycles")
+    print(f"preset {args.preset}, {nodes} nodes, full of long jobs; medians of {ROUNDS} cycles"
+          f"{', with metrics' if args.metrics else ''}")
     print(f"{'policy':<16} {'waiting':>8} {'idle cycle ms':>14} {'freed cycle ms':>15} {'node cycle ms':>14} "
           f"{'heartbeat cycle ms':>19} {'us per waiting job':>19}")
     for waiting in map(int, args.waiting.split(",")):
         for policy in args.policies.split(","):
-            idle, freed, node, beat = measure(args.preset, args.nodes, waiting, policy)
+            idle, freed, node, beat = measure(args.preset, args.nodes, waiting, policy, args.metrics)
             print(f"{policy:<16} {waiting:>8} {idle:>14.1f} {freed:>15.1f} {node:>14.1f} {beat:>19.1f} "
                   f"{idle * 1000 / max(waiting, 1):>19.1f}", flush=True)
 

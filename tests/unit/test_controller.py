@@ -4,6 +4,7 @@ failures, accounting. Each test names the defect it guards against where there w
 from __future__ import annotations
 
 import copy
+import math
 
 from superpod.k8s.api import NODES, PODS, SERVICES, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
@@ -226,6 +227,69 @@ def test_a_job_deleted_while_running_is_still_metered():
     c.tick(5)
     c.cycle()
     assert c.controller.meter.counter.labels("", "team-a", "*", "spot")._value.get() >= counted + 16 * 5
+
+
+def test_the_gpu_seconds_counter_equals_every_jobs_usage_counted_from_scratch():
+    """The counter adds a job's usage again only when the job or its pods changed (between changes, at its rate):
+    at every cycle it must equal the usage of all jobs computed from their pods, through starts, ends and a
+    failed replica's restart."""
+    from prometheus_client import CollectorRegistry
+
+    from superpod.controller.metering import usage
+    from superpod.controller.metrics import Metrics
+
+    c = MemoryCluster(nodes=6, nodes_per_unit=2)
+    counter = c.controller.meter.counter = Metrics(CollectorRegistry()).gpu_seconds
+    for name, replicas in (("short", 1), ("pair", 2), ("long", 3)):
+        c.submit(training_job(name, replicas, 8, maxRestarts=2))
+    checked = 0
+    for step in range(24):
+        c.cycle()
+        if step == 6:
+            pod = c.pods("short")[0]
+            c.kubelet.finish(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", 0)
+        if step == 9:
+            pod = c.pods("pair")[0]
+            c.kubelet.finish(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", 1)
+        views = list(c.controller.reader.by_key.values())
+        exact = sum(usage(c.state, view, c.now)[0] for view in views)
+        counted = counter.labels("", "team-a", "*", "spot")._value.get()
+        if exact:
+            assert math.isclose(counted, exact, rel_tol=1e-9), (step, counted, exact)
+            checked += 1
+        c.tick(1)
+    assert checked > 15 and c.status("short")["phase"] == "Succeeded" and c.status("pair")["attempt"] >= 2
+
+
+def test_the_cluster_gauges_follow_jobs_pods_and_nodes_as_they_change():
+    """The gauges are kept from counts (jobs by phase as read, GPUs summed again only when nodes or holdings
+    change): after each change they must equal what the API shows."""
+    from superpod.controller.metrics import Metrics
+
+    c = MemoryCluster(nodes=4, nodes_per_unit=2)
+    metrics = c.controller.metrics = Metrics()
+
+    def gauges() -> tuple:
+        phases = {phase: metrics.jobs.labels(phase)._value.get() for phase in ("Queued", "Running", "Succeeded")}
+        product = next(iter(c.state.nodes.values())).node.labels["nvidia.com/gpu.product"]
+        allocated, free = metrics.gpus_allocated.labels(product), metrics.gpus_free.labels(product)
+        return phases, allocated._value.get(), free._value.get()
+
+    c.submit(training_job("a", 2, 8))
+    c.submit(training_job("b", 1, 4))
+    c.submit(training_job("c", 4, 8))  # waits: 4 nodes, 3 of them free
+    c.settle(3)
+    assert gauges() == ({"Queued": 1, "Running": 2, "Succeeded": 0}, 20, 12)
+    pod = c.pods("b")[0]
+    c.kubelet.finish(f"{pod['metadata']['namespace']}/{pod['metadata']['name']}", 0)
+    c.settle(2)
+    assert gauges()[:2] == ({"Queued": 1, "Running": 1, "Succeeded": 1}, 16)
+    c.update_node(c.pods("a")[0]["spec"]["nodeName"], lambda node: node["spec"].update(unschedulable=True))
+    c.settle(1)
+    assert gauges()[1:] == (16, 8), "a cordoned node's GPUs are not free"
+    c.store.delete_now(TRAININGJOBS, "team-a/b")
+    c.settle(1)
+    assert gauges()[0] == {"Queued": 1, "Running": 1, "Succeeded": 0}
 
 
 def test_specs_the_fuzzer_found_become_invalid_with_the_field_named_instead_of_looping():

@@ -253,7 +253,7 @@ class Controller:
             for decision in self.visited:
                 if decision.placement is not None:
                     self.metrics.queue_wait_seconds.observe(max(0.0, now - decision.job.submitted))
-            self.metrics.observe_cluster(self.state)
+            self.metrics.observe_cluster(self.state, self.reader.phases)
 
     def offered(self) -> Offered:
         """What the usable nodes offer at all, recomputed when nodes change (from counts kept as they change)."""

@@ -136,6 +136,7 @@ class JobReader:
         self.priorities: Counter = Counter()  # priority -> how many gangs of it are placed
         self.nominated: dict[str, JobView] = {}  # the jobs whose status holds a nomination (core/preempt.py)
         self.deleted_placed: list[JobView] = []  # the last views of placed jobs deleted since the caller took them
+        self.phases: Counter = Counter()  # phase (a job without one counts as Queued) -> how many jobs are in it
 
     def lowest_priority(self) -> int | None:
         """The lowest priority of a placed gang (None when none is placed)."""
@@ -158,6 +159,7 @@ class JobReader:
                 continue
             if cached is not None:
                 self.by_uid.pop(cached.uid, None)
+                self.phases[cached.phase or Phase.QUEUED] -= 1
             if obj is None:
                 self.by_key.pop(key, None)
                 if cached is not None and key in self.active:
@@ -165,6 +167,7 @@ class JobReader:
             else:
                 view = self.by_key[key] = _view(key, obj)  # in place: the order of first sight is kept
                 self.by_uid[view.uid] = view
+                self.phases[view.phase or Phase.QUEUED] += 1
             view = self.by_key.get(key)
             if view is not None and view.problems:
                 self.damaged.add(key)

@@ -8,7 +8,8 @@ A job's labels are taken when it is first counted (its queue, the flavor it coun
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
 
 from superpod.api import manifests
 from superpod.api.convert import usage_name
@@ -23,32 +24,72 @@ Labels = tuple[str, str, str, str]  # queue ("" outside queues), namespace, flav
 
 
 class Meter:
+    """Counts each job's usage again only when the job, its pods or its Service changed (`ClusterState.changes`);
+    between changes a job's usage grows at its rate (GPUs of its running pods), added for all jobs of a label set at
+    once: at fleet size, computing every job's usage each cycle was a fifth of the operator's CPU."""
+
     def __init__(self, counter=None, labels: Callable[[JobView], Labels] | None = None) -> None:
         self.counter = counter  # a prometheus Counter with the four labels above, or None
         self.labels = labels or outside_queues
-        self._counted: dict[str, tuple[Labels, float, float, float]] = {}  # uid -> (labels, total, rate, at)
+        self._counted: dict[str, Counted] = {}  # job uid -> what was counted of it
+        self._rates: dict[Labels, dict[str, float]] = {}  # labels -> job uid -> rate, of the jobs using GPUs now
+        self._at: float | None = None  # the time counted up to
 
     def reset(self) -> None:
         """Count from each job's next observation on (a new Lease term: the last leader counted until now)."""
         self._counted.clear()
+        self._rates.clear()
+        self._at = None
 
-    def observe(self, state: ClusterState, views: list[JobView], now: float) -> None:
+    def observe(self, state: ClusterState, views: Collection[JobView], now: float) -> None:
         if self.counter is None:
             return  # nothing to count into (the simulator, `superpod plan`)
-        seen = set()
+        changed, known = [], 0
         for view in views:
-            uid = view.uid
-            seen.add(uid)
+            before = self._counted.get(view.uid)
+            stamp = state.changes.get(view.key)
+            if before is not None:
+                known += 1
+                if before.stamp == stamp:
+                    continue  # it grew at its rate
+                self._rate(before.labels, view.uid, 0.0)  # counted on its own below
+            changed.append((view, stamp, before))
+        since, self._at = self._at, max(now, self._at or now)
+        if since is not None:
+            for labels, rates in self._rates.items():  # the jobs unchanged, and the deleted up to their deletion
+                if rates and self._at > since:
+                    self.counter.labels(*labels).inc(sum(rates.values()) * (self._at - since))
+        if known < len(self._counted):
+            for uid in set(self._counted) - {view.uid for view in views}:
+                self._rate(self._counted.pop(uid).labels, uid, 0.0)
+        for view, stamp, before in changed:
             total, rate = usage(state, view, now)
-            before = self._counted.get(uid)
-            labels = before[0] if before is not None else self.labels(view)  # fixed for the job's life here
-            if before is not None and total > before[1] and self.counter is not None:
-                self.counter.labels(*labels).inc(total - before[1])
-            self._counted[uid] = (labels, max(total, before[1] if before else 0.0), rate, now)
-        for uid in set(self._counted) - seen:  # deleted: count its last stretch at the rate it ran
-            labels, _, rate, at = self._counted.pop(uid)
-            if rate and self.counter is not None:
-                self.counter.labels(*labels).inc(rate * max(0.0, now - at))
+            if before is None:
+                counted = total  # counted from here on
+                labels = self.labels(view)  # fixed for the job's life here
+            else:
+                counted = before.total + before.rate * ((since or before.at) - before.at)
+                labels = before.labels
+                if total > counted:
+                    self.counter.labels(*labels).inc(total - counted)
+            self._counted[view.uid] = Counted(labels, max(total, counted), rate, self._at, stamp)
+            self._rate(labels, view.uid, rate)
+
+    def _rate(self, labels: Labels, uid: str, rate: float) -> None:
+        rates = self._rates.setdefault(labels, {})
+        if rate:
+            rates[uid] = rate
+        else:
+            rates.pop(uid, None)
+
+
+@dataclass(frozen=True)
+class Counted:
+    labels: Labels
+    total: float  # GPU-seconds counted of the job up to `at`
+    rate: float  # GPU-seconds per second it used from `at` on
+    at: float
+    stamp: int | None  # ClusterState.changes of the job when it was counted
 
 
 def outside_queues(view: JobView) -> Labels:

@@ -66,21 +66,30 @@ class Metrics:
             self.cycle_errors.labels(stage)
         for stage in ("judge", "decide", "apply", "mig", "metering"):
             self.object_errors.labels(stage)
+        self._gpus_seen: tuple = ()  # what the GPU gauges were last summed on
 
-    def observe_cluster(self, state) -> None:
-        phases = Counter((j.get("status") or {}).get("phase") or Phase.QUEUED for j in state.jobs.values())
+    def observe_cluster(self, state, phases: Counter) -> None:
+        """The cluster gauges: jobs by phase (counted as jobs are read), GPUs allocated and free by product
+        (summed again only when the nodes or the capacity pods hold changed)."""
         for phase in Phase:
             self.jobs.labels(phase).set(phases.get(phase, 0))
+        seen = (id(state), state.version, state.holding_edits)
+        if seen == self._gpus_seen:
+            return
+        self._gpus_seen = seen
         total: Counter = Counter()
         used: Counter = Counter()
         for entry in state.nodes.values():
             node = entry.node
             if node is not None and node.ready and not node.unschedulable:
                 total[node.labels.get(PRODUCT_LABEL, "unknown")] += node.allocatable.get(GPU, 0)
-        for p in state.pods.values():
-            entry = state.nodes.get(p.node) if p.node else None
-            if p.holds is not None and entry is not None and entry.node is not None:
-                used[entry.node.labels.get(PRODUCT_LABEL, "unknown")] += dict(p.holds.requests).get(GPU, 0)
+        nodes = state.nodes
+        for pod in state.holding.values():
+            entry = nodes.get(pod.node)
+            if entry is not None and entry.node is not None:
+                for resource, amount in pod.requests:
+                    if resource == GPU:
+                        used[entry.node.labels.get(PRODUCT_LABEL, "unknown")] += amount
         for product in set(total) | set(used):
             self.gpus_allocated.labels(product).set(used[product])
             self.gpus_free.labels(product).set(max(0, total[product] - used[product]))

@@ -176,6 +176,7 @@ class ClusterState:
         self.gang_nominations: dict[str, str] = {}  # pod key -> gang key, of those pods holding a nomination
         self.pod_groups: dict[str, dict] = {}  # PodGroup key -> object (scheduling.x-k8s.io, when served)
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
+        self.holding_edits = 0  # bumped on every change to `holding`
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
         # Job statuses in force but not sent yet (WriteStatus.deferred): key -> (the object as the API server has it,
         # since when). The cache shows the job with its new status until a status is written (the next write of
@@ -312,7 +313,8 @@ class ClusterState:
                 self._tombstones.popitem(last=False)
         if kind is PODS:
             pod = self.pods.pop(key, None)
-            self.holding.pop(key, None)
+            if self.holding.pop(key, None) is not None:
+                self.holding_edits += 1
             self.gang_pods.pop(key, None)
             self.gang_nominations.pop(key, None)
             if pod is not None and pod.job:
@@ -362,12 +364,15 @@ class ClusterState:
             self.pod_groups.pop(key, None)
 
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
-        info = pod_info(obj, self.scheduler_name, self.holding.get(key))
+        held = self.holding.get(key)
+        info = pod_info(obj, self.scheduler_name, held)
         old = self.pods.get(key)
         if old is not None and old.job and old.job != info.job:
             self.by_job.get(old.job, set()).discard(key)
             self._stamp(old.job)  # the job it left has one pod fewer
         self.pods[key] = info
+        if info.holds is not held:
+            self.holding_edits += 1
         if info.holds is not None:
             self.holding[key] = info.holds
         else:
