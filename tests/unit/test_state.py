@@ -157,6 +157,35 @@ def test_jobs_are_read_again_only_when_their_object_changed_and_held_capacity_fo
     assert views() == [] and reader.by_uid == {}
 
 
+def test_a_jobs_request_is_parsed_again_only_when_what_it_reads_changed(monkeypatch):
+    """Most versions of a job are the operator's own status writes: they reuse the request parsed before (job_from_k8s
+    was 9% of the operator's CPU at 1,000 nodes); a new spec, label or queue time parses it again."""
+    from superpod.controller import jobs
+
+    parsed = []
+    monkeypatch.setattr(jobs, "job_from_k8s", lambda obj: parsed.append(obj["metadata"]["resourceVersion"]) or rv)
+    state, reader = ClusterState(), jobs.JobReader()
+
+    def store(version: int, phase: str | None = None, spec: dict | None = None, queued: str | None = None, **labels):
+        nonlocal rv
+        rv = version
+        obj = job(version, phase)
+        obj["spec"], obj["metadata"]["labels"] = spec or {"replicas": 1}, labels
+        obj["metadata"]["managedFields"] = [{"manager": f"m{version}"}]
+        if queued:
+            obj["status"]["queuedAt"] = queued
+        state.apply(TRAININGJOBS, "MODIFIED" if version > 1 else "ADDED", obj, 0.0)
+        reader.read(state)
+        return reader.by_key["ns/j"].request
+
+    rv = 0
+    assert store(1) == 1 and store(2, "Queued") == 1 and store(3, "Running") == 1, "status writes reuse the request"
+    assert store(4, "Running", {"replicas": 2}) == 4, "a new spec is parsed"
+    assert store(5, "Running", {"replicas": 2}, team="a") == 5, "so are new labels"
+    assert store(6, "Queued", {"replicas": 2}, "2026-01-01T00:00:00Z", team="a") == 6, "and a new queue time"
+    assert parsed == ["1", "4", "5", "6"]
+
+
 def test_nodes_and_pods_are_kept_without_the_servers_field_ownership():
     """managedFields were most of a cached node's and gang pod's bytes (RSS 980 MiB at 10,000 nodes and 11,100 pods
     of Indexed Jobs); jobs keep theirs (their status is written back whole)."""

@@ -1,5 +1,5 @@
-"""A TrainingJob as one cycle sees it: its object, its status read tolerantly, its core request (parsed once per
-version of what it depends on), and the status writes every decision ends in."""
+"""A TrainingJob as one cycle sees it: its object, its status read tolerantly, its core request (parsed again only when
+what it depends on changed), and the status writes every decision ends in."""
 
 from __future__ import annotations
 
@@ -165,7 +165,7 @@ class JobReader:
                 if cached is not None and key in self.active:
                     self.deleted_placed.append(cached)
             else:
-                view = self.by_key[key] = _view(key, obj)  # in place: the order of first sight is kept
+                view = self.by_key[key] = _view(key, obj, cached)  # in place: the order of first sight is kept
                 self.by_uid[view.uid] = view
                 self.phases[view.phase or Phase.QUEUED] += 1
             view = self.by_key.get(key)
@@ -190,10 +190,19 @@ class JobReader:
                 self.priorities[self.gangs.pop(key)[0].priority] -= 1
 
 
-def _view(key: str, obj: dict) -> JobView:
+def _view(key: str, obj: dict, previous: JobView | None = None) -> JobView:
     status, raw, problems = read_status(obj)
-    try:
-        request: JobRequest | ConvertError = job_from_k8s({**obj, "status": raw})
-    except ConvertError as e:
-        request = e
+    if previous is not None and _request_inputs(previous.obj, previous.raw) == _request_inputs(obj, raw):
+        request = previous.request  # most versions are the operator's own status writes: the spec did not change
+    else:
+        try:
+            request = job_from_k8s({**obj, "status": raw})
+        except ConvertError as e:
+            request = e
     return JobView(key, obj, status, raw, problems, request)
+
+
+def _request_inputs(obj: dict, raw: dict) -> tuple:
+    """What job_from_k8s reads: the metadata (but its version and field ownership), the spec, status.queuedAt."""
+    meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields", "generation")}
+    return meta, obj.get("spec"), raw.get("queuedAt")
