@@ -38,6 +38,7 @@ from bench_cluster import machine  # noqa: E402
 from bench_operator import (  # noqa: E402
     WORKERS,
     Incomplete,
+    first_cycle,
     job_shapes,
     operator_run,
     paced,
@@ -204,11 +205,13 @@ def kueue_round(local: LocalCluster, api: client.ApiClient, kubectl: list[str], 
 
 def operator_round(local: LocalCluster, api: client.ApiClient, shapes: list[tuple[int, int]],
                    namespace: str) -> float | None:
-    """The operator started, the gangs run as TrainingJobs in a namespace of their own, the operator stopped."""
+    """The operator started and through its first cycle (as Kueue is through its readiness check), the gangs run as
+    TrainingJobs in a namespace of their own, the operator stopped."""
     env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
-    local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0"], env)
+    port = _free_port()
+    local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", str(port)], env)
     try:
-        time.sleep(3)
+        first_cycle(f"http://127.0.0.1:{port}/metrics")
         took = measured(api, namespace, "superpod.dev/job-name", "this operator, TrainingJobs",
                         meter(local, local.pid("operator")), shapes,
                         lambda submitted, running: operator_run(api, shapes, 0, submitted, running, namespace)[0])
