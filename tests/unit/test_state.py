@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import inspect
 import json
+from collections import Counter
 
 from superpod.controller.operator import Operator
 from superpod.controller.state import MIG_EXPECT, ClusterState
@@ -184,6 +185,45 @@ def test_a_jobs_request_is_parsed_again_only_when_what_it_reads_changed(monkeypa
     assert store(5, "Running", {"replicas": 2}, team="a") == 5, "so are new labels"
     assert store(6, "Queued", {"replicas": 2}, "2026-01-01T00:00:00Z", team="a") == 6, "and a new queue time"
     assert parsed == ["1", "4", "5", "6"]
+
+
+def test_the_gpus_offered_and_held_by_product_follow_every_node_and_pod_change():
+    """The cluster gauges read ClusterState.gpus, kept as objects are stored (a sum over every node and pod at each
+    change was 69 % of the operator's CPU at 10,000 nodes): after each of random node and pod events it equals
+    that sum."""
+    import random
+
+    from superpod.core.request import GPU, PRODUCT_LABEL
+
+    def summed(state: ClusterState) -> tuple[dict, dict]:
+        offered, held = Counter(), Counter()
+        for entry in state.nodes.values():
+            if entry.node is not None and entry.node.ready and not entry.node.unschedulable:
+                offered[entry.node.labels.get(PRODUCT_LABEL, "unknown")] += entry.node.allocatable.get(GPU, 0)
+        for held_pod in state.holding.values():
+            entry = state.nodes.get(held_pod.node)
+            if entry is not None and entry.node is not None:
+                held[entry.node.labels.get(PRODUCT_LABEL, "unknown")] += sum(
+                    amount for resource, amount in held_pod.requests if resource == GPU)
+        return +offered, +held
+
+    rng, state = random.Random(7), ClusterState()
+    for rv in range(1, 3001):
+        name = f"n{rng.randrange(4)}"
+        if rng.random() < 0.5:
+            obj = node(name, rv)
+            obj["metadata"]["labels"] = {PRODUCT_LABEL: rng.choice(["H100", "H200"])} if rng.random() < 0.8 else {}
+            obj["status"]["conditions"][0]["status"] = rng.choice(["True", "True", "False"])
+            obj["spec"] = {"unschedulable": rng.random() < 0.2}
+            if rng.random() < 0.1:
+                obj["status"]["allocatable"] = {GPU: "eight"}  # unreadable
+            state.apply(NODES, "DELETED" if rng.random() < 0.15 else "MODIFIED", obj, 0.0)
+        else:
+            obj = pod(f"p{rng.randrange(6)}", rv, uid=f"u{rng.randrange(3)}", node=name,
+                      phase=rng.choice(["Running", "Running", "Succeeded"]))
+            state.apply(PODS, "DELETED" if rng.random() < 0.15 else "MODIFIED", obj, 0.0)
+        assert (+state.gpus.offered, +state.gpus.held) == summed(state)
+    assert state.gpus.held and state.gpus.offered, "the events left some GPUs held and offered"
 
 
 def test_nodes_and_pods_are_kept_without_the_servers_field_ownership():

@@ -8,7 +8,6 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client import Counter as PromCounter
 
 from superpod.core.phases import Phase
-from superpod.core.request import GPU, PRODUCT_LABEL
 
 CYCLE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
 
@@ -66,30 +65,13 @@ class Metrics:
             self.cycle_errors.labels(stage)
         for stage in ("judge", "decide", "apply", "mig", "metering"):
             self.object_errors.labels(stage)
-        self._gpus_seen: tuple = ()  # what the GPU gauges were last summed on
 
     def observe_cluster(self, state, phases: Counter) -> None:
-        """The cluster gauges: jobs by phase (counted as jobs are read), GPUs allocated and free by product
-        (summed again only when the nodes or the capacity pods hold changed)."""
+        """The cluster gauges: jobs by phase (counted as jobs are read), GPUs allocated and free by product (kept as
+        nodes and pods are stored: ClusterState.gpus)."""
         for phase in Phase:
             self.jobs.labels(phase).set(phases.get(phase, 0))
-        seen = (id(state), state.version, state.holding_edits)
-        if seen == self._gpus_seen:
-            return
-        self._gpus_seen = seen
-        total: Counter = Counter()
-        used: Counter = Counter()
-        for entry in state.nodes.values():
-            node = entry.node
-            if node is not None and node.ready and not node.unschedulable:
-                total[node.labels.get(PRODUCT_LABEL, "unknown")] += node.allocatable.get(GPU, 0)
-        nodes = state.nodes
-        for pod in state.holding.values():
-            entry = nodes.get(pod.node)
-            if entry is not None and entry.node is not None:
-                for resource, amount in pod.requests:
-                    if resource == GPU:
-                        used[entry.node.labels.get(PRODUCT_LABEL, "unknown")] += amount
-        for product in set(total) | set(used):
-            self.gpus_allocated.labels(product).set(used[product])
-            self.gpus_free.labels(product).set(max(0, total[product] - used[product]))
+        offered, held = state.gpus.offered, state.gpus.held
+        for product in offered.keys() | held.keys():
+            self.gpus_allocated.labels(product).set(held[product])
+            self.gpus_free.labels(product).set(max(0, offered[product] - held[product]))

@@ -20,6 +20,7 @@ from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, 
 from superpod.api.podgang import NOMINATION, Grouping, grouping
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
+from superpod.controller.gpu_tally import GpuTally
 from superpod.core.accounting import Run
 from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
 from superpod.core.mig_render import STATE_LABEL
@@ -177,6 +178,7 @@ class ClusterState:
         self.pod_groups: dict[str, dict] = {}  # PodGroup key -> object (scheduling.x-k8s.io, when served)
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.holding_edits = 0  # bumped on every change to `holding`
+        self.gpus = GpuTally()  # GPUs offered by the usable nodes and held by `holding`, by product
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
         # Job statuses in force but not sent yet (WriteStatus.deferred): key -> (the object as the API server has it,
         # since when). The cache shows the job with its new status until a status is written (the next write of
@@ -313,8 +315,9 @@ class ClusterState:
                 self._tombstones.popitem(last=False)
         if kind is PODS:
             pod = self.pods.pop(key, None)
-            if self.holding.pop(key, None) is not None:
+            if (held := self.holding.pop(key, None)) is not None:
                 self.holding_edits += 1
+                self.gpus.pod(held, None)
             self.gang_pods.pop(key, None)
             self.gang_nominations.pop(key, None)
             if pod is not None and pod.job:
@@ -342,6 +345,7 @@ class ClusterState:
         elif kind is NODES:
             gone = self.nodes.pop(key, None)
             self._offer(gone.node if gone else None, -1)
+            self.gpus.node(key, gone.node if gone else None, None)
             self.mig_nodes.discard(key)
             self.node_edits += 1
             self.version += 1
@@ -373,6 +377,7 @@ class ClusterState:
         self.pods[key] = info
         if info.holds is not held:
             self.holding_edits += 1
+            self.gpus.pod(held, info.holds)
         if info.holds is not None:
             self.holding[key] = info.holds
         else:
@@ -413,6 +418,7 @@ class ClusterState:
         if old is None or old.node != node:
             self._offer(old.node if old else None, -1)
             self._offer(node, 1)
+            self.gpus.node(name, old.node if old else None, node)
         meta = obj["metadata"]
         if any(k.startswith(MIG_KEYS) for k in (*(meta.get("annotations") or ()), *(meta.get("labels") or ()))):
             self.mig_nodes.add(name)
