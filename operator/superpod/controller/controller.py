@@ -176,7 +176,7 @@ class Controller:
                 log.error("placing %s failed: %s", decision.job.key, decision.error)
                 plans.append(view.fault(decision.reason, now))
                 self._count_error("decide")
-        self._guarded("metering", lambda: self.meter.observe(self.state, self.reader.by_key.values(), now), None)
+        self._guarded("metering", lambda: self.meter.observe(self.state, self.reader.by_key, now, touched), None)
         if self.state.ended:
             by_uid = self.reader.by_uid
             self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts

@@ -8,7 +8,7 @@ A job's labels are taken when it is first counted (its queue, the flavor it coun
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from superpod.api import manifests
@@ -26,30 +26,42 @@ Labels = tuple[str, str, str, str]  # queue ("" outside queues), namespace, flav
 class Meter:
     """Counts each job's usage again only when the job, its pods or its Service changed (`ClusterState.changes`);
     between changes a job's usage grows at its rate (GPUs of its running pods), added for all jobs of a label set at
-    once: at fleet size, computing every job's usage each cycle was a fifth of the operator's CPU."""
+    once: at fleet size, computing every job's usage each cycle was a fifth of the operator's CPU, and a pass over
+    every job to find the changed ones an eighth (10,000 nodes, 5,000 jobs): only the touched are looked at."""
 
     def __init__(self, counter=None, labels: Callable[[JobView], Labels] | None = None) -> None:
         self.counter = counter  # a prometheus Counter with the four labels above, or None
         self.labels = labels or outside_queues
         self._counted: dict[str, Counted] = {}  # job uid -> what was counted of it
+        self._uids: dict[str, str] = {}  # job key -> uid, of the jobs counted
         self._rates: dict[Labels, dict[str, float]] = {}  # labels -> job uid -> rate, of the jobs using GPUs now
         self._at: float | None = None  # the time counted up to
+        self._whole = True  # the next observation looks at every job (the first, after a reset or an error)
 
     def reset(self) -> None:
         """Count from each job's next observation on (a new Lease term: the last leader counted until now)."""
         self._counted.clear()
+        self._uids.clear()
         self._rates.clear()
         self._at = None
+        self._whole = True
 
-    def observe(self, state: ClusterState, views: Collection[JobView], now: float) -> None:
+    def observe(self, state: ClusterState, views: Mapping[str, JobView], now: float,
+                touched: Collection[str] | None = None) -> None:
+        """Count up to `now`. `views`: every job by key; `touched`: the keys stamped since the last observation
+        (`ClusterState.touched`), the only jobs whose usage is computed again (None: all of them)."""
         if self.counter is None:
             return  # nothing to count into (the simulator, `superpod plan`)
-        changed, known = [], 0
-        for view in views:
+        whole, self._whole = self._whole or touched is None, True  # until this observation ends
+        keys = views.keys() if whole else touched
+        changed = []
+        for key in keys:
+            view = views.get(key)
+            if view is None:
+                continue
             before = self._counted.get(view.uid)
-            stamp = state.changes.get(view.key)
+            stamp = state.changes.get(key)
             if before is not None:
-                known += 1
                 if before.stamp == stamp:
                     continue  # it grew at its rate
                 self._rate(before.labels, view.uid, 0.0)  # counted on its own below
@@ -59,9 +71,10 @@ class Meter:
             for labels, rates in self._rates.items():  # the jobs unchanged, and the deleted up to their deletion
                 if rates and self._at > since:
                     self.counter.labels(*labels).inc(sum(rates.values()) * (self._at - since))
-        if known < len(self._counted):
-            for uid in set(self._counted) - {view.uid for view in views}:
-                self._rate(self._counted.pop(uid).labels, uid, 0.0)
+        for key in [key for key in (self._uids if whole else touched) if key in self._uids and (
+                key not in views or views[key].uid != self._uids[key])]:  # deleted (perhaps made again)
+            uid = self._uids.pop(key)
+            self._rate(self._counted.pop(uid).labels, uid, 0.0)
         for view, stamp, before in changed:
             total, rate = usage(state, view, now)
             if before is None:
@@ -73,7 +86,9 @@ class Meter:
                 if total > counted:
                     self.counter.labels(*labels).inc(total - counted)
             self._counted[view.uid] = Counted(labels, max(total, counted), rate, self._at, stamp)
+            self._uids[view.key] = view.uid
             self._rate(labels, view.uid, rate)
+        self._whole = False
 
     def _rate(self, labels: Labels, uid: str, rate: float) -> None:
         rates = self._rates.setdefault(labels, {})
