@@ -151,9 +151,9 @@ def test_jobs_are_read_again_only_when_their_object_changed_and_held_capacity_fo
     state.apply(TRAININGJOBS, "MODIFIED", job(2, "Queued"), 0.0)
     assert views()[0].phase == "Queued"
     state.apply(PODS, "ADDED", pod("j-0", 3), 0.0)
-    assert set(state.holding_pods()) == {"ns/j-0"}
+    assert set(state.holding) == {"ns/j-0"}
     state.apply(PODS, "MODIFIED", pod("j-0", 4, phase="Succeeded"), 0.0)
-    assert state.holding_pods() == {}, "a finished pod holds nothing"
+    assert state.holding == {}, "a finished pod holds nothing"
     state.apply(TRAININGJOBS, "DELETED", job(5, "Queued"), 0.0)
     assert views() == [] and reader.by_uid == {}
 

@@ -31,7 +31,7 @@ from superpod.controller.judge import Settings, judge, record_deleted, requeue
 from superpod.controller.metering import Meter
 from superpod.controller.mig import MigFlow
 from superpod.controller.queues import QueueBook
-from superpod.controller.snapshot import SnapshotCache, holdings
+from superpod.controller.snapshot import SnapshotCache
 from superpod.controller.state import ClusterState
 from superpod.controller.waiting import WaitingRoom
 from superpod.core.cycle import Decision, PriorityFifo
@@ -68,7 +68,6 @@ class Controller:
         self._judged = -1  # the nodes version the placed jobs were last all judged on
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
         self._unreadable_nodes: tuple[int, list[str]] = (-1, [])  # (nodes version, names of unreadable nodes)
-        self._assumed: dict[str, tuple[int, list]] = {}  # snapshot.holdings' memo of each placed gang's replicas
         self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
         self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
         self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
@@ -135,7 +134,7 @@ class Controller:
                                      lambda uid: self.applier.settled(uid, now))
         plans += waiting.plans
         gangs = self.room.gangs
-        snap = self.snapshots.build(self.state, {**gangs.holdings(), **holdings(self.state, placed, self._assumed)})
+        snap = self.snapshots.build(self.state, placed, gangs.holdings(), touched)
         fair = self._guarded("queues", lambda: self.queues.policy(
             snap, [gang[0] for gang in placed.values()] + (gangs.placed(self.state) if self.state.queues else []),
             self.reader.active.values(), now, self.policy), None)

@@ -177,7 +177,7 @@ class ClusterState:
         self.gang_nominations: dict[str, str] = {}  # pod key -> gang key, of those pods holding a nomination
         self.pod_groups: dict[str, dict] = {}  # PodGroup key -> object (scheduling.x-k8s.io, when served)
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
-        self.holding_edits = 0  # bumped on every change to `holding`
+        self.holding_changed: set[str] = set()  # keys changed in `holding` since the snapshot last took them
         self.gpus = GpuTally()  # GPUs offered by the usable nodes and held by `holding`, by product
         self.edited_jobs: set[str] = set()  # TrainingJobs stored or deleted since JobReader last read them
         # Job statuses in force but not sent yet (WriteStatus.deferred): key -> (the object as the API server has it,
@@ -316,7 +316,7 @@ class ClusterState:
         if kind is PODS:
             pod = self.pods.pop(key, None)
             if (held := self.holding.pop(key, None)) is not None:
-                self.holding_edits += 1
+                self.holding_changed.add(key)
                 self.gpus.pod(held, None)
             self.gang_pods.pop(key, None)
             self.gang_nominations.pop(key, None)
@@ -376,7 +376,7 @@ class ClusterState:
             self._stamp(old.job)  # the job it left has one pod fewer
         self.pods[key] = info
         if info.holds is not held:
-            self.holding_edits += 1
+            self.holding_changed.add(key)
             self.gpus.pod(held, info.holds)
         if info.holds is not None:
             self.holding[key] = info.holds
@@ -464,9 +464,6 @@ class ClusterState:
 
     def pods_of(self, job_key: str) -> list[PodInfo]:
         return [self.pods[k] for k in self.by_job.get(job_key, ()) if k in self.pods]
-
-    def holding_pods(self) -> dict[str, Pod]:
-        return dict(self.holding)
 
 
 def offer_keys(node: Node) -> set[tuple[str, str]]:

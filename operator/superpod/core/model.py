@@ -161,6 +161,7 @@ class Snapshot:
         self.free: list[dict[str, int]] = [dict(n.allocatable) for n in self.nodes]
         self.max_gpus_per_node = max([n.allocatable.get(GPU, 0) for n in self.nodes] + [0])
         self.pods: dict[str, Pod] = {}
+        self.assumed: set[str] = set()  # keys assume() and forget() changed (for the owner of a kept snapshot)
         self.generation = 0  # bumped on every change of capacity
         # Capacity only ever taken since a job shape did not fit: it still does not. Kept here, so it lasts as long
         # as this snapshot (the cycle drops it when capacity is freed): (shape, reservation) -> why it did not fit.
@@ -286,12 +287,14 @@ class Snapshot:
         for node, ranks in assignments.items():
             for r in ranks:
                 self.add_pod(Pod(f"{job.key}#{r}", node, job.requests))
+                self.assumed.add(f"{job.key}#{r}")
 
     def forget(self, job: JobRequest) -> None:
         """Undo `assume` (a failed write rolls the whole gang back)."""
         prefix = f"{job.key}#"
         for k in [k for k in self.pods if k.startswith(prefix)]:
             self.remove_pod(k)
+            self.assumed.add(k)
 
     # -- filters --------------------------------------------------------------------------------------------
     def view(self, job: JobRequest) -> View:
