@@ -67,7 +67,6 @@ class Controller:
         self.judge_next: set[str] = set()  # keys of the placed jobs to judge next cycle though nothing changed
         self._judged = -1  # the nodes version the placed jobs were last all judged on
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
-        self._unreadable_nodes: tuple[int, list[str]] = (-1, [])  # (nodes version, names of unreadable nodes)
         self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
         self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
         self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
@@ -339,10 +338,7 @@ class Controller:
     def _unreadable(self) -> list[Plan]:
         """Warnings on the objects the operator cannot read in full: left out (nodes) or repaired (job status)."""
         out = []
-        if self._unreadable_nodes[0] != self.state.version:
-            self._unreadable_nodes = (self.state.version, [name for name, entry in self.state.nodes.items()
-                                                           if entry.problem])
-        for name in self._unreadable_nodes[1]:
+        for name in sorted(self.state.unreadable):
             entry = self.state.nodes[name]
             out.append(Plan(f"node:{name}", [Emit(node_ref(entry.obj), "Warning", Reason.NODE_UNREADABLE,
                                                   f"left out of placement: {entry.problem}")]))

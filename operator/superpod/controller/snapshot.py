@@ -21,9 +21,10 @@ def assumed_key(job_key: str, index: int) -> str:
 
 class SnapshotCache:
     """The kept snapshot and what it must hold (`held`: pod key -> what it holds), both followed by difference: the
-    pods whose holding changed (ClusterState.holding_changed, taken here), the placed gangs touched since the last
-    build, the pod gangs' bindings in flight, and what the last cycle assumed on the snapshot itself. At fleet size
-    comparing every holding at each cycle was a fifth of the operator's CPU."""
+    nodes that changed and the pods whose holding changed (ClusterState.nodes_changed, .holding_changed, taken
+    here), the placed gangs touched since the last build, the pod gangs' bindings in flight, and what the last cycle
+    assumed on the snapshot itself. At fleet size comparing every holding, or every node's stamp, at each cycle was
+    a fifth of the operator's CPU."""
 
     def __init__(self) -> None:
         self._snap: Snapshot | None = None
@@ -32,7 +33,7 @@ class SnapshotCache:
         self.held: dict[str, Pod] = {}
         self._assumed: dict[str, tuple[int, list[Pod]]] = {}  # job key -> (its change stamp, its assumed replicas)
         self._gangs: dict[str, Pod] = {}  # the pod gangs' holdings in `held`
-        self._whole = True  # the next build compares everything (the first, or after an error)
+        self._whole = True  # the next build starts from scratch (the first, or after an error)
 
     def build(self, state: ClusterState, placed: dict[str, tuple[JobRequest, str, int, dict[int, str]]],
               gangs: dict[str, Pod] | None = None, touched: Collection[str] | None = None) -> Snapshot:
@@ -41,17 +42,19 @@ class SnapshotCache:
         pod of the same key wins). `touched`: the jobs changed since the last build (None: all may have)."""
         whole, self._whole = self._whole or touched is None, True  # until this build ends
         changed = self._follow(state, placed, gangs or {}, touched, whole)
-        if self._snap is not None and self._layout == state.layout and self._version != state.version:
-            nodes = sorted(name for name, stamp in state.node_stamps.items() if stamp > self._version)
-            if all(self._snap.replace_node(state.nodes[name].node) for name in nodes):
-                self._version = state.version
+        nodes, state.nodes_changed = state.nodes_changed, set()
+        if whole:
+            self._snap = None  # built anew: nothing kept is trusted
+        if self._snap is not None and self._layout == state.layout and self._version != state.version and all(
+                self._snap.replace_node(state.nodes[name].node) for name in sorted(nodes) if name in state.nodes):
+            self._version = state.version
         if self._snap is None or self._layout != state.layout or self._version != state.version:
             self._snap = Snapshot(state.usable_nodes(), state.topology()[0], self.held.values())
             self._version, self._layout = state.version, state.layout
             self.rebuilds += 1
         else:
             snap, held = self._snap, self.held
-            keys = held.keys() | snap.pods.keys() if whole else changed | snap.assumed
+            keys = changed | snap.assumed
             snap.update([key for key in keys if key not in held and key in snap.pods],
                         [held[key] for key in keys if key in held and (now := snap.pods.get(key)) is not held[key]
                          and now != held[key]])

@@ -189,6 +189,8 @@ class ClusterState:
         # bumped when the snapshot cannot follow in place (a node added, removed or unreadable, the topology changed)
         self.layout = 0
         self.node_stamps: dict[str, int] = {}  # node name -> the version of its last change (present nodes only)
+        self.nodes_changed: set[str] = set()  # names of the nodes changed since the snapshot last took them
+        self.unreadable: set[str] = set()  # names of the nodes whose object cannot be read (NodeEntry.problem)
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         # Nodes with a label or annotation under MIG_KEYS: what the MIG flow looks at, kept as nodes are stored (at
         # fleet size every heartbeat stores a node; a scan of them all at each was most of the operator's CPU).
@@ -347,6 +349,7 @@ class ClusterState:
             self._offer(gone.node if gone else None, -1)
             self.gpus.node(key, gone.node if gone else None, None)
             self.mig_nodes.discard(key)
+            self.unreadable.discard(key)
             self.node_edits += 1
             self.version += 1
             self.layout += 1
@@ -415,6 +418,10 @@ class ClusterState:
         ready = node is not None and node.ready
         since = None if ready else (old.not_ready_since if old and old.not_ready_since is not None else now)
         self.nodes[name] = NodeEntry(obj["metadata"].get("uid") or "", obj, node, problem, since)
+        if problem:
+            self.unreadable.add(name)
+        else:
+            self.unreadable.discard(name)
         if old is None or old.node != node:
             self._offer(old.node if old else None, -1)
             self._offer(node, 1)
@@ -427,6 +434,7 @@ class ClusterState:
         if old is None or old.node != node:
             self.version += 1
             self.node_stamps[name] = self.version
+            self.nodes_changed.add(name)
             if old is None or old.node is None or node is None:
                 self.layout += 1
 
