@@ -27,7 +27,7 @@ from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
 from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, wait_plans
 from superpod.controller.jobs import JobReader, JobView
-from superpod.controller.judge import Settings, judge, record_deleted, requeue
+from superpod.controller.judge import Settings, judge, record_deleted, requeue, revisit_at
 from superpod.controller.metering import Meter
 from superpod.controller.mig import MigFlow
 from superpod.controller.queues import QueueBook
@@ -65,6 +65,9 @@ class Controller:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
         self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, the last change of its nodes)
         self.judge_next: set[str] = set()  # keys of the placed jobs to judge next cycle though nothing changed
+        # job uid -> (what `steady` compares, judge.revisit_at) of a placed job judged with nothing to write that is
+        # not steady (a gang starting): not judged again before that moment unless it changes
+        self.quiet: dict[str, tuple[tuple[int, int, int], float]] = {}
         self._judged = -1  # the nodes version the placed jobs were last all judged on
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
         self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
@@ -109,6 +112,7 @@ class Controller:
             for uid in gone:
                 self.said.pop(uid, None)
                 self.steady.pop(uid, None)
+                self.quiet.pop(uid, None)
         return outcome
 
     def plan(self, now: float) -> list[Plan]:
@@ -279,6 +283,10 @@ class Controller:
             on = view.placement().values()
             seen = (changes.get(key, 0), max((stamps.get(node, 0) for node in on), default=0),
                     sum(node not in nodes for node in on))  # a node deleted has no stamp
+            quiet = self.quiet.get(view.uid)
+            if quiet is not None and quiet[0] == seen and now < quiet[1]:
+                self.judge_next.add(key)  # judged on this same state, and no deadline has come
+                continue
             if steady.get(view.uid) != seen and self.applier.settled(view.uid, now):
                 plans += self._judge_unless_steady(view, seen, now)
             if steady.get(view.uid) != seen:
@@ -313,8 +321,11 @@ class Controller:
         """Judge a placed job, and remember it as steady when there is nothing to write (`seen`: its change stamp
         and the last change of its nodes)."""
         plans = self._judge(view, now)
+        self.quiet.pop(view.uid, None)
         if not plans and view.phase == Phase.RUNNING and view.status.reason == Reason.RUNNING:
             self.steady[view.uid] = seen
+        elif not plans:
+            self.quiet[view.uid] = (seen, revisit_at(self.state, view, now, self.settings))
         return plans
 
     def _judge(self, view: JobView, now: float) -> list[Plan]:

@@ -34,6 +34,21 @@ class Settings:
     status_delay: float = STATUS_DELAY
 
 
+def revisit_at(state: ClusterState, view: JobView, now: float, settings: Settings) -> float:
+    """When time alone may change what `judge` says of a placed job while nothing of it, its pods or its nodes
+    changes: its startup deadline, the end of an unsent status' delay, the grace of a node of it that is not ready.
+    Until then an unchanged job is judged the same."""
+    status, due = view.status, []
+    due.append((view.time(status.attemptStartTime) or now) + float(view.spec("startupTimeoutSeconds")))
+    if (unsent := state.unsent.get(view.key)) is not None:
+        due.append(unsent[1] + settings.status_delay)
+    for node in set(view.placement().values()):
+        entry = state.nodes.get(node)
+        if entry is not None and entry.not_ready_since is not None:
+            due.append(entry.not_ready_since + settings.not_ready_grace)
+    return min(due)
+
+
 def own_pods(state: ClusterState, view: JobView) -> list[PodInfo]:
     """The pods of this job object (by owner uid): pods of an earlier job of the same name are not its own."""
     return [p for p in state.pods_of(view.key) if p.owner == view.uid]
