@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -23,6 +24,16 @@ def serve(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     return server
+
+
+def sent(api: KubeAPI, call):
+    """One call on a loop of its own, the loop's connections closed after it."""
+    async def run():
+        try:
+            return await call
+        finally:
+            await api.close()
+    return asyncio.run(run())
 
 
 def api_of(server: ThreadingHTTPServer, **kwargs) -> KubeAPI:
@@ -78,7 +89,8 @@ def throttling():
 
 def test_a_throttled_write_is_sent_again_after_retry_after(throttling):
     server, counted = throttling(2), []
-    created = asyncio.run(server.api(throttled=lambda: counted.append(1)).create(PODS, POD))
+    api = server.api(throttled=lambda: counted.append(1))
+    created = sent(api, api.create(PODS, POD))
     assert created["metadata"]["name"] == "p"
     assert len(server.requests) == 3 and len(counted) == 2
 
@@ -86,7 +98,8 @@ def test_a_throttled_write_is_sent_again_after_retry_after(throttling):
 def test_throttling_that_does_not_end_fails_the_call(throttling):
     server = throttling(100)
     with pytest.raises(ApiError) as failed:
-        asyncio.run(server.api().create(PODS, POD))
+        api = server.api()
+        sent(api, api.create(PODS, POD))
     assert failed.value.status == 429 and failed.value.reason == "TooManyRequests"
     assert len(server.requests) == THROTTLE_RETRIES + 1
 
@@ -99,7 +112,8 @@ def test_a_write_throttled_after_the_lease_was_lost_is_not_sent_again(throttling
         asked.append(1)
         return len(asked) == 1  # leading for the first try only
     with pytest.raises(NotLeader):
-        asyncio.run(server.api(guard=guard).create(PODS, POD))
+        api = server.api(guard=guard)
+        sent(api, api.create(PODS, POD))
     assert len(server.requests) == 1 and len(asked) == 2
 
 
@@ -203,19 +217,19 @@ def test_puts_and_deletes_throttled_are_sent_again_only_by_the_guarded_loop(thro
     api = KubeAPI(load(kubeconfig_for(server.server, tmp_path)), workers=2, guard=guard)
     call = api.replace(PODS, POD) if method == "replace" else api.delete(PODS, "p", "ns")
     with pytest.raises(NotLeader):
-        asyncio.run(call)
+        sent(api, call)
     assert len(server.requests) == 1, "sent once: the second try found the Lease lost"
 
 
 def test_the_guard_is_asked_in_the_callers_context(throttling):
-    """The Lease term a cycle records (a context variable) reaches the guard on the worker thread."""
+    """The Lease term a cycle records (a context variable) reaches the guard."""
     server, seen = throttling(0), []
 
     async def write() -> None:
         TERM.set(7)
         await api.create(PODS, POD)
     api = server.api(guard=lambda: seen.append(TERM.get()) or True)
-    asyncio.run(write())
+    sent(api, write())
     assert seen == [7]
 
 
@@ -271,3 +285,80 @@ def test_a_watch_cut_mid_stream_goes_on_at_once_from_the_last_version_it_deliver
     served.server.shutdown()
     assert delivered == ["a"], "the event is not delivered twice"
     assert "resourceVersion=10" in served.paths[0] and "resourceVersion=15" in served.paths[1]
+
+
+def test_a_write_that_found_no_server_was_not_sent_and_one_cut_after_sending_may_have_been():
+    """The applier keeps an expectation only for a write that may have landed: a refused connection is
+    "Unavailable" (nothing reached a server), an answer lost after the request went out is "Timeout"."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    listener.close()  # nothing listens there now
+    cfg = client.Configuration()
+    cfg.host = f"http://127.0.0.1:{port}"
+    refused = KubeAPI(client.ApiClient(cfg), workers=2)
+    with pytest.raises(ApiError) as failed:
+        sent(refused, refused.create(PODS, POD))
+    assert (failed.value.status, failed.value.reason) == (0, "Unavailable")
+
+    received = []
+
+    class Hangs(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            received.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            self.close_connection = True  # the request was read; no answer ever comes
+
+        def log_message(self, *_) -> None:
+            pass
+    server = serve(Hangs)
+    try:
+        cut = api_of(server)
+        with pytest.raises(ApiError) as failed:
+            sent(cut, cut.create(PODS, POD))
+    finally:
+        server.shutdown()
+    assert (failed.value.status, failed.value.reason) == (0, "Timeout")
+    assert received and json.loads(received[0])["metadata"]["name"] == "p", "it did reach the server"
+
+
+@pytest.mark.parametrize("method", ["create", "replace", "delete"])
+def test_a_write_whose_connection_is_cut_is_sent_once_and_may_have_landed(method):
+    """aiohttp sends a PUT or DELETE again by itself when the connection drops it, past the Lease guard: the
+    transport turns that off. Each write reaches the server once, the guard is asked once, the answer is
+    "Timeout"."""
+    received, asked = [], []
+
+    class Cuts(BaseHTTPRequestHandler):
+        def answer(self) -> None:
+            received.append((self.command, self.rfile.read(int(self.headers.get("Content-Length") or 0))))
+            self.close_connection = True
+
+        do_POST = do_PUT = do_DELETE = answer  # noqa: N815 - the http.server API
+
+        def log_message(self, *_) -> None:
+            pass
+    server = serve(Cuts)
+    try:
+        api = api_of(server, guard=lambda: asked.append(1) or True)
+        call = {"create": lambda: api.create(PODS, POD), "replace": lambda: api.replace(PODS, POD),
+                "delete": lambda: api.delete(PODS, "p", "ns")}[method]
+        with pytest.raises(ApiError) as failed:
+            sent(api, call())
+    finally:
+        server.shutdown()
+    assert (failed.value.status, failed.value.reason) == (0, "Timeout")
+    assert len(received) == 1 and len(asked) == 1, (received, asked)
+
+
+def test_writes_take_the_proxy_the_kubernetes_client_would_and_refuse_one_they_cannot_use():
+    from superpod.k8s.transport import Transport
+
+    cfg = client.Configuration()
+    cfg.host, cfg.proxy = "https://10.96.0.1", "http://proxy.example:3128"
+    assert Transport(client.ApiClient(cfg), 2)._proxy == "http://proxy.example:3128"
+    cfg.no_proxy = "10.96.0.0/12"
+    assert Transport(client.ApiClient(cfg), 2)._proxy is None, "NO_PROXY names the API server"
+    api = client.ApiClient(cfg)
+    cfg.no_proxy, cfg.proxy = None, "socks5://proxy.example:1080"  # (the client itself needs PySocks for one)
+    with pytest.raises(ValueError, match="only HTTP"):
+        Transport(api, 2)

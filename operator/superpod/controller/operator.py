@@ -76,6 +76,7 @@ class Operator:
         self.health.leading = self.lease.is_leading
         self.resync_seconds, self.slow_cycle = resync_seconds, slow_cycle
         self.synced_for = -1  # the Lease acquisition the cache was last relisted for
+        self.lease_tried = threading.Event()  # the Lease thread's first try is over (taken or not)
         self.wake = asyncio.Event()
         self.registry = kopf.OperatorRegistry()
         kopf.on.login(registry=self.registry)(kopf.login_via_client)
@@ -155,10 +156,14 @@ class Operator:
                     self.metrics.cycle_errors.labels("lease").inc()
                     log.warning("lease renewal failed: %s", e)
                 self.metrics.leading.set(1 if self.lease.is_leading() else 0)
+                self.lease_tried.set()
                 if self.lease.acquisitions != before:
                     wake()
                 await asyncio.to_thread(stop.wait, self.lease.retry_period)
-            await self.lease.release()
+            try:
+                await self.lease.release()
+            finally:
+                await self.lease.api.close()
 
         asyncio.run(renew())
 
@@ -208,18 +213,35 @@ class Operator:
                 log.warning("resync failed: %s", e)
             settle_heap()  # a failed resync too: what the cycles froze is collected every period
 
+    async def start(self, stop_lease: threading.Event) -> threading.Thread:
+        """The Lease thread first: a free Lease is taken before the first list, which then serves its term (a second
+        full list at the first acquisition doubled the time to the first cycle). Returns the Lease thread."""
+        loop = asyncio.get_running_loop()
+        lease = threading.Thread(target=self.lease_thread, name="lease", daemon=True,
+                                 args=(stop_lease, lambda: loop.call_soon_threadsafe(self.wake.set)))
+        lease.start()
+        try:
+            await asyncio.to_thread(self.lease_tried.wait, self.lease.retry_period)
+            term = self.lease.acquisitions if self.lease.is_leading() else None
+            await self.sync()
+        except BaseException:  # never held by a replica that did not start
+            stop_lease.set()
+            await asyncio.to_thread(lease.join, 30)
+            raise
+        if term is not None and self.lease.is_leading() and self.lease.acquisitions == term:
+            self.synced_for = term  # listed after the term began: what the last leader wrote is in it
+            self.health.cycle_done()
+        self.health.synced = True
+        return lease
+
     async def run(self, stop: asyncio.Event, port: int = 0) -> None:
         server = self.health.serve(port) if port else None
         loop = asyncio.get_running_loop()
         stop_lease = threading.Event()
-        lease = threading.Thread(target=self.lease_thread, name="lease", daemon=True,
-                                 args=(stop_lease, lambda: loop.call_soon_threadsafe(self.wake.set)))
-        await self.sync()
-        self.health.synced = True
+        lease = await self.start(stop_lease)
         stop_watches = threading.Event()
         for watch in self._watch_threads(loop, stop_watches):
             watch.start()
-        lease.start()
         tasks = [asyncio.create_task(self.schedule_loop(stop), name="schedule"),
                  asyncio.create_task(self.resync_loop(stop), name="resync")]
         self.health.tasks = [*tasks, lease]
@@ -231,6 +253,7 @@ class Operator:
             await asyncio.gather(*tasks, return_exceptions=True)
             stop_lease.set()  # released only now: no write of this replica is in flight any more
             await asyncio.to_thread(lease.join, 30)
+            await self.api.close()
             if server:
                 server.shutdown()
 

@@ -117,3 +117,7 @@ class ClusterAPI(Protocol):
         """Graceful delete (the object's own grace period, or `grace` seconds); `uid`: only if it is still that
         object. Returns the object marked for deletion, or None once gone."""
         ...
+
+    async def close(self) -> None:
+        """Let go of the connections the running loop holds (the end of a process or of its loop)."""
+        ...

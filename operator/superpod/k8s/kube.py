@@ -1,5 +1,6 @@
-"""ClusterAPI over a real API server: plain JSON over the kubernetes client's REST layer (no model classes), the
-blocking calls on a thread pool so independent writes go out in parallel, every failure as an ApiError."""
+"""ClusterAPI over a real API server: plain JSON (no model classes), every failure as an ApiError. The calls of
+the event loop (writes, gets) go out from the loop itself (transport.py), independent ones in parallel; the watches
+and the pages of lists go through the kubernetes client's connection pool on threads of their own."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from kubernetes import client
 
 from superpod.api.manifests import SCHEDULER_NAME
 from superpod.k8s.api import PODS, ApiError, Kind, NotLeader
+from superpod.k8s.transport import Transport
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -43,13 +45,16 @@ class RateLimit:
         self.lock = threading.Lock()
 
     def take(self) -> None:
+        if wait := self.reserve():
+            self.sleep(wait)
+
+    def reserve(self) -> float:
+        """Take a token: the seconds until it is due."""
         with self.lock:
             now = self.clock()
             self.tokens = min(self.burst, self.tokens + (now - self.when) * self.qps) - 1
             self.when = now
-            wait = -self.tokens / self.qps if self.tokens < 0 else 0.0
-        if wait:
-            self.sleep(wait)
+            return -self.tokens / self.qps if self.tokens < 0 else 0.0
 
 
 @dataclass
@@ -60,8 +65,9 @@ class _Position:
 
 
 class KubeAPI:
-    """`guard`: asked right before each write is sent (in the worker thread, after any wait for a free worker);
-    False stops the write with NotLeader. The operator guards its writes with its Lease."""
+    """`guard`: asked right before each write is sent (after any wait for a free connection or the rate limit);
+    False stops the write with NotLeader. The operator guards its writes with its Lease. `workers`: requests in
+    flight at once from the loop, and threads for the pages of lists."""
 
     def __init__(self, api: client.ApiClient, workers: int = 32, timeout: float = 10.0,
                  guard: Callable[[], bool] | None = None, qps: float = 0, burst: int = 0,
@@ -69,6 +75,7 @@ class KubeAPI:
         self.api, self.guard = api, guard
         self.timeout = timeout  # seconds per write; a lost answer becomes ApiError(0, "Timeout", ...)
         self.pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="superpod-api")
+        self.transport = Transport(api, workers)
         self.limit = RateLimit(qps, burst or int(2 * qps)) if qps > 0 else None  # client side; 0: none
         self.throttled = throttled or (lambda: None)  # called on each 429 the server answers
 
@@ -77,30 +84,30 @@ class KubeAPI:
         return await self._run(self._list, kind)
 
     async def get(self, kind: Kind, name: str, namespace: str | None = None) -> dict:
-        return await self._run(self._call, "GET", _path(kind, namespace, name))
+        return await self._request("GET", _path(kind, namespace, name))
 
     async def create(self, kind: Kind, obj: dict) -> dict:
-        return await self._run(self._call, "POST", _path(kind, obj["metadata"].get("namespace")), obj)
+        return await self._request("POST", _path(kind, obj["metadata"].get("namespace")), obj)
 
     async def replace(self, kind: Kind, obj: dict) -> dict:
         meta = obj["metadata"]
-        return await self._run(self._call, "PUT", _path(kind, meta.get("namespace"), meta["name"]), obj)
+        return await self._request("PUT", _path(kind, meta.get("namespace"), meta["name"]), obj)
 
     async def replace_status(self, kind: Kind, obj: dict) -> dict:
         meta = obj["metadata"]
-        return await self._run(self._call, "PUT", _path(kind, meta.get("namespace"), meta["name"], "status"), obj)
+        return await self._request("PUT", _path(kind, meta.get("namespace"), meta["name"], "status"), obj)
 
     async def patch(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
-        return await self._run(self._call, "PATCH", _path(kind, namespace, name), patch, content_type=MERGE_PATCH)
+        return await self._request("PATCH", _path(kind, namespace, name), patch, content_type=MERGE_PATCH)
 
     async def patch_status(self, kind: Kind, name: str, patch: dict, namespace: str | None = None) -> dict:
-        return await self._run(self._call, "PATCH", _path(kind, namespace, name, "status"), patch,
-                               content_type=STRATEGIC_PATCH)
+        return await self._request("PATCH", _path(kind, namespace, name, "status"), patch,
+                                   content_type=STRATEGIC_PATCH)
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        await self._run(self._call, "POST", _path(PODS, namespace, name, "binding"), body)
+        await self._request("POST", _path(PODS, namespace, name, "binding"), body)
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None,
                      grace: int | None = None) -> dict | None:
@@ -110,7 +117,7 @@ class KubeAPI:
         if grace is not None:
             options["gracePeriodSeconds"] = grace
         try:
-            out = await self._run(self._call, "DELETE", _path(kind, namespace, name), options)
+            out = await self._request("DELETE", _path(kind, namespace, name), options)
         except ApiError as e:
             if e.not_found or e.conflict:  # gone, or the name now belongs to another object: ours is gone
                 return None
@@ -191,7 +198,27 @@ class KubeAPI:
         except (urllib3.exceptions.HTTPError, OSError) as e:
             raise ApiError(0, "Unavailable", str(e)) from None
 
+    async def close(self) -> None:
+        """Close the connections of the running loop (at the end of the operator, of a tool's run)."""
+        await self.transport.close()
+
     # ---- plumbing ---------------------------------------------------------------------------------------------
+    async def _request(self, method: str, path: str, body: dict | None = None,
+                       content_type: str | None = None) -> dict:
+        """One call from the loop, as `_call` makes it from a thread."""
+        headers = {"Accept": "application/json", "Content-Type": content_type or "application/json"}
+        async with self.transport.slot():
+            for retry in itertools.count():
+                if self.limit and (wait := self.limit.reserve()):
+                    await asyncio.sleep(wait)
+                if method != "GET" and self.guard is not None and not self.guard():
+                    raise NotLeader()
+                answer = await self.transport.send(method, path, body, None, headers, self.timeout)
+                wait = self._again(method, path, retry, *answer)
+                if wait is None:
+                    return orjson.loads(answer[2]) if answer[2] else {}
+                await asyncio.sleep(wait)
+
     async def _run(self, fn, *args, **kwargs):
         """`fn` on a worker thread, in the caller's context (the guard reads the cycle's Lease term from it)."""
         context = contextvars.copy_context()
@@ -232,15 +259,24 @@ class KubeAPI:
                 self.limit.take()
             if method != "GET" and self.guard is not None and not self.guard():
                 raise NotLeader()
-            status, reason, data, retry_after = self._send(method, path, body, query, headers, timeout)
-            if 200 <= status <= 299:
-                return orjson.loads(data) if data else {}
-            if status != 429 or retry >= THROTTLE_RETRIES:
-                raise _error(status, reason, data)
-            self.throttled()
-            wait = _seconds(retry_after)
-            log.debug("%s %s: throttled (429), sending again in %.1fs", method, path, wait)
+            answer = self._send(method, path, body, query, headers, timeout)
+            wait = self._again(method, path, retry, *answer)
+            if wait is None:
+                return orjson.loads(answer[2]) if answer[2] else {}
             time.sleep(wait)
+
+    def _again(self, method: str, path: str, retry: int, status: int, reason: str, data: bytes,
+               retry_after: str | None) -> float | None:
+        """After an answer: None when it succeeded, else the seconds to wait before sending it again (a 429 within
+        THROTTLE_RETRIES); any other failure raised as an ApiError."""
+        if 200 <= status <= 299:
+            return None
+        if status != 429 or retry >= THROTTLE_RETRIES:
+            raise _error(status, reason, data)
+        self.throttled()
+        wait = _seconds(retry_after)
+        log.debug("%s %s: throttled (429), sending again in %.1fs", method, path, wait)
+        return wait
 
     def _send(self, method: str, path: str, body, query, headers: dict, timeout: float | None):
         """(status, reason, body, Retry-After) of one request; no answer at all is an ApiError."""

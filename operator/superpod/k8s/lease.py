@@ -94,11 +94,14 @@ class LeaderLease:
                 self.valid_until = float("-inf")
                 return False
             raise
-        if taking:
+        # Held already, but not in a term this replica counted: its taking write landed and the answer was lost
+        # (or an earlier process of the same identity held it). Its first renewal begins the term.
+        unknowingly = not taking and (self.acquisitions == 0 or transitions != self.term)
+        if taking or unknowingly:
             self.term = transitions
             self.acquisitions += 1
             log.info("lease %s/%s taken by %s (term %d, from %s)", self.namespace, self.name, self.identity,
-                     transitions, holder or "nobody")
+                     transitions, holder if unknowingly else holder or "nobody")
         self.valid_until = started + self.renew_deadline
         return True
 

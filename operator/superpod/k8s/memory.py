@@ -59,6 +59,9 @@ class MemoryAPI:
         with NotLeader when `guard` says no."""
         return MemoryClient(self, writer, guard)
 
+    async def close(self) -> None:
+        """No connections to let go of."""
+
     # ---- store --------------------------------------------------------------------------------------------------
     def items(self, kind: Kind) -> list[dict]:
         return [_clone(o) for o in self.objects.get(kind, {}).values()]
@@ -266,6 +269,9 @@ class MemoryClient:
             return _answer(self.store._mark_deleting(kind, cur, int(grace)), lose)
         self.store._remove(kind, key)
         return _answer(None, lose)
+
+    async def close(self) -> None:
+        """No connections to let go of."""
 
     def _current(self, kind: Kind, key: str) -> dict:
         cur = self.store.peek(kind, key)
