@@ -14,7 +14,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from urllib.parse import quote, urlencode
+from urllib.parse import quote
 
 import orjson
 import urllib3
@@ -22,7 +22,7 @@ from kubernetes import client
 
 from superpod.api.manifests import SCHEDULER_NAME
 from superpod.k8s.api import PODS, ApiError, Kind, NotLeader
-from superpod.k8s.transport import Transport
+from superpod.k8s.transport import Transport, prepared
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -293,10 +293,7 @@ class KubeAPI:
         made), the body encoded by orjson; the answer read whole (`preload`), else left to stream. The client's
         generated request path around it (a walk of every body to sanitize it, json.dumps, a parse of the whole URL,
         a response wrapper) was a fifth of the operator's CPU in a burst of writes."""
-        headers = {**self.api.default_headers, **headers}
-        self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, None)
-        url = self.api.configuration.host + path + (f"?{urlencode(query)}" if query else "")
-        data = None if body is None else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
+        url, headers, data = prepared(self.api, method, path, body, query, headers)
         return self.api.rest_client.pool_manager.request(method, url, body=data, headers=headers, timeout=timeout,
                                                          preload_content=preload)
 

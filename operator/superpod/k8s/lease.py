@@ -101,7 +101,7 @@ class LeaderLease:
             self.term = transitions
             self.acquisitions += 1
             log.info("lease %s/%s taken by %s (term %d, from %s)", self.namespace, self.name, self.identity,
-                     transitions, holder if unknowingly else holder or "nobody")
+                     transitions, holder or "nobody")
         self.valid_until = started + self.renew_deadline
         return True
 

@@ -44,13 +44,10 @@ class Transport:
         server)."""
         cfg = self.api.configuration
         session = self._session()[0]
-        headers = {**self.api.default_headers, **headers}
         try:
-            self.api.update_params_for_auth(headers, None, ["BearerToken"], path, method, None)  # a token refreshed
+            url, headers, data = prepared(self.api, method, path, body, query, headers)
         except (OSError, ValueError) as e:  # its credentials could not be read: nothing was sent
             raise ApiError(0, "Unavailable", f"the client's credentials: {e}") from None
-        url = cfg.host + path + (f"?{urlencode(query)}" if query else "")
-        data = None if body is None else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
         try:
             async with session.request(method, url, data=data, headers=headers, proxy=self._proxy,
                                        proxy_headers=cfg.proxy_headers or None, allow_redirects=False,
@@ -86,6 +83,16 @@ class Transport:
             session._retry_connection = False
             entry = self._sessions[loop] = (session, asyncio.Semaphore(self.connections))
         return entry
+
+
+def prepared(api: client.ApiClient, method: str, path: str, body: dict | None, query: list | None,
+             headers: dict) -> tuple[str, dict, bytes | None]:
+    """A request as the client would send it: its URL, its headers with the client's own and its credentials (a
+    token refreshed as the client refreshes it), its body encoded by orjson."""
+    headers = {**api.default_headers, **headers}
+    api.update_params_for_auth(headers, None, ["BearerToken"], path, method, None)
+    url = api.configuration.host + path + (f"?{urlencode(query)}" if query else "")
+    return url, headers, None if body is None else orjson.dumps(body, option=orjson.OPT_NON_STR_KEYS)
 
 
 def tls(cfg: client.Configuration) -> ssl.SSLContext | bool:
