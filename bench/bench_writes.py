@@ -76,9 +76,10 @@ def pod(name: str, node: str | None) -> dict:
             {**spec, "schedulerName": "nobody"}}
 
 
-def event(i: int) -> dict:
+def event(i: int, ns: str) -> dict:
     return {"metadata": {"generateName": f"j{i}."}, "type": "Normal", "reason": "Placed", "count": 1,
-            "involvedObject": {"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob", "name": f"j{i}"},
+            "involvedObject": {"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob", "name": f"j{i}",
+                               "namespace": ns},
             "message": "placed 2 replicas on 2 nodes in leaf su-1", "firstTimestamp": NOW, "lastTimestamp": NOW,
             "source": {"component": "bench"}}
 
@@ -101,7 +102,7 @@ def writes(client: Client, ns: str) -> list[tuple[str, Callable[[int], object]]]
         ("create trainingjobs", create_job),
         ("update trainingjobs/status (Starting)", write_status("Starting")),
         ("update trainingjobs/status (Running)", write_status("Running")),
-        ("create events", lambda i: client.send("POST", f"/api/v1/namespaces/{ns}/events", event(i))),
+        ("create events", lambda i: client.send("POST", f"/api/v1/namespaces/{ns}/events", event(i, ns))),
         ("create services (headless)", lambda i: client.send("POST", f"/api/v1/namespaces/{ns}/services", {
             "metadata": {"name": f"s{i}"}, "spec": {"clusterIP": "None", "selector": {"job": f"b{i}"},
                                                     "ports": [{"port": 29500}]}})),

@@ -496,9 +496,13 @@ def test_a_rewrite_that_changes_nothing_takes_no_turn_from_the_budget():
 
 def test_an_admission_plugin_refusing_the_pod_is_invalid_but_a_full_quota_is_waited_out():
     """Found by bench/fuzz_specs.py: a template naming a PriorityClass that does not exist (or an overhead without a
-    RuntimeClass) is refused by admission with 403 and was retried with backoff forever."""
+    RuntimeClass) is refused by admission with 403 and was retried with backoff forever. Found by bench_operator: a
+    namespace being deleted refuses new pods with 403 too, and its restarting gangs were marked Invalid (PodRefused)
+    until they went."""
     for message, phase in (('pods "p" is forbidden: no PriorityClass with name missing was found', "Invalid"),
-                           ('pods "p" is forbidden: exceeded quota: gpus, requested: nvidia.com/gpu=8', "Queued")):
+                           ('pods "p" is forbidden: exceeded quota: gpus, requested: nvidia.com/gpu=8', "Queued"),
+                           ('pods "p" is forbidden: unable to create new content in namespace team-a because it is '
+                            'being terminated', "Queued")):
         c = MemoryCluster(nodes=1, nodes_per_unit=1)
         c.store.fault = lambda verb, kind, obj, writer, m=message: (_ for _ in ()).throw(
             ApiError(403, "Forbidden", m)) if kind is PODS else None

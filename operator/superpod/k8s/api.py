@@ -36,6 +36,11 @@ PODGROUPS = Kind("scheduling.x-k8s.io", "v1alpha1", "podgroups", True, "PodGroup
 WATCHED = (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES, GPUQUEUES, GPUUSAGES)
 
 
+# Words of a 403 that refuses a write for something other than the object: RBAC, a full quota, a namespace being
+# deleted (its jobs go with it; until then they wait, not Invalid)
+NOT_THE_OBJECT = ("cannot create resource", "exceeded quota", "because it is being terminated")
+
+
 class ApiError(Exception):
     """A refused or failed call. `status` is the HTTP status (0: no answer, e.g. a timeout or a refused connection);
     `reason` the API's StatusReason (AlreadyExists, Conflict, Invalid, NotFound, ...); `message` its own words."""
@@ -55,9 +60,9 @@ class ApiError(Exception):
     @property
     def invalid(self) -> bool:
         """The object itself is refused — malformed (400), invalid (422), or rejected by an admission plugin (a 403
-        that is neither RBAC nor a quota) — so the same write cannot succeed."""
+        that is neither RBAC, nor a quota, nor its namespace being deleted) — so the same write cannot succeed."""
         if self.status == 403:
-            return "exceeded quota" not in self.message and "cannot create resource" not in self.message
+            return not any(cause in self.message for cause in NOT_THE_OBJECT)
         return self.status in (400, 422)
 
     @property
