@@ -198,6 +198,12 @@ class Snapshot:
                 path.append(d)
             self.child_nodes[path[-1]].append(i)
             self.ancestors.append(tuple(path))
+        below = [0] * len(self.domains)  # nodes under each domain
+        for path in self.ancestors:
+            for d in path:
+                below[d] += 1
+        # per level: the most nodes one domain of it holds (bounds how many domains a gang needs there)
+        self.widest: list[int] = [max((below[d] for d in ds), default=0) for ds in self.domains_by_level]
 
     # -- capacity -------------------------------------------------------------------------------------------
     def _apply(self, node: int, requests: Iterable[tuple[str, int]], sign: int) -> None:

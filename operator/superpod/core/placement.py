@@ -101,6 +101,7 @@ class Solver:
         self.requests = [(r, v) for r, v in job.requests if v > 0]
         self.gpus_per_replica = job.gpus
         self.primary = job.primary
+        self.primary_per_replica = max(dict(self.requests).get(self.primary, 0), 0)
         depth = self.node_level
         self.count_weight = [0] + [1 << (BASE_BITS * (2 * depth - i)) for i in range(1, depth + 1)]  # per level
         self.free_weight = [0] + [1 << (BASE_BITS * (depth - i)) for i in range(1, depth + 1)]  # per level
@@ -110,6 +111,7 @@ class Solver:
         self.excluded_nodes = exclude_nodes
         self._slots: dict[int, int] = {}
         self._tables: dict[tuple[int, int], _Table] = {}
+        self._floors: dict[tuple[int, int], int] = {}
         self.budget = budget
         self.exact = True  # False if a combination step had to drop children to stay within `budget`
 
@@ -278,10 +280,15 @@ class Solver:
         return self.count_weight[level] + max(self.snap.free[node].get(self.primary, 0), 0) * self.free_weight[level]
 
     def _lower_bound(self, domain: int, amount: int) -> int:
-        """Lower bound on _domain_cost(domain) + the best cost of `amount` replicas inside it."""
+        """Lower bound on _domain_cost(domain) + the best cost of `amount` replicas inside it. Below `domain`, each
+        level uses at least one domain (`need` children at the next, `nodes` nodes at the last), each holding a node
+        with at least `fit` free GPUs (the fewest free of a node that can take a replica), and together at least the
+        gang's primary resource: without those best-fit terms, every domain tied with the best on the coarser terms
+        was searched in full (a burst of gangs on an idle fleet)."""
         level = self.snap.domains[domain].level
         weight, gpus = self.count_weight, self.gpus_per_replica
         bound = self._domain_cost(domain) + sum(weight[level + 1 : self.node_level])
+        need = 1
         if level < self.finest_level:  # children needed at the next level, from their upper bounds
             if gpus > 0 and not self.excluded_domains:
                 capacities = self._gpu_capacity(domain)[1]
@@ -293,8 +300,9 @@ class Solver:
                     break
                 held += c
                 need += 1
-            bound += (max(need, 1) - 1) * weight[level + 1]
-        nodes = 1
+            need = max(need, 1)
+            bound += (need - 1) * weight[level + 1]
+        nodes, fit = 1, 0
         if gpus > 0:  # nodes needed, from the free-GPU histogram
             held, nodes = 0, 0
             histogram = self.view.gpu_histogram[domain]
@@ -308,7 +316,31 @@ class Solver:
                 held += c * per
                 nodes += c
             nodes = max(nodes, 1)
+            fit = next((h for h in range(gpus, len(histogram)) if histogram[h]), gpus)
+        total, free_weight = amount * self.primary_per_replica, self.free_weight
+        for below in range(level + 1, self.node_level + 1):
+            used = nodes if below == self.node_level else need if below == level + 1 else 1
+            bound += max(total, used * fit) * free_weight[below]
         return bound + nodes * weight[self.node_level]
+
+    def _floor(self, level: int, amount: int) -> int:
+        """The part of _lower_bound that is the same for every domain of `level`: at each level below, the domains
+        (and nodes) the gang needs if each were as wide as the widest and its nodes as large as the largest, and the
+        gang's primary resource free. Candidates are visited in the order of their own cost plus it, their full bound
+        computed only when visited: computing it for every leaf of a fleet first was most of a placement's time."""
+        key = (level, amount)
+        floor = self._floors.get(key)
+        if floor is None:
+            snap, gpus = self.snap, self.gpus_per_replica
+            per_node = snap.max_gpus_per_node // gpus if gpus > 0 else 0
+            free = amount * self.primary_per_replica
+            floor = 0
+            for below in range(level + 1, self.node_level + 1):
+                nodes = 1 if below == self.node_level else snap.widest[below]
+                used = -(-amount // (nodes * per_node)) if per_node and nodes else 1
+                floor += used * self.count_weight[below] + free * self.free_weight[below]
+            self._floors[key] = floor
+        return floor
 
     # -- search ---------------------------------------------------------------------------------------------
     def _best_in(self, domain: int, amount: int) -> tuple[int, list[tuple[int, int]]] | None:
@@ -318,9 +350,13 @@ class Solver:
             return self._best_from_table(domain, amount)
         children = [c for c in self.snap.child_domains[domain] if self._capacity_bound(c) >= amount]
         best: tuple[int, list[tuple[int, int]]] | None = None
-        for bound, child in sorted((self._lower_bound(c, amount), c) for c in children):
-            if best is not None and bound >= best[0]:
-                break
+        floor = self._floor(level + 1, amount)
+        for cheap, child in sorted((self._domain_cost(c) + floor, c) for c in children):
+            if best is not None:
+                if cheap >= best[0]:
+                    break
+                if self._lower_bound(child, amount) >= best[0]:
+                    continue
             found = self._best_in(child, amount)
             if found is not None and (level + 1 != self.slice_level or amount % self.slice_size == 0):
                 cost = found[0] + self._domain_cost(child)
@@ -530,14 +566,18 @@ def solve(sv: Solver) -> Placement | None:
             best = (found[0], found[1], 0)
     else:
         candidates = []
+        floor = sv._floor(sv.required_level, replicas)
         for d in snap.domains_by_level[sv.required_level]:
             if sv._capacity_bound(d) >= replicas:
                 above = sum(sv._domain_cost(a) for a in _domains_above(snap, d))
-                candidates.append((above + sv._lower_bound(d, replicas), above, d))
+                candidates.append((above + sv._domain_cost(d) + floor, above, d))
         candidates.sort()
-        for bound, above, d in candidates:
-            if best is not None and bound >= best[0]:
-                break
+        for cheap, above, d in candidates:
+            if best is not None:
+                if cheap >= best[0]:
+                    break
+                if above + sv._lower_bound(d, replicas) >= best[0]:
+                    continue
             found = sv._best_in(d, replicas)
             if found is not None:
                 cost = above + sv._domain_cost(d) + found[0]
