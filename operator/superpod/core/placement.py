@@ -8,8 +8,9 @@ level whenever that is possible at all.
 
 The cost of a solution is one integer: the components above as digits of base 2**48, so costs add and compare as
 plain ints. Because the cost is additive over subtrees, a min-plus knapsack over children is exact. Search runs top
-down: a domain that one child can hold alone needs only its best single child (tried in lower-bound order from
-per-domain aggregates, pruned by the bound), otherwise we combine children's full cost arrays.
+down: a domain that one child can hold alone needs only its best single child (tried in the order of the child's own
+cost plus what any child of its level must add, then pruned by a lower bound from per-domain aggregates: domains,
+nodes and best-fit free capacity needed below it), otherwise we combine children's full cost arrays.
 
 Explanations and reservations ask the Solver questions (slots, room, ...) instead of reading its fields.
 
