@@ -139,7 +139,7 @@ class Controller:
         gangs = self.room.gangs
         snap = self.snapshots.build(self.state, placed, gangs.holdings(), touched)
         fair = self._guarded("queues", lambda: self.queues.policy(
-            snap, [gang[0] for gang in placed.values()] + (gangs.placed(self.state) if self.state.queues else []),
+            snap, lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state),
             self.reader.active.values(), now, self.policy), None)
         policy = fair or self.policy or PriorityFifo()
         if self.settings.preemption and getattr(self.policy or PriorityFifo, "preempts", False):
