@@ -102,7 +102,7 @@ class Solver:
         self.requests = [(r, v) for r, v in job.requests if v > 0]
         self.gpus_per_replica = job.gpus
         self.primary = job.primary
-        self.primary_per_replica = max(dict(self.requests).get(self.primary, 0), 0)
+        self.primary_per_replica = dict(self.requests).get(self.primary, 0)  # requests are positive
         depth = self.node_level
         self.count_weight = [0] + [1 << (BASE_BITS * (2 * depth - i)) for i in range(1, depth + 1)]  # per level
         self.free_weight = [0] + [1 << (BASE_BITS * (depth - i)) for i in range(1, depth + 1)]  # per level
