@@ -170,21 +170,23 @@ def main() -> None:
         pods = sum(r for r, _ in shapes)
         print(f"cluster: {args.nodes} simulated DGX H100 nodes ({args.nodes * 8} GPUs), leaves of 32; workload: "
               f"{len(shapes)} gangs, {pods} pods (multi-node gangs require one leaf)")
-        took: dict[str, list[float]] = {"kueue": [], "operator": []}
+        took: dict[str, list[float | None]] = {"kueue": [], "operator": []}  # None: an incomplete round
         rounds = {"kueue": lambda r: kueue_round(local, api, kubectl, shapes, args.qps, args.nodes * 8,
                                                  f"bench-kueue-{r}"),
                   "operator": lambda r: operator_round(local, api, shapes, f"bench-operator-{r}")}
         for round_ in range(1, args.repeat + 1):
             print(f"round {round_}:")
             for name in sorted(rounds, reverse=round_ % 2 == 0):  # each goes first in every other round
-                if (seconds := rounds[name](round_)) is not None:
-                    took[name].append(seconds)
-        if not took["kueue"] or not took["operator"]:
+                took[name].append(rounds[name](round_))
+        both = [(theirs, ours) for theirs, ours in zip(took["kueue"], took["operator"], strict=True)
+                if theirs is not None and ours is not None]
+        if not both:
             raise SystemExit("no complete round of both")
-        kueue, ours = statistics.median(took["kueue"]), statistics.median(took["operator"])
-        print(f"medians of {args.repeat} round(s), all {pods} pods Running: Kueue + TAS {kueue:.1f}s "
-              f"({pods / kueue:.0f} pods/s), this operator {ours:.1f}s ({pods / ours:.0f} pods/s): "
-              f"{kueue / ours:.1f}x faster")
+        kueue, ours = (statistics.median(times) for times in zip(*both, strict=True))
+        faster = [theirs / ours for theirs, ours in both]
+        print(f"medians of {len(both)} complete round(s), all {pods} pods Running: Kueue + TAS {kueue:.1f}s "
+              f"({pods / kueue:.0f} pods/s), this operator {ours:.1f}s ({pods / ours:.0f} pods/s); faster round by "
+              f"round {' / '.join(f'{x:.2f}x' for x in faster)}, median {statistics.median(faster):.2f}x")
     finally:
         local.wipe()
 

@@ -39,8 +39,8 @@ from superpod.sim import nodes, presets
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine, wait_all_ready  # noqa: E402
-from cpu import CpuMeter, GoProfile, Profile  # noqa: E402
-from scrape import Histograms, buckets  # noqa: E402
+from cpu import CpuMeter, GoProfile, Profile, cpu_seconds  # noqa: E402
+from scrape import Histograms, ServerWrites, buckets  # noqa: E402
 
 PORTS = Ports(etcd=12779, etcd_peer=12780, apiserver=16843, controller_manager=20657, scheduler=20659, kwok=20647)
 METRICS = 20671  # the operator's /metrics
@@ -87,6 +87,25 @@ def watch_running(core: client.CoreV1Api, ns: str, total: int, started: float, s
     return ThreadPoolExecutor(1).submit(wait_running, core, ns, total, started, seen, max(600.0, 0.12 * total))
 
 
+def watch_reported(custom: client.CustomObjectsApi, ns: str, total: int, started: float) -> Future:
+    """Seconds from `started` until `total` TrainingJobs of the namespace say Running in their status (the pods
+    run first: a status may wait for its delay while pods are written), on a thread of its own."""
+
+    def wait() -> float:
+        reported: dict[str, float] = {}
+        while len(reported) < total and time.monotonic() - started < 900:
+            with contextlib.suppress(client.ApiException):  # e.g. 504 "Too large resource version": watch anew
+                for ev in watch.Watch().stream(custom.list_namespaced_custom_object, GROUP, VERSION, ns,
+                                               "trainingjobs", timeout_seconds=60):
+                    if (ev["object"].get("status") or {}).get("phase") == "Running":
+                        reported.setdefault(ev["object"]["metadata"]["name"], time.monotonic())
+                    if len(reported) >= total:
+                        break
+        return max(reported.values(), default=started) - started
+
+    return ThreadPoolExecutor(1).submit(wait)
+
+
 def startup_latency(shapes: list[tuple[int, int]], submitted: dict[int, float], running: dict[str, float]) -> str:
     """Per gang size: p50 / p99 of the seconds from a gang's submission (placeable at once: the cluster holds the
     whole workload) until its last pod ran. Pods are named j<job>-..., by every kind of run."""
@@ -107,16 +126,35 @@ def start_operator(local: LocalCluster, env: dict, args) -> None:
 
 
 @contextlib.contextmanager
-def stopped_operator(local: LocalCluster, env: dict, args):
-    """No operator inside the block; a new process after it, once it has ended its first cycle. (A process paused
-    with SIGSTOP wakes with the cache it had, and acts on the objects deleted meanwhile until their events are read:
-    500 gang writes refused, in the run after.)"""
+def stopped_operator(local: LocalCluster, env: dict, args, inside: dict | None = None):
+    """No operator inside the block (or, given `inside`, one started with that environment); a new process after
+    it, once it has ended its first cycle. (A process paused with SIGSTOP wakes with the cache it had, and acts on
+    the objects deleted meanwhile until their events are read: 500 gang writes refused, in the run after.)"""
     stop_operator(local)
+    if inside is not None:
+        start_operator(local, inside, args)
+        started(local)
     try:
         yield
     finally:
+        if inside is not None:
+            stop_operator(local)
         start_operator(local, env, args)
-        first_cycle(f"http://127.0.0.1:{METRICS}/metrics")
+        started(local)
+
+
+def started(local: LocalCluster, idle: float = 0.1, limit: float = 30) -> None:
+    """Until a new operator process has ended its first cycle and gone quiet (under `idle` CPU seconds a second,
+    at most `limit` seconds): what it reads at start-up after the first cycle (kopf's replay of every GPUUsage
+    record) must not fall into the next run."""
+    first_cycle(f"http://127.0.0.1:{METRICS}/metrics")
+    pid, until = local.pid("operator"), time.monotonic() + limit
+    used = cpu_seconds(pid)
+    while time.monotonic() < until:
+        time.sleep(1)
+        used, before = cpu_seconds(pid), used
+        if used - before < idle:
+            return
 
 
 def stop_operator(local: LocalCluster) -> None:
@@ -280,7 +318,7 @@ def paced(job: int, started: float, rate: float, submitted: dict[int, float], su
 
 def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]], rate: float = 0,
                  submitted: dict | None = None, running: dict | None = None,
-                 ns: str = "bench-operator") -> tuple[float, int]:
+                 ns: str = "bench-operator") -> tuple[float, int, float]:
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
@@ -293,17 +331,18 @@ def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]], rate: flo
 
     total = sum(r for r, _ in shapes)
     started = time.monotonic()
-    watching = watch_running(core, ns, total, started, running)
+    watching, reported = watch_running(core, ns, total, started, running), watch_reported(custom, ns, len(shapes),
+                                                                                           started)
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(lambda j: paced(j, started, rate, submitted, submit), range(len(shapes))))
     elapsed = watching.result()
-    return elapsed, len({name.split("-", 1)[0] for name in running})
+    return elapsed, len({name.split("-", 1)[0] for name in running}), reported.result()
 
 
 def trainingjobs_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,
                      running: dict, ns: str) -> tuple[float, str]:
-    elapsed, placed = operator_run(api, shapes, 0, submitted, running, ns)
-    return elapsed, f"{placed}/{len(shapes)} placed"
+    elapsed, placed, reported = operator_run(api, shapes, 0, submitted, running, ns)
+    return elapsed, f"{placed}/{len(shapes)} placed; every status Running after {reported:.1f}s"
 
 
 def indexed_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,
@@ -334,12 +373,28 @@ def indexed_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple
     return elapsed, f"{bound}/{total} pods bound"
 
 
-RUNS = {"bare": bare_run, "floor": floor_run, "trainingjobs": trainingjobs_run, "indexed": indexed_run}
-OPERATED = ("trainingjobs", "indexed")  # the operator schedules these: its writes are counted
+RUNS = {"bare": bare_run, "floor": floor_run, "trainingjobs": trainingjobs_run, "baseline": trainingjobs_run,
+        "indexed": indexed_run}
+OPERATED = ("trainingjobs", "baseline", "indexed")  # the operator schedules these: its writes are counted
 LABELS = {"bare": f"bare client, {WORKERS} threads, nodes pre-assigned (the ceiling)",
           "floor": "bare client, what a TrainingJob needs (the operator stopped)",
           "trainingjobs": "operator, TrainingJobs",
+          "baseline": "operator of --baseline, TrainingJobs",
           "indexed": "operator, Indexed Jobs (pods by kube-controller-manager, bound through pods/binding)"}
+
+
+def summary(runs: dict[str, list[float | None]], name: str, pods: int) -> str:
+    """A run's median time and pods/s, and its ratio to the bare client's of the same round, round by round and
+    their median (on a shared VM the hour moves both runs of a round alike, the rounds apart)."""
+    times = [elapsed for elapsed in runs[name] if elapsed is not None]
+    if not times:
+        return "no complete round"
+    ratios = [bare / elapsed for bare, elapsed in zip(runs["bare"], runs[name], strict=True)
+              if bare is not None and elapsed is not None]
+    middle = statistics.median(times)
+    each = " / ".join(f"{ratio:.2f}" for ratio in ratios)
+    return (f"{middle:.1f}s, {pods / middle:.0f} pods/s; ratio to the ceiling of its round {each}"
+            + (f", median {statistics.median(ratios):.2f}" if ratios else ""))
 
 
 def waiting(api: client.ApiClient, ns: str) -> str:
@@ -398,6 +453,8 @@ def main() -> None:
     ap.add_argument("--logs", type=Path, help="copy the cluster's and the operator's logs here before the wipe")
     ap.add_argument("--runs", default="bare,trainingjobs,indexed", help="which runs each round makes (comma-separated; "
                     "the bare client's is the ceiling every ratio is taken to)")
+    ap.add_argument("--baseline", type=Path, help="a checkout of other code: the run `baseline` makes the "
+                    "TrainingJob run with its operator (e.g. `git worktree add /tmp/base HEAD~1`)")
     args = ap.parse_args()
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     if args.profile:
@@ -415,14 +472,17 @@ def main() -> None:
               f"{pods} pods, {gpus} GPUs (multi-node jobs require one leaf)")
         core = client.CoreV1Api(api)
         env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
+        baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve() / "operator")} if args.baseline else None
+        if "baseline" in args.runs.split(",") and baseline_env is None:
+            raise SystemExit("--runs baseline needs --baseline DIR")
         start_operator(local, env, args)
-        first_cycle(f"http://127.0.0.1:{METRICS}/metrics")
+        started(local)
         chosen = [run for run in args.runs.split(",") if run]
         unknown = set(chosen) - set(RUNS)
         if unknown or "bare" not in chosen:
             raise SystemExit(f"--runs: {', '.join(sorted(unknown)) or 'bare is missing'} (of {', '.join(RUNS)}; the "
                              "bare client's run is the ceiling every ratio is taken to)")
-        runs: dict[str, list[float]] = {run: [] for run in chosen}
+        runs: dict[str, list[float | None]] = {run: [] for run in chosen}  # a round's time, None if incomplete
         node_names = [o["metadata"]["name"] for o in objs]
 
         def meter(operator: bool) -> CpuMeter:
@@ -432,57 +492,57 @@ def main() -> None:
         for round_ in range(1, args.repeat + 1):  # interleaved, so drift on this machine hits all runs alike
             print(f"round {round_}:")
             writes = []
-            for run in chosen:
+            for run in chosen if round_ % 2 else chosen[::-1]:  # each in turn first: the hour moves them alike
                 # A namespace of its own each run: a namespace made again right after its deletion may refuse pods
                 # for a while (403 "being terminated"), and kube-controller-manager backs off for minutes.
                 ns = f"bench-{run}-{round_}"
-                since = time.time()  # the writes are counted from submission until all run (not the teardown)
-                cpu, cycles = meter(run != "floor"), Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
-                profile = Profile(local.pid("operator"), str(args.profile / f"operator-{run}-{round_}.txt")) \
-                    if args.profile and run != "floor" else contextlib.nullcontext()
-                served = GoProfile(local.api_url, local.admin_ssl(), str(args.profile / f"apiserver-{run}-{round_}"
-                                   ".pb.gz"), args.profile_seconds) if args.profile else contextlib.nullcontext()
                 submitted, running = {}, {}
-                stopped = stopped_operator(local, env, args) if run == "floor" else contextlib.nullcontext()
-                with stopped, profile, served:
-                    try:
-                        elapsed, outcome = RUNS[run](api, node_names, shapes, submitted, running, ns)
-                    except Incomplete as e:
-                        elapsed, outcome = None, f"{e}; left out of the medians; {waiting(api, ns)}"
-                    until, used = time.time(), cpu.report(elapsed or time.monotonic() - cpu.started)
-                    if run == "floor":  # gone before the operator goes on, or it would see jobs it did not place
-                        core.delete_namespace(ns)
-                        wait_no_pods(core, (ns,))
-                if elapsed is not None:
+                stopped = stopped_operator(local, env, args) if run == "floor" else stopped_operator(
+                    local, env, args, baseline_env) if run == "baseline" else contextlib.nullcontext()
+                with stopped:  # the run's own operator (none for the floor) from here to its namespace's deletion
+                    since = time.time()  # the writes are counted from submission until all run (not the teardown)
+                    cpu = meter(run != "floor")
+                    cycles = Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES) if run in OPERATED else None
+                    served_writes = ServerWrites(local.api_url, local.admin_ssl())
+                    profile = Profile(local.pid("operator"), str(args.profile / f"operator-{run}-{round_}.txt")) \
+                        if args.profile and run != "floor" else contextlib.nullcontext()
+                    served = GoProfile(local.api_url, local.admin_ssl(), str(args.profile / f"apiserver-{run}-"
+                                       f"{round_}.pb.gz"), args.profile_seconds) if args.profile \
+                        else contextlib.nullcontext()
+                    with profile, served:
+                        try:
+                            elapsed, outcome = RUNS[run](api, node_names, shapes, submitted, running, ns)
+                        except Incomplete as e:
+                            elapsed, outcome = None, f"{e}; left out of the medians; {waiting(api, ns)}"
+                        until, used = time.time(), cpu.report(elapsed or time.monotonic() - cpu.started)
+                        everyone = served_writes.report(len(shapes))
                     runs[run].append(elapsed)
-                print(f"  {LABELS[run]}: {'incomplete' if elapsed is None else f'{elapsed:.1f}s'} ({outcome}); "
-                      f"{used}")
-                if run in OPERATED:
-                    print(f"    operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
-                    print(f"    gang startup, submitted to all pods running: "
-                          f"{startup_latency(shapes, submitted, running)}")
+                    print(f"  {LABELS[run]}: {'incomplete' if elapsed is None else f'{elapsed:.1f}s'} ({outcome}); "
+                          f"{used}")
+                    print(f"    the API server's writes, every client's: {everyone}")
                     if run in OPERATED:
+                        print(f"    operator cycles: {cycles.report()}; {memory(local.pid('operator'))}")
+                        print(f"    gang startup, submitted to all pods running: "
+                              f"{startup_latency(shapes, submitted, running)}")
                         writes.append(f"{LABELS[run]} {writes_per_job(local, since, until, len(shapes))}")
-                if args.profile:
-                    if run != "floor":
-                        print(profile.hottest())
-                    print(served.hottest())
-                if run != "floor":
+                    if args.profile:
+                        if run != "floor":
+                            print(profile.hottest())
+                        print(served.hottest())
+                    # Gone before the next operator goes on: it would see jobs it did not place.
                     core.delete_namespace(ns)
                     wait_no_pods(core, (ns,))
             if writes:
                 print(f"  the operator's writes per job (audit log): {'; '.join(writes)}")
-        median = {name: statistics.median(values) for name, values in runs.items() if values}
         print(f"medians of {args.repeat} round(s), time until all {pods} pods Running (the operator running in all):")
-        for name in (name for name in chosen if name in median and "bare" in median):
-            print(f"  {LABELS[name]}: {median[name]:.1f}s, {pods / median[name]:.0f} pods/s; ratio to the ceiling "
-                  f"{median['bare'] / median[name]:.2f}")
+        for name in chosen:
+            print(f"  {LABELS[name]}: {summary(runs, name, pods)}")
         if args.fill:
             print(fill_and_restart(local, api, core, [o["metadata"]["name"] for o in objs], args.fill, env, args))
         if args.paced:
             submitted, running = {}, {}
             cycles = Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES)
-            elapsed, running_jobs = operator_run(api, shapes, args.paced, submitted, running)
+            elapsed, running_jobs, _ = operator_run(api, shapes, args.paced, submitted, running)
             print(f"TrainingJobs submitted at {args.paced:g} jobs/s: all {pods} pods running after {elapsed:.1f}s "
                   f"({running_jobs}/{len(shapes)} placed); operator cycles: {cycles.report()}")
             print(f"  gang startup, submitted to all pods running: {startup_latency(shapes, submitted, running)}")

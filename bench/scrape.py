@@ -4,6 +4,7 @@ their p50 / p99 (linear inside a bucket, as Prometheus' histogram_quantile estim
 from __future__ import annotations
 
 import urllib.request
+from collections import Counter
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -51,3 +52,35 @@ class Histograms:
             parts.append(f"{name.removeprefix('superpod_')} n={count:.0f} p50 {quantile(since, 0.5) * 1000:.0f} ms "
                          f"p99 {quantile(since, 0.99) * 1000:.0f} ms")
         return "; ".join(parts)
+
+
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def server_writes(url: str, ssl_context) -> Counter:
+    """The API server's writes so far, every client's, by verb and resource (apiserver_request_total)."""
+    text = urllib.request.urlopen(f"{url}/metrics", context=ssl_context, timeout=30).read().decode()
+    out: Counter = Counter()
+    for family in text_string_to_metric_families(text):
+        if family.name == "apiserver_request":
+            for sample in family.samples:
+                labels = sample.labels
+                if sample.name == "apiserver_request_total" and labels.get("verb") in WRITES:
+                    what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource")
+                                                          else "")
+                    out[f"{labels['verb'].lower()} {what}"] += sample.value
+    return out
+
+
+class ServerWrites:
+    """The API server's writes between two moments, per job, the largest first."""
+
+    def __init__(self, url: str, ssl_context) -> None:
+        self.url, self.ssl = url, ssl_context
+        self.start = server_writes(url, ssl_context)
+
+    def report(self, jobs: int, top: int = 8) -> str:
+        since = server_writes(self.url, self.ssl) - self.start
+        total = sum(since.values())
+        return f"{total / jobs:.2f} a job (" + ", ".join(
+            f"{what} {count / jobs:.2f}" for what, count in since.most_common(top)) + ")"

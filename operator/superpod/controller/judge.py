@@ -30,7 +30,7 @@ class Settings:
     usage_half_life: float = 7 * 86400.0  # seconds: a queue's past usage halves in this (the surplus order)
     preemption: bool = True  # a blocked job may evict lower-priority or borrowing gangs (core/preempt.py)
     # Seconds a placed gang's status may wait after its pods are written: a gang whose pods all run by then is
-    # written once, Running, instead of Starting then Running (a status write costs the API server four pod writes).
+    # written once, Running, instead of Starting then Running (a status write costs the API server 2-4 pod creates).
     status_delay: float = STATUS_DELAY
 
 
