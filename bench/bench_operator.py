@@ -88,8 +88,8 @@ def watch_running(core: client.CoreV1Api, ns: str, total: int, started: float, s
 
 
 def watch_reported(custom: client.CustomObjectsApi, ns: str, total: int, started: float) -> Future:
-    """Seconds from `started` until `total` TrainingJobs of the namespace say Running in their status (the pods
-    run first: a status may wait for its delay while pods are written), on a thread of its own."""
+    """Seconds from `started` until `total` TrainingJobs of the namespace say Running in their status (written
+    once their pods all run, or --status-delay after their placement), on a thread of its own."""
 
     def wait() -> float:
         reported: dict[str, float] = {}
