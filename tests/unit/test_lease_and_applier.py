@@ -304,7 +304,7 @@ def test_a_periodic_relist_waits_a_hundred_times_as_long_as_the_last_took(monkey
     async def slow_list(kind):
         listed.append(kind)
         await asyncio.sleep(0.02 / len(operator.kinds))  # a relist of 20 ms: the next may start 2 s after it began
-        return 0, "1", 1
+        return operator.state.relist(kind, "1")  # an empty cluster
     operator._list = slow_list
     monkeypatch.setattr(module, "settle_heap", lambda: collections.append(1))
 

@@ -105,18 +105,18 @@ class Operator:
         if relist is None or relist.version != version:
             relist = self._relists[kind] = self.state.relist(kind, version)
         relist.page(items, time.time())
-        if last and (changed := self._relists.pop(kind).end(time.time())):
-            log.info("a relist after the watch fell behind corrected %d %s", changed, kind.plural)
+        if last and self._relists.pop(kind).end(time.time()):
+            log.info("a relist after the watch fell behind corrected %s", relist.said())
             self.wake.set()
 
-    async def _list(self, kind: Kind) -> tuple[int, str, int]:
-        """A full list of the kind into the cache, page by page: (cached objects it changed, its resourceVersion,
-        objects listed)."""
+    async def _list(self, kind: Kind) -> Relist:
+        """A full list of the kind into the cache, page by page (its `changed`, `version`, `present`, `said()`)."""
         relist = None
         async for items, version in self.api.pages(kind):
             relist = relist or self.state.relist(kind, version)
             relist.page(items, time.time())
-        return relist.end(time.time()), relist.version, len(relist.present)
+        relist.end(time.time())
+        return relist
 
     def _watch_threads(self, loop: asyncio.AbstractEventLoop, stop: threading.Event) -> list[threading.Thread]:
         """A thread per lean kind, list-watching from where the first list ended, applying on the loop."""
@@ -140,8 +140,7 @@ class Operator:
         while True:
             try:
                 for kind in self.kinds:
-                    _, version, _ = await self._list(kind)
-                    self.listed.setdefault(kind, version)
+                    self.listed.setdefault(kind, (await self._list(kind)).version)
                 settle_heap()
                 return
             except ApiError as e:
@@ -224,10 +223,10 @@ class Operator:
         listed = 0
         try:
             for kind in self.kinds:
-                changed, _, count = await self._list(kind)
-                listed += count
-                if changed:
-                    log.info("resync corrected %d %s", changed, kind.plural)
+                relist = await self._list(kind)
+                listed += len(relist.present)
+                if relist.changed:
+                    log.info("resync corrected %s", relist.said())
                     self.wake.set()
         except Exception as e:  # noqa: BLE001 - retried at the next period
             self.metrics.cycle_errors.labels("resync").inc()

@@ -140,6 +140,7 @@ class Relist:
         self.state, self.kind, self.version = state, kind, list_version
         self.present: set[str] = set()
         self.changed = 0
+        self.dropped: list[str] = []  # keys the list proved deleted: cached, but their deletion never seen
 
     def page(self, items: list[dict], now: float) -> None:
         apply, kind = self.state.apply, self.kind
@@ -157,8 +158,15 @@ class Relist:
         for (kind_plural, key), (uid, rv) in list(state._versions.items()):
             if kind_plural == plural and key not in self.present and rv <= listed_at:
                 state._forget(self.kind, key, uid, max(rv, listed_at), now)
+                self.dropped.append(key)
                 self.changed += 1
         return self.changed
+
+    def said(self) -> str:
+        """What the list corrected, for the log: how many it changed, and which it found gone (a few)."""
+        gone = (f", {len(self.dropped)} deleted unseen (e.g. {', '.join(self.dropped[:5])})" if self.dropped
+                else "")
+        return f"{self.changed} {self.kind.plural}{gone}"
 
 
 class ClusterState:
@@ -213,8 +221,10 @@ class ClusterState:
         if self._tombstones.get(uid, -1) >= rv:
             return False  # an event of an object already deleted
         held = self._versions.get((kind.plural, key))
-        if held is not None and held[0] == uid and (held[1] > rv or held[1] == rv != 0):
-            return False  # older than what we have, or the same version again
+        # Older than what we have, or the same version again. A deletion at the version we hold is news: a delete
+        # that removed the object at once answers with the version its DELETED event then carries.
+        if held is not None and held[0] == uid and (held[1] > rv or held[1] == rv != 0 and event != "DELETED"):
+            return False
         if event == "DELETED":
             if held is not None and held[0] != uid:
                 return False  # the name belongs to a newer object now
