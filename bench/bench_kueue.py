@@ -42,6 +42,7 @@ from bench_operator import (  # noqa: E402
     job_shapes,
     operator_run,
     paced,
+    round_ratios,
     simulated_fleet,
     startup_latency,
     watch_running,
@@ -178,15 +179,14 @@ def main() -> None:
             print(f"round {round_}:")
             for name in sorted(rounds, reverse=round_ % 2 == 0):  # each goes first in every other round
                 took[name].append(rounds[name](round_))
-        both = [(theirs, ours) for theirs, ours in zip(took["kueue"], took["operator"], strict=True)
-                if theirs is not None and ours is not None]
-        if not both:
+        faster = round_ratios(took["kueue"], took["operator"])
+        if not faster:
             raise SystemExit("no complete round of both")
-        kueue, ours = (statistics.median(times) for times in zip(*both, strict=True))
-        faster = [theirs / ours for theirs, ours in both]
-        print(f"medians of {len(both)} complete round(s), all {pods} pods Running: Kueue + TAS {kueue:.1f}s "
-              f"({pods / kueue:.0f} pods/s), this operator {ours:.1f}s ({pods / ours:.0f} pods/s); faster round by "
-              f"round {' / '.join(f'{x:.2f}x' for x in faster)}, median {statistics.median(faster):.2f}x")
+        kueue, ours = (statistics.median(t for t in took[name] if t is not None) for name in ("kueue", "operator"))
+        print(f"medians, all {pods} pods Running: Kueue + TAS {kueue:.1f}s "
+              f"({pods / kueue:.0f} pods/s), this operator {ours:.1f}s ({pods / ours:.0f} pods/s); faster in the "
+              f"{len(faster)} rounds both completed {' / '.join(f'{x:.2f}x' for x in faster)}, median "
+              f"{statistics.median(faster):.2f}x")
     finally:
         local.wipe()
 

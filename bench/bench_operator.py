@@ -4,7 +4,9 @@ and as Indexed Jobs (batch/v1, created by the real kube-controller-manager, spec
 bound by the operator through pods/binding). Beside them, in the same run, the ceiling: a bare client creating the
 same number of pods with their nodes already assigned; and (`--runs bare,floor,...`) the floor of a TrainingJob on
 this API server: a bare client making what any scheduler of TrainingJobs must (the job, its Service, its pods, one
-status write), the operator stopped.
+status write), the operator stopped. `podgangs` makes the bare client's very pods unbound, each naming this
+scheduler and its gang, and the operator binds them: the scheduler's own cost over the ceiling; `kube-scheduler`
+leaves the same pods to kube-scheduler (no gangs): what a scheduler that binds costs here.
 
     .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500] [--repeat 3] [--runs ...] [--profile DIR]
 
@@ -133,17 +135,17 @@ def stopped_operator(local: LocalCluster, env: dict, args, inside: dict | None =
     stop_operator(local)
     if inside is not None:
         start_operator(local, inside, args)
-        started(local)
+        wait_started(local)
     try:
         yield
     finally:
         if inside is not None:
             stop_operator(local)
         start_operator(local, env, args)
-        started(local)
+        wait_started(local)
 
 
-def started(local: LocalCluster, idle: float = 0.1, limit: float = 30) -> None:
+def wait_started(local: LocalCluster, idle: float = 0.1, limit: float = 30) -> None:
     """Until a new operator process has ended its first cycle and gone quiet (under `idle` CPU seconds a second,
     at most `limit` seconds): what it reads at start-up after the first cycle (kopf's replay of every GPUUsage
     record) must not fall into the next run."""
@@ -155,6 +157,16 @@ def started(local: LocalCluster, idle: float = 0.1, limit: float = 30) -> None:
         used, before = cpu_seconds(pid), used
         if used - before < idle:
             return
+
+
+def run_operator(run: str, local: LocalCluster, env: dict, baseline_env: dict | None, args):
+    """The operator a run needs: none for the floor, the --baseline checkout's for the baseline, else the one
+    running."""
+    if run == "floor":
+        return stopped_operator(local, env, args)
+    if run == "baseline":
+        return stopped_operator(local, env, args, baseline_env)
+    return contextlib.nullcontext()
 
 
 def stop_operator(local: LocalCluster) -> None:
@@ -261,6 +273,57 @@ def bare_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[in
         list(pool.map(lambda p: done(core.create_namespaced_pod(ns, p, _preload_content=False)), pods))
     created = time.monotonic() - started
     return watching.result(), f"created in {created:.1f}s"
+
+
+def podgangs_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,
+                 running: dict, ns: str) -> tuple[float, str]:
+    """The bare client's very pods, made by the same client the same way but unbound: each names this scheduler and
+    its gang (label, size, the leaf for gangs of two or more), and the operator binds each gang whole
+    (pods/binding). What the scheduler costs over a client that needs none."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
+    pods = []
+    for j, job in enumerate(bare_pods(node_names, shapes)):
+        notes = {"superpod.dev/gang-size": str(len(job))}
+        if len(job) > 1:
+            notes["superpod.dev/topology-required"] = "leaf"
+        for rank, pod in enumerate(job):
+            del pod["spec"]["nodeName"]
+            pod["spec"]["schedulerName"] = "superpod-scheduler"
+            pod["metadata"]["labels"].update({"superpod.dev/gang": f"j{j}", "superpod.dev/rank": str(rank)})
+            pod["metadata"]["annotations"] = notes
+            pods.append((j, pod))
+    elapsed = create_unbound(core, ns, pods, submitted, running)
+    return elapsed, f"{len({name.split('-', 1)[0] for name in running})}/{len(shapes)} gangs running"
+
+
+def kube_scheduler_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]],
+                       submitted: dict, running: dict, ns: str) -> tuple[float, str]:
+    """The bare client's very pods, unbound, left to kube-scheduler (one pod at a time: no gang, no topology): what
+    a scheduler that binds costs on this API server. The 8-GPU pods are created first: kube-scheduler spreads, and
+    1-GPU pods spread first over 210 nodes would leave too few whole nodes."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
+    pods = sorted(((j, pod) for j, job in enumerate(bare_pods(node_names, shapes)) for pod in job),
+                  key=lambda item: -shapes[item[0]][1])
+    for _, pod in pods:
+        del pod["spec"]["nodeName"]
+    return create_unbound(core, ns, pods, submitted, running), "bound by kube-scheduler"
+
+
+def create_unbound(core: client.CoreV1Api, ns: str, pods: list[tuple[int, dict]], submitted: dict,
+                   running: dict) -> float:
+    """Creates the (job, pod) pairs from WORKERS threads; seconds until all run."""
+    started = time.monotonic()
+    watching = watch_running(core, ns, len(pods), started, running)
+
+    def one(item: tuple[int, dict]) -> None:
+        submitted.setdefault(item[0], time.monotonic())
+        done(core.create_namespaced_pod(ns, item[1], _preload_content=False))
+
+    with ThreadPoolExecutor(WORKERS) as pool:
+        list(pool.map(one, pods))
+    return watching.result()
 
 
 def floor_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,
@@ -374,23 +437,31 @@ def indexed_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple
 
 
 RUNS = {"bare": bare_run, "floor": floor_run, "trainingjobs": trainingjobs_run, "baseline": trainingjobs_run,
-        "indexed": indexed_run}
-OPERATED = ("trainingjobs", "baseline", "indexed")  # the operator schedules these: its writes are counted
+        "indexed": indexed_run, "podgangs": podgangs_run,
+        "kube-scheduler": kube_scheduler_run}
+OPERATED = ("trainingjobs", "baseline", "indexed", "podgangs")  # the operator schedules these: its writes are counted
 LABELS = {"bare": f"bare client, {WORKERS} threads, nodes pre-assigned (the ceiling)",
           "floor": "bare client, what a TrainingJob needs (the operator stopped)",
           "trainingjobs": "operator, TrainingJobs",
           "baseline": "operator of --baseline, TrainingJobs",
-          "indexed": "operator, Indexed Jobs (pods by kube-controller-manager, bound through pods/binding)"}
+          "indexed": "operator, Indexed Jobs (pods by kube-controller-manager, bound through pods/binding)",
+          "podgangs": "operator, the bare client's pods unbound in gangs (bound through pods/binding)",
+          "kube-scheduler": "kube-scheduler, the bare client's pods unbound (no gangs, no topology)"}
+
+
+def round_ratios(reference: list[float | None], times: list[float | None]) -> list[float]:
+    """reference / time, round by round, for the rounds both completed (None: incomplete): on a shared VM the hour
+    moves both runs of a round alike, the rounds apart."""
+    return [ref / took for ref, took in zip(reference, times, strict=True) if ref is not None and took is not None]
 
 
 def summary(runs: dict[str, list[float | None]], name: str, pods: int) -> str:
     """A run's median time and pods/s, and its ratio to the bare client's of the same round, round by round and
-    their median (on a shared VM the hour moves both runs of a round alike, the rounds apart)."""
+    their median."""
     times = [elapsed for elapsed in runs[name] if elapsed is not None]
     if not times:
         return "no complete round"
-    ratios = [bare / elapsed for bare, elapsed in zip(runs["bare"], runs[name], strict=True)
-              if bare is not None and elapsed is not None]
+    ratios = round_ratios(runs["bare"], runs[name])
     middle = statistics.median(times)
     each = " / ".join(f"{ratio:.2f}" for ratio in ratios)
     return (f"{middle:.1f}s, {pods / middle:.0f} pods/s; ratio to the ceiling of its round {each}"
@@ -473,15 +544,15 @@ def main() -> None:
         core = client.CoreV1Api(api)
         env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
         baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve() / "operator")} if args.baseline else None
-        if "baseline" in args.runs.split(",") and baseline_env is None:
-            raise SystemExit("--runs baseline needs --baseline DIR")
         start_operator(local, env, args)
-        started(local)
+        wait_started(local)
         chosen = [run for run in args.runs.split(",") if run]
         unknown = set(chosen) - set(RUNS)
         if unknown or "bare" not in chosen:
             raise SystemExit(f"--runs: {', '.join(sorted(unknown)) or 'bare is missing'} (of {', '.join(RUNS)}; the "
                              "bare client's run is the ceiling every ratio is taken to)")
+        if "baseline" in chosen and baseline_env is None:
+            raise SystemExit("--runs baseline needs --baseline DIR")
         runs: dict[str, list[float | None]] = {run: [] for run in chosen}  # a round's time, None if incomplete
         node_names = [o["metadata"]["name"] for o in objs]
 
@@ -497,9 +568,7 @@ def main() -> None:
                 # for a while (403 "being terminated"), and kube-controller-manager backs off for minutes.
                 ns = f"bench-{run}-{round_}"
                 submitted, running = {}, {}
-                stopped = stopped_operator(local, env, args) if run == "floor" else stopped_operator(
-                    local, env, args, baseline_env) if run == "baseline" else contextlib.nullcontext()
-                with stopped:  # the run's own operator (none for the floor) from here to its namespace's deletion
+                with run_operator(run, local, env, baseline_env, args):  # until its namespace is deleted
                     since = time.time()  # the writes are counted from submission until all run (not the teardown)
                     cpu = meter(run != "floor")
                     cycles = Histograms(f"http://127.0.0.1:{METRICS}/metrics", CYCLES) if run in OPERATED else None

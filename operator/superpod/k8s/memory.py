@@ -82,10 +82,11 @@ class MemoryAPI:
                                       self.clock()))
         return _clone(obj)
 
-    def _remove(self, kind: Kind, key: str) -> None:
+    def _remove(self, kind: Kind, key: str) -> dict | None:
+        """The object removed, at the version of its removal (its DELETED event's), as a DELETE answers it."""
         obj = self.objects.get(kind, {}).pop(key, None)
         if obj is None:
-            return
+            return None
         obj["metadata"]["resourceVersion"] = self.version()
         if not obj["metadata"].get("deletionTimestamp"):  # a deletion without grace: its time is on the object
             obj["metadata"]["deletionTimestamp"] = rfc3339(self.clock(), micro=True)
@@ -97,6 +98,7 @@ class MemoryAPI:
             owners = other["metadata"].get("ownerReferences") or [] if other is not None else []
             if any(o.get("uid") == obj["metadata"].get("uid") for o in owners):
                 self._collect(other_kind, other_key, other)
+        return _clone(obj)
 
     def delete_now(self, kind: Kind, key: str) -> None:
         """Removal without grace: the kubelet finishing a pod's termination, the garbage collector, a node gone."""
@@ -267,8 +269,7 @@ class MemoryClient:
             if grace is None:
                 grace = cur["spec"].get("terminationGracePeriodSeconds", DEFAULT_GRACE)
             return _answer(self.store._mark_deleting(kind, cur, int(grace)), lose)
-        self.store._remove(kind, key)
-        return _answer(None, lose)
+        return _answer(self.store._remove(kind, key), lose)
 
     async def close(self) -> None:
         """No connections to let go of."""

@@ -241,7 +241,8 @@ class LocalCluster:
         ]
 
     def _scheduler_args(self) -> list[str]:
-        return self._client_component_args(self.ports.scheduler)
+        # The controller-manager's client rate (its shipped 50/s would make it the slowest writer of a benchmark)
+        return [*self._client_component_args(self.ports.scheduler), "--kube-api-qps=500", "--kube-api-burst=1000"]
 
     def _kwok_args(self) -> list[str]:
         return [
