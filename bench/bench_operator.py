@@ -34,6 +34,8 @@ from pathlib import Path
 import orjson
 from kubernetes import client, watch
 
+from superpod.api.manifests import SCHEDULER_NAME
+from superpod.api.podgang import GANG_LABEL, GANG_SIZE, RANK_LABEL, TOPOLOGY
 from superpod.k8s.client import load
 from superpod.localcluster.audit import operator_writes
 from superpod.localcluster.cluster import COMPONENTS, REPO, LocalCluster, Ports, state_dir
@@ -284,36 +286,35 @@ def podgangs_run(api: client.ApiClient, node_names: list[str], shapes: list[tupl
     core.create_namespace({"metadata": {"name": ns}})
     pods = []
     for j, job in enumerate(bare_pods(node_names, shapes)):
-        notes = {"superpod.dev/gang-size": str(len(job))}
+        notes = {GANG_SIZE: str(len(job))}
         if len(job) > 1:
-            notes["superpod.dev/topology-required"] = "leaf"
+            notes[TOPOLOGY["required"]] = "leaf"
         for rank, pod in enumerate(job):
             del pod["spec"]["nodeName"]
-            pod["spec"]["schedulerName"] = "superpod-scheduler"
-            pod["metadata"]["labels"].update({"superpod.dev/gang": f"j{j}", "superpod.dev/rank": str(rank)})
+            pod["spec"]["schedulerName"] = SCHEDULER_NAME
+            pod["metadata"]["labels"].update({GANG_LABEL: f"j{j}", RANK_LABEL: str(rank)})
             pod["metadata"]["annotations"] = notes
             pods.append((j, pod))
-    elapsed = create_unbound(core, ns, pods, submitted, running)
-    return elapsed, f"{len({name.split('-', 1)[0] for name in running})}/{len(shapes)} gangs running"
+    return create_unbound(core, ns, pods, submitted, running)
 
 
 def kube_scheduler_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]],
                        submitted: dict, running: dict, ns: str) -> tuple[float, str]:
     """The bare client's very pods, unbound, left to kube-scheduler (one pod at a time: no gang, no topology): what
-    a scheduler that binds costs on this API server. The 8-GPU pods are created first: kube-scheduler spreads, and
-    1-GPU pods spread first over 210 nodes would leave too few whole nodes."""
+    a scheduler that binds costs on this API server. The largest pods are created first: kube-scheduler spreads,
+    and small pods spread first over many nodes would leave too few whole nodes for the 8-GPU ones."""
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
     pods = sorted(((j, pod) for j, job in enumerate(bare_pods(node_names, shapes)) for pod in job),
                   key=lambda item: -shapes[item[0]][1])
     for _, pod in pods:
         del pod["spec"]["nodeName"]
-    return create_unbound(core, ns, pods, submitted, running), "bound by kube-scheduler"
+    return create_unbound(core, ns, pods, submitted, running)
 
 
 def create_unbound(core: client.CoreV1Api, ns: str, pods: list[tuple[int, dict]], submitted: dict,
-                   running: dict) -> float:
-    """Creates the (job, pod) pairs from WORKERS threads; seconds until all run."""
+                   running: dict) -> tuple[float, str]:
+    """Creates the (job, pod) pairs from WORKERS threads: seconds until all run, and how long the creates took."""
     started = time.monotonic()
     watching = watch_running(core, ns, len(pods), started, running)
 
@@ -323,7 +324,8 @@ def create_unbound(core: client.CoreV1Api, ns: str, pods: list[tuple[int, dict]]
 
     with ThreadPoolExecutor(WORKERS) as pool:
         list(pool.map(one, pods))
-    return watching.result()
+    created = time.monotonic() - started
+    return watching.result(), f"created in {created:.1f}s"
 
 
 def floor_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]], submitted: dict,

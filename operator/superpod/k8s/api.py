@@ -120,7 +120,8 @@ class ClusterAPI(Protocol):
     async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None,
                      grace: int | None = None) -> dict | None:
         """Graceful delete (the object's own grace period, or `grace` seconds); `uid`: only if it is still that
-        object. Returns the object marked for deletion, or None once gone."""
+        object. Returns the object as the deletion left it: marked for deletion, or removed at once (at the version of
+        its removal, which its DELETED event carries too); None if it was gone already or is another object now."""
         ...
 
     async def close(self) -> None:

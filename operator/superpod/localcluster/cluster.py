@@ -66,6 +66,9 @@ class Ports:
         return dict(self.__dict__)
 
 
+# The client rate of kube-controller-manager and kube-scheduler: their shipped 50/s would make either the slowest
+# writer of a benchmark (kube-scheduler binds the pods of Kueue's jobs, one binding and one Event a pod).
+CLIENT_RATE = ("--kube-api-qps=500", "--kube-api-burst=1000")
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 
 
@@ -236,13 +239,11 @@ class LocalCluster:
             "--use-service-account-credentials=true",
             "--controllers=*,-node-ipam-controller",
             f"--node-monitor-grace-period={NODE_LEASE_SECONDS + 60}s",
-            "--kube-api-qps=500",
-            "--kube-api-burst=1000",
+            *CLIENT_RATE,
         ]
 
     def _scheduler_args(self) -> list[str]:
-        # The controller-manager's client rate (its shipped 50/s would make it the slowest writer of a benchmark)
-        return [*self._client_component_args(self.ports.scheduler), "--kube-api-qps=500", "--kube-api-burst=1000"]
+        return [*self._client_component_args(self.ports.scheduler), *CLIENT_RATE]
 
     def _kwok_args(self) -> list[str]:
         return [
