@@ -282,8 +282,6 @@ def podgangs_run(api: client.ApiClient, node_names: list[str], shapes: list[tupl
     """The bare client's very pods, made by the same client the same way but unbound: each names this scheduler and
     its gang (label, size, the leaf for gangs of two or more), and the operator binds each gang whole
     (pods/binding). What the scheduler costs over a client that needs none."""
-    core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": ns}})
     pods = []
     for j, job in enumerate(bare_pods(node_names, shapes)):
         notes = {GANG_SIZE: str(len(job))}
@@ -295,7 +293,7 @@ def podgangs_run(api: client.ApiClient, node_names: list[str], shapes: list[tupl
             pod["metadata"]["labels"].update({GANG_LABEL: f"j{j}", RANK_LABEL: str(rank)})
             pod["metadata"]["annotations"] = notes
             pods.append((j, pod))
-    return create_unbound(core, ns, pods, submitted, running)
+    return create_unbound(api, ns, pods, submitted, running)
 
 
 def kube_scheduler_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[int, int]],
@@ -303,18 +301,19 @@ def kube_scheduler_run(api: client.ApiClient, node_names: list[str], shapes: lis
     """The bare client's very pods, unbound, left to kube-scheduler (one pod at a time: no gang, no topology): what
     a scheduler that binds costs on this API server. The largest pods are created first: kube-scheduler spreads,
     and small pods spread first over many nodes would leave too few whole nodes for the 8-GPU ones."""
-    core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": ns}})
     pods = sorted(((j, pod) for j, job in enumerate(bare_pods(node_names, shapes)) for pod in job),
                   key=lambda item: -shapes[item[0]][1])
     for _, pod in pods:
         del pod["spec"]["nodeName"]
-    return create_unbound(core, ns, pods, submitted, running)
+    return create_unbound(api, ns, pods, submitted, running)
 
 
-def create_unbound(core: client.CoreV1Api, ns: str, pods: list[tuple[int, dict]], submitted: dict,
+def create_unbound(api: client.ApiClient, ns: str, pods: list[tuple[int, dict]], submitted: dict,
                    running: dict) -> tuple[float, str]:
-    """Creates the (job, pod) pairs from WORKERS threads: seconds until all run, and how long the creates took."""
+    """Creates the namespace, then the (job, pod) pairs from WORKERS threads: seconds until all run, and how long
+    the creates took."""
+    core = client.CoreV1Api(api)
+    core.create_namespace({"metadata": {"name": ns}})
     started = time.monotonic()
     watching = watch_running(core, ns, len(pods), started, running)
 
@@ -439,8 +438,7 @@ def indexed_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple
 
 
 RUNS = {"bare": bare_run, "floor": floor_run, "trainingjobs": trainingjobs_run, "baseline": trainingjobs_run,
-        "indexed": indexed_run, "podgangs": podgangs_run,
-        "kube-scheduler": kube_scheduler_run}
+        "indexed": indexed_run, "podgangs": podgangs_run, "kube-scheduler": kube_scheduler_run}
 OPERATED = ("trainingjobs", "baseline", "indexed", "podgangs")  # the operator schedules these: its writes are counted
 LABELS = {"bare": f"bare client, {WORKERS} threads, nodes pre-assigned (the ceiling)",
           "floor": "bare client, what a TrainingJob needs (the operator stopped)",
@@ -529,6 +527,13 @@ def main() -> None:
     ap.add_argument("--baseline", type=Path, help="a checkout of other code: the run `baseline` makes the "
                     "TrainingJob run with its operator (e.g. `git worktree add /tmp/base HEAD~1`)")
     args = ap.parse_args()
+    chosen = [run for run in args.runs.split(",") if run]
+    unknown = set(chosen) - set(RUNS)
+    if unknown or "bare" not in chosen:
+        raise SystemExit(f"--runs: {', '.join(sorted(unknown)) or 'bare is missing'} (of {', '.join(RUNS)}; the "
+                         "bare client's run is the ceiling every ratio is taken to)")
+    if "baseline" in chosen and args.baseline is None:
+        raise SystemExit("--runs baseline needs --baseline DIR")
     resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
     if args.profile:
         args.profile.mkdir(parents=True, exist_ok=True)
@@ -548,13 +553,6 @@ def main() -> None:
         baseline_env = {**env, "PYTHONPATH": str(args.baseline.resolve() / "operator")} if args.baseline else None
         start_operator(local, env, args)
         wait_started(local)
-        chosen = [run for run in args.runs.split(",") if run]
-        unknown = set(chosen) - set(RUNS)
-        if unknown or "bare" not in chosen:
-            raise SystemExit(f"--runs: {', '.join(sorted(unknown)) or 'bare is missing'} (of {', '.join(RUNS)}; the "
-                             "bare client's run is the ceiling every ratio is taken to)")
-        if "baseline" in chosen and baseline_env is None:
-            raise SystemExit("--runs baseline needs --baseline DIR")
         runs: dict[str, list[float | None]] = {run: [] for run in chosen}  # a round's time, None if incomplete
         node_names = [o["metadata"]["name"] for o in objs]
 
