@@ -251,7 +251,7 @@ def test_a_pod_gang_victim_whose_deletes_failed_is_stopped_again_and_no_second_s
 
 
 def test_a_pod_gang_preempts_a_lower_priority_training_job_through_a_nomination_on_its_pod():
-    from superpod.api.podgang import NOMINATION
+    from superpod.api.podgang import nomination_of
 
     c = MemoryCluster(nodes=4)
     c.submit(training_job("batch", 4, 8, priority=0))
@@ -263,12 +263,12 @@ def test_a_pod_gang_preempts_a_lower_priority_training_job_through_a_nomination_
         member["spec"]["priority"] = 100
     create(c, *members)
     c.cycle()
-    nomination = json.loads(stored(c, "hi-0")["metadata"]["annotations"][NOMINATION])
+    nomination = json.loads(nomination_of(stored(c, "hi-0")))
     assert nomination["victims"] == ["team-a/batch"] and len(nomination["nodes"]) == 2
     assert c.status("batch")["phase"] == "Queued" and c.status("batch")["preemptions"] == 1
     c.start("op-2")  # a restart between the nomination and the gang's start: the same nomination holds
     c.settle(40)
     nodes = sorted(stored(c, f"hi-{i}")["spec"]["nodeName"] for i in range(2))
     assert nodes == nomination["nodes"], "bound where it was nominated"
-    assert NOMINATION not in stored(c, "hi-0")["metadata"]["annotations"], "dropped once bound"
+    assert nomination_of(stored(c, "hi-0")) is None, "dropped once bound"
     assert c.status("batch").get("preemptions") == 1, "one preemption, no second set"

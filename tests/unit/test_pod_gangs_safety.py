@@ -8,7 +8,7 @@ from __future__ import annotations
 import copy
 import json
 
-from superpod.api.podgang import NOMINATION, TOPOLOGY
+from superpod.api.podgang import TOPOLOGY
 from superpod.k8s.api import GPUQUEUES, PODS, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.test_controller_queues import gpu_queue, phase, submit
@@ -118,7 +118,7 @@ def test_pod_gang_victims_are_not_evicted_when_the_nomination_was_not_written():
                for name in ("low-0", "other-0")) == 1, "one set of victims"
 
 
-def test_a_nomination_annotation_the_policy_would_not_make_is_ignored():
+def test_a_forged_nomination_annotation_is_ignored():
     c = MemoryCluster(nodes=4)
     body = training_job("batch", 2, 8, priority=1000)
     body["metadata"]["namespace"] = "team-b"
@@ -127,7 +127,7 @@ def test_a_nomination_annotation_the_policy_would_not_make_is_ignored():
     status = c.job("batch", "team-b")["status"]
     forged = pod("forged", gpus=8)
     forged["spec"]["nodeSelector"] = {"no": "such-node"}
-    forged["metadata"]["annotations"][NOMINATION] = json.dumps({
+    forged["metadata"]["annotations"]["superpod.dev/nomination"] = json.dumps({  # where nominations once were
         "nodes": ["dgx-su01-n03", "dgx-su01-n04"], "victims": ["team-b/batch"],
         "attempts": {"team-b/batch": status["attempt"]}, "time": "2099-01-01T00:00:00Z"})
     create(c, forged)

@@ -141,8 +141,10 @@ class Nomination(BaseModel):
     model_config = ConfigDict(extra="allow")
     nodes: list[str] = Field(default_factory=list, description="The nodes held for this job while its victims stop.")
     victims: list[str] = Field(default_factory=list, description="The gangs it preempted (namespace/name).")
-    attempts: dict[str, int] = Field(default_factory=dict, description="Each victim's attempt that was preempted "
-                                     "(for a pod gang: the creation second of its newest pod then).")
+    attempts: dict[str, int] = Field(default_factory=dict, description="Each TrainingJob victim's attempt that was "
+                                     "preempted.")
+    pods: dict[str, list[str]] = Field(default_factory=dict, description="Each pod-gang victim's pods that were "
+                                       "preempted, by uid (the pods its owner makes again are new).")
     time: datetime = Field(description="RFC 3339 time it preempted them.")
 
 

@@ -25,7 +25,10 @@ JOBSET_INDEX = "jobset.sigs.k8s.io/job-global-index"
 POD_INDEX = "apps.kubernetes.io/pod-index"  # a StatefulSet pod's ordinal
 TOPOLOGY = {"required": "superpod.dev/topology-required", "preferred": "superpod.dev/topology-preferred",
             "slice_size": "superpod.dev/slice-size", "slice_required": "superpod.dev/slice-required"}
-NOMINATION = "superpod.dev/nomination"  # on a preempting gang's first pod: its nodes, victims, their attempts, time
+# A preempting gang's nomination (its nodes, victims, their attempts, time, as JSON in the message) is a condition
+# of this type in its first pod's status: only the operator writes it (pods/status is not a tenant's to write).
+NOMINATED = "superpod.dev/Nominated"
+MAX_NOMINATED = 4096  # nodes or victims a nomination may name: more is not one the operator wrote
 GANG_MARK = "@"  # in a gang's key "<namespace>/<gang>@pods" (never a TrainingJob's: '@' is not in object names)
 
 
@@ -48,6 +51,14 @@ def grouping(obj: dict) -> Grouping:
     if labels.get(POD_GROUP_LABEL):
         return Grouping(str(labels[POD_GROUP_LABEL]), "pod-group")
     return Grouping(str(meta.get("name")), "pod")
+
+
+def nomination_of(pod: dict) -> str | None:
+    """The JSON of a pod's nomination condition while it holds (status True), else None."""
+    for cond in (pod.get("status") or {}).get("conditions") or ():
+        if isinstance(cond, dict) and cond.get("type") == NOMINATED:
+            return str(cond.get("message") or "") if cond.get("status") == "True" else None
+    return None
 
 
 def is_gang_key(key: str) -> bool:

@@ -79,16 +79,7 @@ class SetPodCondition:
     pod: str  # namespace/name
     uid: str
     condition: dict
-
-
-@dataclass(frozen=True)
-class AnnotatePod:
-    """A JSON merge patch of another controller's pod's annotations (None removes one), if it is still the pod
-    with that uid: where a pod gang keeps what it has no status for (its nomination)."""
-
-    pod: str  # namespace/name
-    uid: str
-    annotations: dict
+    required: bool = False  # the plan fails if the pod is gone or replaced (a nomination: the commit point)
 
 
 @dataclass(frozen=True)
@@ -121,7 +112,7 @@ class Emit:
     message: str
 
 
-Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | BindPods | SetPodCondition | AnnotatePod
+Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | BindPods | SetPodCondition
           | PatchNode | MergeMigConfigs | Emit)
 
 

@@ -23,7 +23,6 @@ import yaml
 from superpod.api.manifests import ATTEMPT_LABEL, SCHEDULER_NAME
 from superpod.api.times import rfc3339
 from superpod.controller.actions import (
-    AnnotatePod,
     BindPods,
     CreatePods,
     CreateService,
@@ -160,7 +159,6 @@ class Applier:
         write = {Emit: self._emit, WriteStatus: self._write_status, WriteQueueStatus: self._write_queue_status,
                  CreatePods: self._create_pods, RecordUsage: self._record_usage,
                  DeletePods: self._delete_pods, BindPods: self._bind_pods, SetPodCondition: self._set_pod_condition,
-                 AnnotatePod: self._annotate_pod,
                  CreateService: self._create_service, PatchNode: self._patch_node,
                  MergeMigConfigs: self._merge_configs}[type(step)]
         await write(step)
@@ -301,22 +299,23 @@ class Applier:
                            f"{step.gang} failed: {first.message}")
 
     async def _set_pod_condition(self, step: SetPodCondition) -> None:
-        await self._patch_pod(step.pod, step.uid, {"status": {"conditions": [step.condition]}}, status=True)
+        await self._patch_pod(step.pod, step.uid, {"status": {"conditions": [step.condition]}}, status=True,
+                              required=step.required)
 
-    async def _annotate_pod(self, step: AnnotatePod) -> None:
-        await self._patch_pod(step.pod, step.uid, {"metadata": {"annotations": step.annotations}})
-
-    async def _patch_pod(self, key: str, uid: str, patch: dict, status: bool = False) -> None:
-        """A patch of another controller's pod, only while it is the pod with `uid` (a pod gone is no failure)."""
+    async def _patch_pod(self, key: str, uid: str, patch: dict, status: bool = False, required: bool = False) -> None:
+        """A patch of another controller's pod, only while it is the pod with `uid`: a pod gone or replaced is no
+        failure, unless the patch is `required` (the rest of its plan must not run without it)."""
         pod = self.state.pods.get(key)
         if pod is None or pod.uid != uid:
-            return  # gone, or another pod by now
+            if required:
+                raise ApiError(404, "NotFound", f"pod {key} is gone or was replaced")
+            return
         namespace, name = key.split("/", 1)
         patch = {**patch, "metadata": {**patch.get("metadata", {}), "uid": uid}}
         try:
             self._see(PODS, await (self.api.patch_status if status else self.api.patch)(PODS, name, patch, namespace))
         except ApiError as e:
-            if not (e.not_found or e.conflict):
+            if required or not (e.not_found or e.conflict):
                 raise
 
     async def _record_usage(self, step: RecordUsage) -> None:

@@ -196,22 +196,9 @@ class Controller:
     def _preempting(self, policy, fair, snap, now: float) -> Preempting:
         """The policy in force with preemption: the placed gangs as candidates, the nominations in force."""
         gangs = self.room.gangs
-        allowed = lower_priority if fair is None else fair.may_evict
-
-        def trusted(nominee) -> bool:
-            """A pod gang's nomination is an annotation anyone who may edit its pods can write: it counts only as
-            far as the policy would have made it (victims it may evict, a time not in the future)."""
-            nomination = nominee.status.nomination
-            if not nominee.waiting:
-                return True  # only dropped
-            if nominee.request is None or nomination.time.timestamp() > now + 60:
-                return False
-            victims = [self.reader.gangs[v][0] if v in self.reader.gangs else gangs.placed_request(self.state, v)
-                       for v in nomination.victims]
-            return all(victim is None or allowed(nominee.request, victim) for victim in victims)
-
-        self.nominated = {**self.reader.nominated, **{key: nominee for key, nominee in gangs.nominated(
-            self.state, self.room.ready).items() if trusted(nominee)}}
+        # Nominations are the operator's own: a TrainingJob's status, a pod gang's pod status (NOMINATED); neither
+        # is a tenant's to write, so they are read as written.
+        self.nominated = {**self.reader.nominated, **gangs.nominated(self.state, self.room.ready)}
 
         def running(may):
             return preemption.running(self.state, self.reader, gangs, self.nominated, snap, now,

@@ -23,18 +23,20 @@ from superpod.api.convert import pod_from_k8s
 from superpod.api.models import Nomination
 from superpod.api.podgang import (
     GANG_SIZE,
-    NOMINATION,
+    MAX_NOMINATED,
+    NOMINATED,
     TOPOLOGY,
     gang_name,
     gang_request,
     gang_size,
     grouping,
     is_gang_key,
+    nomination_of,
     rank_of,
 )
 from superpod.api.resources import ConvertError
-from superpod.api.times import rfc3339, timestamp
-from superpod.controller.actions import AnnotatePod, BindPods, DeletePods, Emit, Plan, SetPodCondition, pod_ref
+from superpod.api.times import rfc3339
+from superpod.controller.actions import BindPods, DeletePods, Emit, Plan, SetPodCondition, pod_ref
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
 from superpod.core.model import Pod, Snapshot
@@ -84,15 +86,17 @@ class GangView:
     def wait(self, reason: str, why: str, now: float, nomination: dict | None = None) -> Plan | None:
         """PodScheduled=False with `why` on every pod that does not say it yet, and one Event. (`reason` is the
         cycle's; a pod's is always Unschedulable, as kube-scheduler's.) A `nomination` (a preemption's) is written
-        first, on the first pod: the commit point, as in a TrainingJob's status."""
+        first, in the first pod's status (NOMINATED): the commit point, as in a TrainingJob's status; the plan stops
+        there if that pod is gone or was replaced."""
         steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
             "type": SCHEDULED, "status": "False", "reason": UNSCHEDULABLE, "message": why,
             "lastTransitionTime": rfc3339(now)}) for pod in self.members
             if _condition(pod) != ("False", UNSCHEDULABLE, why)]
         if nomination is not None:
             first = self.members[0]
-            steps.insert(0, AnnotatePod(_key(first), first["metadata"].get("uid") or "",
-                                        {NOMINATION: json.dumps(nomination, sort_keys=True)}))
+            steps.insert(0, SetPodCondition(_key(first), first["metadata"].get("uid") or "", {
+                "type": NOMINATED, "status": "True", "reason": "Preempting",
+                "message": json.dumps(nomination, sort_keys=True), "lastTransitionTime": rfc3339(now)}, required=True))
         if not steps:
             return None
         return Plan(f"gang:{self.key}", [*steps, self.emit("Warning", "FailedScheduling", why)])
@@ -116,7 +120,7 @@ class GangView:
 
 @dataclass(frozen=True)
 class GangNominee:
-    """A pod gang holding a nomination (on its pods: NOMINATION), as the preemption flow reads a nominated
+    """A pod gang holding a nomination (a NOMINATED condition of its pods), as the preemption flow reads a nominated
     TrainingJob: its key, whether it still waits (phase), the nomination, and how to drop it."""
 
     key: str
@@ -134,8 +138,9 @@ class GangNominee:
 
     def clear(self, now: float) -> Plan:
         """Drop the nomination of a gang that no longer waits (bound, or gone)."""
-        return Plan(f"gang:{self.key}", [AnnotatePod(_key(pod), pod["metadata"].get("uid") or "", {NOMINATION: None})
-                                         for pod in self.holders])
+        return Plan(f"gang:{self.key}", [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
+            "type": NOMINATED, "status": "False", "reason": "Cleared", "message": "",
+            "lastTransitionTime": rfc3339(now)}) for pod in self.holders])
 
 
 class PodGangs:
@@ -234,10 +239,12 @@ class PodGangs:
             found = []
             for pod in pods:
                 try:
-                    nomination = Nomination.model_validate_json(pod["metadata"]["annotations"][NOMINATION])
+                    nomination = Nomination.model_validate_json(nomination_of(pod) or "")
                     nomination.time.timestamp()
+                    if max(len(nomination.nodes), len(nomination.victims)) > MAX_NOMINATED:
+                        raise ValueError(f"names more than {MAX_NOMINATED} nodes or victims")
                 except (ValueError, OverflowError) as e:  # not one the operator wrote: ignored
-                    log.warning("pod %s: annotation %s unreadable, ignored: %s", _key(pod), NOMINATION, e)
+                    log.warning("pod %s: condition %s unreadable, ignored: %s", _key(pod), NOMINATED, e)
                     continue
                 found.append(nomination)
             _, bound, waiting = self._members(state, key)
@@ -248,28 +255,23 @@ class PodGangs:
             out[key] = nominee
         return out
 
-    def placed_request(self, state: ClusterState, key: str) -> JobRequest | None:
-        """What a bound pod gang holds, as a request (None when none of its pods is bound)."""
-        self.placed(state)
-        known = self._placed.get(key)
-        return known[1] if known else None
-
     def lowest_priority(self, state: ClusterState) -> int | None:
         return min((request.priority for request in self.placed(state)), default=None)
 
-    def generation(self, state: ClusterState, key: str) -> int:
-        """Which of a gang's pods a preemption stops: those created by this second (the creation of its newest
-        bound pod); the pods its owner makes again afterwards are newer."""
-        return max((int(_created(pod)) for pod in self._bound(state, key)), default=0)
+    def victim_pods(self, state: ClusterState, key: str) -> list[str]:
+        """Which of a gang's pods a preemption stops, by uid: those bound now; the pods its owner makes again
+        afterwards are new and never stopped by the same nomination."""
+        return sorted(pod["metadata"].get("uid") or "" for pod in self._bound(state, key))
 
-    def unstopped(self, state: ClusterState, key: str, generation: int | None) -> list[dict]:
-        """The bound pods of `generation` not yet being deleted (a preemption whose deletes did not land)."""
-        return [pod for pod in self._bound(state, key) if generation is None or _created(pod) <= generation]
+    def unstopped(self, state: ClusterState, key: str, uids: list[str]) -> list[dict]:
+        """The pods of `uids` still bound and not being deleted (a preemption whose deletes did not land)."""
+        wanted = set(uids)
+        return [pod for pod in self._bound(state, key) if pod["metadata"].get("uid") in wanted]
 
-    def stop(self, state: ClusterState, key: str, generation: int | None, preemptor: str, priority, now: float) -> Plan:
+    def stop(self, state: ClusterState, key: str, uids: list[str], preemptor: str, priority, now: float) -> Plan:
         """Evict a bound pod gang as kube-scheduler evicts a pod: condition DisruptionTarget (reason
         PreemptionByScheduler), then a graceful delete (each pod's own grace period); its owner makes it again."""
-        pods = self.unstopped(state, key, generation)
+        pods = self.unstopped(state, key, uids)
         why = f"preempted by {preemptor} (priority {priority})"
         steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
             "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
@@ -344,13 +346,6 @@ def _inside(state: ClusterState, nodes: list[str], waiting: list[dict]) -> tuple
         entry = state.nodes.get(node)
         values.add(entry.node.labels.get(level.label) if entry and entry.node else None)
     return ((level.label, values.pop()),) if len(values) == 1 and None not in values else ()
-
-
-def _created(pod: dict) -> float:
-    try:
-        return timestamp(pod["metadata"].get("creationTimestamp")) or 0.0
-    except ValueError:
-        return 0.0
 
 
 def _condition(pod: dict) -> tuple[str, str, str] | None:

@@ -75,10 +75,10 @@ def _unstopped(reader: JobReader, victim: str, attempt: int | None) -> JobView |
     return view if view is not None and view.status.attempt == attempt else None
 
 
-def _holding(state: ClusterState, reader: JobReader, gangs: PodGangs, victim: str, attempt: int | None) -> bool:
+def _holding(state: ClusterState, reader: JobReader, gangs: PodGangs, victim: str, nomination) -> bool:
     """Whether a victim still holds what it was preempted for: not stopped yet, or its pods still terminate."""
-    stopped = not gangs.unstopped(state, victim, attempt) if is_gang_key(victim) else \
-        _unstopped(reader, victim, attempt) is None
+    stopped = not gangs.unstopped(state, victim, nomination.pods.get(victim, [])) if is_gang_key(victim) else \
+        _unstopped(reader, victim, nomination.attempts.get(victim)) is None
     return not stopped or any(pod.deleting and pod.phase not in POD_FINISHED for pod in state.pods_of(victim))
 
 
@@ -89,8 +89,7 @@ def _in_force(state: ClusterState, reader: JobReader, gangs: PodGangs, view: Job
     nomination = view.status.nomination
     if view.phase != Phase.QUEUED:
         return None
-    holding = tuple(victim for victim in nomination.victims
-                    if _holding(state, reader, gangs, victim, nomination.attempts.get(victim)))
+    holding = tuple(victim for victim in nomination.victims if _holding(state, reader, gangs, victim, nomination))
     return holding if holding or now - nomination.time.timestamp() <= NOMINATION_TIMEOUT else None
 
 
@@ -135,16 +134,16 @@ def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gang
         if not decision.preempts or found is None or view is None:
             continue
         nodes = sorted(found.placement.assignments)
-        attempts = {victim: gangs.generation(state, victim) if is_gang_key(victim) else
-                    reader.active[victim].status.attempt for victim in decision.preempts
-                    if is_gang_key(victim) or victim in reader.active}
-        nomination = {"nodes": nodes, "victims": list(decision.preempts), "attempts": attempts,
+        attempts = {victim: reader.active[victim].status.attempt for victim in decision.preempts
+                    if victim in reader.active}
+        pods = {victim: gangs.victim_pods(state, victim) for victim in decision.preempts if is_gang_key(victim)}
+        nomination = {"nodes": nodes, "victims": list(decision.preempts), "attempts": attempts, "pods": pods,
                       "time": rfc3339(now)}
         plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination)
         out.append(plan)
         for victim in decision.preempts:  # after the nomination, in the same plan: it is the commit point
             if is_gang_key(victim):
-                plan.steps += gangs.stop(state, victim, attempts[victim], view.key, decision.job.priority, now).steps
+                plan.steps += gangs.stop(state, victim, pods[victim], view.key, decision.job.priority, now).steps
             elif (victim_view := reader.active.get(victim)) is not None:
                 plan.steps += _stop(state, victim_view, view, now, labels).steps
     placed = {decision.job.key for decision in decisions if decision.placed}
@@ -153,10 +152,10 @@ def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gang
             continue
         nomination = preemptor.status.nomination
         for victim in nomination.victims:
-            generation = nomination.attempts.get(victim)
-            if is_gang_key(victim) and gangs.unstopped(state, victim, generation):
-                out.append(gangs.stop(state, victim, generation, key, _priority(preemptor), now))
-            elif (victim_view := _unstopped(reader, victim, generation)) is not None:
+            if is_gang_key(victim):
+                if gangs.unstopped(state, victim, nomination.pods.get(victim, [])):
+                    out.append(gangs.stop(state, victim, nomination.pods[victim], key, _priority(preemptor), now))
+            elif (victim_view := _unstopped(reader, victim, nomination.attempts.get(victim))) is not None:
                 out.append(_stop(state, victim_view, preemptor, now, labels))
     return out
 

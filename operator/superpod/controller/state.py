@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from superpod.api.convert import node_from_k8s, pod_from_k8s, record_from_k8s, topology_from_k8s
 from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME
-from superpod.api.podgang import NOMINATION, Grouping, grouping
+from superpod.api.podgang import Grouping, grouping, nomination_of
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
 from superpod.controller.gpu_tally import GpuTally
@@ -401,7 +401,7 @@ class ClusterState:
             self.gang_pods[key] = obj
         else:
             self.gang_pods.pop(key, None)
-        if info.job and not info.owner and NOMINATION in (obj["metadata"].get("annotations") or {}):
+        if info.job and not info.owner and nomination_of(obj) is not None:
             self.gang_nominations[key] = info.job
         else:
             self.gang_nominations.pop(key, None)

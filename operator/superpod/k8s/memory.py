@@ -166,8 +166,10 @@ class MemoryClient:
         meta["uid"] = f"uid-{next(self.store._uid)}"
         meta["creationTimestamp"] = rfc3339(self.store.clock())
         meta["generation"] = 1
-        if kind is PODS:
-            obj.setdefault("status", {"phase": "Pending"})
+        if kind is PODS:  # as the API server: a pod's status starts Pending whatever the creator wrote
+            obj["status"] = {"phase": "Pending"}
+        elif kind is TRAININGJOBS:  # a custom resource's status subresource: dropped on create
+            obj.pop("status", None)
         out = self.store._store(kind, obj, "create")
         self.store._log(self.writer, "create", kind, key)
         return _answer(out, lose)
@@ -212,7 +214,10 @@ class MemoryClient:
         key = f"{namespace}/{name}" if kind.namespaced else name
         lose = self.store._check_fault("patch", kind, key, self.writer)
         new = _clone(self._current(kind, key))
-        _merge(new, _json(patch))
+        patch = _json(patch)
+        if kind in WITH_STATUS:  # only the status subresource changes the status
+            patch.pop("status", None)
+        _merge(new, patch)
         out = self.store._store(kind, new, "update")
         self.store._log(self.writer, "patch", kind, key)
         return _answer(out, lose)

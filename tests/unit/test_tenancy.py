@@ -1,0 +1,158 @@
+"""A hostile tenant with `edit` in its own namespace, on the in-memory API: each finding of the tenancy review
+(shared/docs/reviews/tenancy-review.md) as a test of the outcome the operator must keep. Each was seen to fail on
+the code before its fix."""
+
+from __future__ import annotations
+
+import json
+
+from superpod.api.podgang import NOMINATED, nomination_of
+from superpod.api.times import rfc3339
+from superpod.controller import podgangs
+from superpod.k8s.api import GPUQUEUES, NODES, PODS, ApiError
+from superpod.sim.kubelet import TERMINATE_AFTER
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
+from tests.unit.test_controller_queues import gpu_queue
+from tests.unit.test_pod_gangs import create, pod, stored
+
+FORGED = "superpod.dev/nomination"  # where a pod gang's nomination once was: a tenant may write it
+
+
+def forged_nomination(c: MemoryCluster, nodes: list[str], victims: list[str], **attempts) -> str:
+    return json.dumps({"nodes": nodes, "victims": victims, "attempts": attempts, "time": rfc3339(c.now)})
+
+
+def squatter(c: MemoryCluster, nodes: list[str], victims: list[str], priority: int = 0, **attempts) -> dict:
+    """A pod that never fits an 8-GPU node (so it waits, valid, forever) carrying a forged nomination, in its
+    annotations and in the status it was created with (the API server drops the latter)."""
+    forged = pod("squatter", gpus=16)
+    forged["spec"]["priority"] = priority
+    text = forged_nomination(c, nodes, victims, **attempts)
+    forged["metadata"]["annotations"][FORGED] = text
+    forged["status"] = {"conditions": [{"type": NOMINATED, "status": "True", "message": text}]}
+    return forged
+
+
+def test_a_forged_nomination_pins_no_node():
+    """H1: one pod naming every node and no victims held the whole cluster."""
+    c = MemoryCluster(nodes=4)
+    create(c, squatter(c, sorted(c.store.objects[NODES]), []))
+    c.settle(2)
+    c.submit(training_job("victim-tenant", 1, 8))
+    c.settle(5)
+    assert c.decided("victim-tenant")["phase"] == "Running"
+
+
+def test_a_tenant_cannot_write_a_nomination_into_a_pods_status():
+    """Only the status subresource writes a pod's status, and a pod starts with none: as the API server."""
+    c = MemoryCluster(nodes=2)
+    create(c, squatter(c, sorted(c.store.objects[NODES]), []))
+    c.settle(2)
+    assert nomination_of(stored(c, "squatter")) is None, "the status a creator writes is not kept"
+    text = forged_nomination(c, sorted(c.store.objects[NODES]), [])
+    run(c.admin.patch(PODS, "squatter", {"status": {"conditions": [{"type": NOMINATED, "status": "True",
+                                                                     "message": text}]}}, "team-a"))
+    c.settle(2)
+    assert nomination_of(stored(c, "squatter")) is None, "a patch of the pod does not write its status"
+
+
+def test_a_forged_victim_list_costs_nothing_per_name():
+    """H2: each forged victim name cost a pass over every gang, every cycle."""
+    c = MemoryCluster(nodes=2)
+    create(c, squatter(c, [], [f"team-x/fake-{i}@pods" for i in range(500)]))
+    c.settle(2)
+    calls, placed = [], podgangs.PodGangs.placed
+    podgangs.PodGangs.placed = lambda self, state: calls.append(1) or placed(self, state)
+    try:
+        c.now += 1
+        c.cycle()
+    finally:
+        podgangs.PodGangs.placed = placed
+    assert len(calls) <= 2, f"{len(calls)} passes over the gangs in one cycle"
+
+
+def test_a_forged_nomination_evicts_no_lower_priority_job():
+    """M1: a priority-10 pod that never fits named a running job as its victim, and it was preempted."""
+    c = MemoryCluster(nodes=4)
+    body = training_job("batch", 1, 8, priority=0)
+    body["metadata"]["namespace"] = "team-b"
+    c.submit(body)
+    c.settle(3)
+    attempt = c.job("batch", "team-b")["status"]["attempt"]
+    create(c, squatter(c, [], ["team-b/batch"], priority=10, **{"team-b/batch": attempt}))
+    c.settle(3)
+    assert not c.job("batch", "team-b")["status"].get("preemptions")
+
+
+def test_a_forged_nomination_evicts_no_pod_gang_again_and_again():
+    """M1: a pod gang named as a victim was evicted each time its owner made it again."""
+    c = MemoryCluster(nodes=4)
+
+    def web():
+        p = pod("web-0", "web", 1, gpus=8)
+        p["metadata"]["namespace"] = "team-b"
+        return p
+
+    create(c, web())
+    c.settle(3)
+    create(c, squatter(c, [], ["team-b/web@pods"], priority=10))
+    for _ in range(4):
+        c.settle(3)
+        obj = c.store.peek(PODS, "team-b/web-0")
+        assert obj is not None and not obj["metadata"].get("deletionTimestamp")
+        c.tick(700)
+
+
+def test_a_refused_nomination_write_evicts_no_victim():
+    """M2: the nomination's write was answered 409 and its victims were evicted anyway; the next cycle chose a
+    second set."""
+    c = MemoryCluster(nodes=3, nodes_per_unit=3)
+    for name in ("l1", "l2", "l3"):
+        c.submit(training_job(name, 1, 8, annotations={TERMINATE_AFTER: "120s"}, preemptionGracePeriodSeconds=300))
+    c.settle(4)
+    refused = []
+
+    def fault(verb, kind, what, writer):
+        if kind is PODS and verb == "patch" and what == "team-a/hi" and not refused:
+            refused.append(what)
+            raise ApiError(409, "Conflict", "Precondition failed: UID in precondition does not match")
+    c.store.fault = fault
+    hi = pod("hi", gpus=8)
+    hi["spec"]["priority"] = 100
+    create(c, hi)
+    c.cycle()
+    assert refused, "the dangerous moment: the nomination's write was refused"
+    assert not any(c.job(name)["status"].get("preemptions") for name in ("l1", "l2", "l3")), \
+        "no victim is stopped without its nomination"
+    for _ in range(3):
+        c.tick(5)
+        c.cycle()
+    assert sum(bool(c.job(name)["status"].get("preemptions")) for name in ("l1", "l2", "l3")) == 1, "one victim"
+
+
+def test_a_pod_gang_reclaiming_across_queues_takes_back_only_what_it_needs():
+    """H3: a pod gang inside its guarantee evicted the whole borrowing queue, one gang a cycle, below its own
+    guarantee."""
+    c = MemoryCluster(nodes=3, nodes_per_unit=3)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8)))
+    run(c.admin.create(GPUQUEUES, gpu_queue("b", 8)))
+    c.settle(1)
+
+    def borrower(name):
+        p = pod(name, gpus=8)
+        p["metadata"]["namespace"] = "team-b"
+        p["metadata"]["annotations"][TERMINATE_AFTER] = "120s"
+        p["spec"]["terminationGracePeriodSeconds"] = 300
+        return p
+
+    create(c, *[borrower(n) for n in ("b1", "b2", "b3")])
+    c.settle(3)
+    reclaimer = pod("reclaimer", gpus=8)
+    reclaimer["metadata"]["namespace"] = "team-a"
+    create(c, reclaimer)
+    for _ in range(4):
+        c.cycle()
+        c.tick(5)
+    evicted = [n for n in ("b1", "b2", "b3") if (o := c.store.peek(PODS, f"team-b/{n}")) is None
+               or o["metadata"].get("deletionTimestamp")]
+    assert len(evicted) == 1, evicted
