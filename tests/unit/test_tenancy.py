@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import json
 
-from superpod.api.podgang import NOMINATED, nomination_of
+import pytest
+
+from superpod.api.podgang import NOMINATED, QUEUE_LABEL, nomination_of
 from superpod.api.times import rfc3339
 from superpod.controller import podgangs
-from superpod.k8s.api import GPUQUEUES, NODES, PODS, ApiError
+from superpod.k8s.api import GPUQUEUES, NODES, PODS, TRAININGJOBS, ApiError
 from superpod.sim.kubelet import TERMINATE_AFTER
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.test_controller_queues import gpu_queue
+from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit
 from tests.unit.test_pod_gangs import create, pod, stored
 
 FORGED = "superpod.dev/nomination"  # where a pod gang's nomination once was: a tenant may write it
@@ -156,3 +158,90 @@ def test_a_pod_gang_reclaiming_across_queues_takes_back_only_what_it_needs():
     evicted = [n for n in ("b1", "b2", "b3") if (o := c.store.peek(PODS, f"team-b/{n}")) is None
                or o["metadata"].get("deletionTimestamp")]
     assert len(evicted) == 1, evicted
+
+
+def test_a_running_job_renamed_to_a_queue_that_does_not_exist_still_counts_in_its_own():
+    """H5: `spec.queue: nowhere` on a running job took it out of its queue's limit (and billed it to no queue)."""
+    c = MemoryCluster(nodes=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
+    c.settle(1)
+    submit(c, "a", "first")
+    c.settle(3)
+    run(c.admin.patch(TRAININGJOBS, "first", {"spec": {"queue": "nowhere"}}, "team-a"))  # the API's CEL refuses it
+    submit(c, "a", "second")
+    c.settle(5)
+    assert phase(c, "a", "first") == "Running" and phase(c, "a", "second") == "Queued"
+    assert "limit of 8" in message(c, "a", "second")
+
+
+def test_a_bound_pod_gang_relabelled_to_a_queue_that_does_not_exist_still_counts_in_its_own():
+    """H5: the `superpod.dev/queue` label of a bound pod, edited, took its gang out of its queue's limit."""
+    c = MemoryCluster(nodes=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
+    c.settle(1)
+    create(c, pod("first", gpus=8))
+    c.settle(3)
+    run(c.admin.patch(PODS, "first", {"metadata": {"labels": {QUEUE_LABEL: "nowhere"}}}, "team-a"))
+    create(c, pod("second", gpus=8))
+    c.settle(4)
+    assert stored(c, "first")["spec"].get("nodeName") and not stored(c, "second")["spec"].get("nodeName")
+    assert [reason for reason, _ in c.events("first")].count("QueueRelabelled") == 1, "the relabel is told once"
+
+
+@pytest.mark.parametrize("route", ["reserved", "min-runtime"])
+def test_a_borrower_cannot_shield_borrowed_gpus(route):
+    """H6: a borrower switched to `reserved` after admission, or asked for 30 days of minRuntimeSeconds, and the
+    lender's guarantee was never given back."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)  # 16 GPUs
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8)))
+    run(c.admin.create(GPUQUEUES, gpu_queue("b", 8)))
+    c.settle(1)
+    for name in ("b1", "b2"):
+        body = training_job(name, 1, 8, **({"minRuntimeSeconds": 30 * 86400} if route == "min-runtime" else {}))
+        body["metadata"]["namespace"] = "team-b"
+        c.submit(body)
+    c.settle(4)
+    if route == "reserved":
+        for name in ("b1", "b2"):
+            run(c.admin.patch(TRAININGJOBS, name, {"spec": {"serviceClass": "reserved"}}, "team-b"))
+    submit(c, "a", "a1")
+    c.settle(30)
+    assert phase(c, "a", "a1") == "Running"
+
+
+def test_the_queue_policy_fails_closed():
+    """H7: a GPUQueue the policy could not compute (a budget period of 0h divided by zero) dropped every queue's
+    limit for that cycle, every cycle."""
+    c = MemoryCluster(nodes=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
+    c.settle(1)
+    broken = []
+
+    def policy(*args, **kwargs):
+        broken.append(1)
+        raise ZeroDivisionError("float division by zero")
+
+    c.controller.queues.policy = policy
+    for name in ("a1", "a2", "a3"):
+        submit(c, "a", name)
+    c.settle(5)
+    assert broken, "the dangerous moment: the policy failed"
+    assert [phase(c, "a", n) for n in ("a1", "a2", "a3")] == ["Queued"] * 3, "nothing admitted without the policy"
+    assert "admission is held" in message(c, "a", "a1")
+    active = [x for x in queue_status(c, "a")["conditions"] if x["type"] == "Active"]
+    assert active[0]["status"] == "False" and active[0]["reason"] == "QueuesHeld"
+    del c.controller.queues.policy  # whole again: placement resumes
+    c.settle(5)
+    assert [phase(c, "a", n) for n in ("a1", "a2", "a3")] == ["Running", "Queued", "Queued"]
+
+
+def test_a_zero_budget_period_leaves_every_other_queue_in_force():
+    """H7: `budget.period: 0h` (accepted by the schema then) made every queue's limit vanish."""
+    c = MemoryCluster(nodes=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
+    run(c.admin.create(GPUQUEUES, gpu_queue("z", 0, budget={"gpuHours": 10, "period": "0h"})))
+    c.settle(1)
+    for name in ("a1", "a2", "a3"):
+        submit(c, "a", name)
+    c.settle(5)
+    assert [phase(c, "a", n) for n in ("a1", "a2", "a3")] == ["Running", "Queued", "Queued"]

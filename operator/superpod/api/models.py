@@ -107,7 +107,8 @@ class TrainingJobSpec(_Spec):
     )
     minRuntimeSeconds: int | None = Field(
         None, ge=0, le=30 * 86_400,
-        description="Not preempted until each attempt has run this long (default: its GPUQueue's, else 0).",
+        description="Not preempted until each attempt has run this long (default and most: its GPUQueue's; 0 "
+        "without one).",
     )
 
     @model_validator(mode="after")
@@ -148,6 +149,17 @@ class Nomination(BaseModel):
     time: datetime = Field(description="RFC 3339 time it preempted them.")
 
 
+class Admission(BaseModel):
+    """What a placed gang was admitted under, recorded by the operator at placement and read back while it is
+    placed: the spec's fields are the tenant's to edit, these decide accounting and protection."""
+
+    model_config = ConfigDict(extra="allow")
+    queue: str | None = Field(None, description="spec.queue when placed (absent: its namespace's queue).")
+    serviceClass: str = Field("spot", description="spec.serviceClass when placed.")
+    priority: int = Field(0, description="spec.priority when placed.")
+    minRuntimeSeconds: int | None = Field(None, description="spec.minRuntimeSeconds when placed.")
+
+
 class TrainingJobStatus(BaseModel):
     model_config = ConfigDict(extra="allow")
     phase: Phase | None = Field(None, description="Queued, Starting, Running, Succeeded, Failed or Invalid.")
@@ -178,6 +190,10 @@ class TrainingJobStatus(BaseModel):
     )
     nomination: Nomination | None = Field(
         None, description="Set while gangs this job preempted stop: the nodes held for it and the victims."
+    )
+    admitted: Admission | None = Field(
+        None, description="What the running attempt was admitted under: its queue, class, priority and minimum "
+        "runtime as they were when it was placed (the operator reads these, not the spec, while it is placed)."
     )
     preemptions: int = Field(0, ge=0, description="Times this job's running gang was preempted.")
     preemptedAt: list[datetime] = Field(
@@ -278,7 +294,7 @@ class GPUQueueSpec(_Spec):
     weight: float = Field(1, gt=0, description="Share of the surplus among queues beyond their guarantee.")
     minRuntimeSeconds: int = Field(
         0, ge=0, le=30 * 86_400, description="Its jobs' gangs are not preempted before running this long (a job's "
-        "own spec.minRuntimeSeconds wins)."
+        "own spec.minRuntimeSeconds may ask for less, never more: the queue's owner decides protection)."
     )
     budget: QueueBudget | None = Field(None, description="GPU-hours per period; absent: no budget.")
 

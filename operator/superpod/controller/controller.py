@@ -37,6 +37,7 @@ from superpod.controller.waiting import WaitingRoom
 from superpod.core.cycle import Decision, PriorityFifo
 from superpod.core.phases import Phase, Reason
 from superpod.core.preempt import Preempting, lower_priority
+from superpod.core.queues import Closed, FairQueues
 from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
@@ -138,11 +139,13 @@ class Controller:
         plans += waiting.plans
         gangs = self.room.gangs
         snap = self.snapshots.build(self.state, placed, gangs.holdings(), touched)
-        fair = self._guarded("queues", lambda: self.queues.policy(
-            snap, lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state),
-            self.reader.active.values(), now, self.policy), None)
-        policy = fair or self.policy or PriorityFifo()
-        if self.settings.preemption and getattr(self.policy or PriorityFifo, "preempts", False):
+        fair, closed = self._queue_policy(
+            snap, lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state), now)
+        plans += gangs.tell_relabelled(self.state)
+        policy = closed or fair or self.policy or PriorityFifo()
+        if closed:
+            plans += self.queues.held_plans(closed.why, now)
+        elif self.settings.preemption and getattr(self.policy or PriorityFifo, "preempts", False):
             policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
             plans += self._guarded("preemption", lambda: preemption.expired(
                 self.state, self.reader, self.room.gangs, self.nominated, now), [])
@@ -164,7 +167,8 @@ class Controller:
             self.preempting = {f"{'gang' if is_gang_key(key) else 'job'}:{key}": {
                 "reclaim": sum(1 for v in found.victims if v.group),
                 "priority": sum(1 for v in found.victims if not v.group)} for key, found in policy.chosen.items()}
-        plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
+        if not closed:
+            plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
         by_key = ChainMap(self.reader.by_key, self.room.ready)  # pod gangs are only in the room
         budget = self._rewrite_budget(now)
         passed = self.room.to_tell(self.parked)
@@ -214,6 +218,17 @@ class Controller:
             return Preempting(policy, running, nominated, lower_priority, hopeless)
         return Preempting(policy, running, nominated, fair.may_evict,
                           hopeless, fair.reclaim_bound)
+
+    def _queue_policy(self, snap, placed: Callable, now: float) -> tuple[FairQueues | None, Closed | None]:
+        """The GPUQueues' policy for this cycle. Unlike the other stages it fails closed: admitting without it could
+        overspend a limit, a guarantee or a budget, so a failure holds admission (Closed) and says why."""
+        try:
+            return self.queues.policy(snap, placed, self.reader.active.values(), now, self.policy), None
+        except Exception as e:  # noqa: BLE001 - logged, counted, and said on every GPUQueue
+            log.exception("the queues step failed; nothing is admitted this cycle")
+            self._count_error("queues")
+            return None, Closed(f"admission is held: the GPUQueue policy could not be computed ({e!r:.160}); the "
+                                "operator's log says more")
 
     def _may_park(self) -> bool:
         """Jobs may be passed over unless the MIG flow must see every waiting job (slices to give back)."""

@@ -286,7 +286,8 @@ def placed(state: ClusterState, view: JobView, attempt: int, assignments: dict[s
     write = view.write({"phase": Phase.STARTING, "attempt": attempt, "placement": assignments, "domains": domains,
                         "domain": domain, "attemptStartTime": rfc3339(now), "reason": Reason.PLACED,
                         "message": message, "gpus": view.holdings(), "ready": f"0/{view.replicas}",
-                        "notBefore": None, "nomination": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now)},
+                        "notBefore": None, "nomination": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now),
+                        "admitted": view.admission()},
                        now, [(Condition.SCHEDULABLE, "True", Reason.PLACED, message)])
     return replace(write, deferred=deferred)
 

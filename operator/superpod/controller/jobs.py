@@ -4,7 +4,7 @@ what it depends on changed), and the status writes every decision ends in."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from superpod.api.convert import job_from_k8s
@@ -26,7 +26,8 @@ class JobView:
     status: TrainingJobStatus
     raw: dict  # the status fields that read well (a write keeps them)
     problems: list[str]  # the status fields that did not (a write drops them)
-    request: JobRequest | ConvertError
+    request: JobRequest | ConvertError  # what the cycle reads: `parsed`, counted where it was admitted if placed
+    parsed: JobRequest | ConvertError  # the request its metadata and spec make
 
     # A view is read once per version of its object and kept (JobReader): its derived fields are computed once.
     @cached_property
@@ -72,6 +73,18 @@ class JobView:
 
     def time(self, value) -> float | None:
         return timestamp(value) if value else None
+
+    def admission(self) -> dict:
+        """What a gang placed now is admitted under (status.admitted): the spec's fields that decide accounting
+        and protection, as they are at placement."""
+        fields = ("queue", "serviceClass", "priority", "minRuntimeSeconds")
+        return {field: value for field in fields if (value := self.spec(field)) is not None}
+
+    @property
+    def min_runtime(self) -> int | None:
+        """The job's own minRuntimeSeconds: as admitted while it is placed, else as its spec says."""
+        admitted = self.status.admitted if self.phase in ACTIVE else None
+        return admitted.minRuntimeSeconds if admitted is not None else self.obj["spec"].get("minRuntimeSeconds")
 
     # ---- writes ---------------------------------------------------------------------------------------------------
     def write(self, changes: dict, now: float, conditions: list[tuple[str, str, str, str]] = ()) -> WriteStatus:
@@ -192,14 +205,36 @@ class JobReader:
 
 def _view(key: str, obj: dict, previous: JobView | None = None) -> JobView:
     status, raw, problems = read_status(obj)
-    if previous is not None and _request_inputs(previous.obj, previous.raw) == _request_inputs(obj, raw):
-        request = previous.request  # most versions are the operator's own status writes: the spec did not change
+    same = previous is not None and _request_inputs(previous.obj, previous.raw) == _request_inputs(obj, raw)
+    if same:
+        parsed = previous.parsed  # most versions are the operator's own status writes: the spec did not change
     else:
         try:
-            request = job_from_k8s({**obj, "status": raw})
+            parsed = job_from_k8s({**obj, "status": raw})
         except ConvertError as e:
-            request = e
-    return JobView(key, obj, status, raw, problems, request)
+            parsed = e
+    admitted = _admission(raw)
+    if same and admitted == _admission(previous.raw):
+        request = previous.request
+    elif admitted is None or not isinstance(parsed, JobRequest):
+        request = parsed
+    else:
+        request = _admitted(parsed, status)
+    return JobView(key, obj, status, raw, problems, request, parsed)
+
+
+def _admission(raw: dict) -> dict | None:
+    """status.admitted while the job is placed (it counts only then)."""
+    return raw.get("admitted") if raw.get("phase") in ACTIVE else None
+
+
+def _admitted(request: JobRequest, status: TrainingJobStatus) -> JobRequest:
+    """A placed job counts where it was admitted (status.admitted), whatever its spec says since: a tenant's edit
+    of its queue, class or priority never moves a running gang out of its queue's limit or under protection."""
+    admitted = status.admitted
+    if status.phase not in ACTIVE or admitted is None:
+        return request
+    return replace(request, queue=admitted.queue, service_class=admitted.serviceClass, priority=admitted.priority)
 
 
 def _request_inputs(obj: dict, raw: dict) -> tuple:

@@ -150,6 +150,11 @@ class PodGangs:
         self.assumed: dict[str, dict[str, tuple[str, float, bool]]] = {}
         self._held: dict[str, Pod] = {}  # pod key -> what an assumed pod holds on its node
         self._placed: dict[str, tuple[int, JobRequest | None]] = {}  # gang key -> (its change stamp, `placed`'s answer)
+        # gang key -> the queue its pods named when it was bound: a bound gang counts there, whatever its pods' labels
+        # say since (a tenant may edit them); a relabelled gang is told so once (`relabelled`)
+        self.admitted: dict[str, str | None] = {}
+        self.relabelled: dict[str, tuple[str | None, str | None]] = {}  # gang key -> (admitted, now named), to tell
+        self._told: set[str] = set()
 
     def verdict(self, state: ClusterState, key: str, now: float) -> tuple[GangView | None, Plan | None, str]:
         """A gang whose pods may have changed: ready to place (its view), or why it waits (a plan telling its pods,
@@ -202,6 +207,8 @@ class PodGangs:
     def bind(self, view: GangView, assignments: dict[str, list[int]], now: float) -> Plan:
         """The bindings of a placed gang; its pods are assumed on their nodes until they are observed bound."""
         plan = view.bind(assignments)
+        if isinstance(view.request, JobRequest):
+            self.admitted.setdefault(view.key, view.request.queue)  # (the rest of a gang keeps its first queue)
         held = self.assumed.setdefault(view.key, {})
         for member, (pod_key, uid, node) in zip(view.members, plan.steps[0].bindings, strict=True):
             pod = pod_from_k8s({**member, "spec": {**member["spec"], "nodeName": node}})
@@ -322,14 +329,44 @@ class PodGangs:
                 bound = [state.gang_pods[k] for k in sorted(pod_keys)
                          if k in state.gang_pods and (state.pods[k].holds is not None or k in held)]
                 try:  # pods that came to disagree (an edited annotation) still count
-                    known = self._placed[key] = (stamp, gang_request(key, bound, check=False) if bound else None)
+                    known = self._placed[key] = (stamp, self._as_admitted(gang_request(key, bound, check=False))
+                                                 if bound else None)
                 except ConvertError:  # a malformed quantity: the API server would not have it
                     known = self._placed[key] = (stamp, None)
             if known[1] is not None:
                 out.append(known[1])
         for key in self._placed.keys() - state.by_job.keys():
             del self._placed[key]
+        for key in self.admitted.keys() - state.by_job.keys():
+            del self.admitted[key]
+            self._told.discard(key)
         return out
+
+    def _as_admitted(self, request: JobRequest) -> JobRequest:
+        """A bound gang's request, in the queue it was bound under (remembered from the binding, else as its pods say:
+        a new leader takes what the labels say then)."""
+        if request.key not in self.admitted:
+            self.admitted[request.key] = request.queue
+        admitted = self.admitted[request.key]
+        if admitted == request.queue:
+            return request
+        if request.key not in self._told:
+            self.relabelled[request.key] = (admitted, request.queue)
+        return replace(request, queue=admitted)
+
+    def tell_relabelled(self, state: ClusterState) -> list[Plan]:
+        """A Warning, once, on each bound gang whose pods came to name another queue than the one it was bound
+        under: it goes on counting there."""
+        plans = []
+        for key, (admitted, named) in sorted(self.relabelled.items()):
+            self._told.add(key)
+            pods = self._bound(state, key)
+            if pods:
+                plans.append(Plan(f"relabelled:{key}", [Emit(pod_ref(pods[0]), "Warning", str(Reason.QUEUE_RELABELLED),
+                    f"gang {gang_name(key)} was bound in queue {admitted or 'of its namespace'}; its pods now name "
+                    f"{named or 'none'}: it counts in the queue it was bound in until it ends")]))
+        self.relabelled = {}
+        return plans
 
 
 def _inside(state: ClusterState, nodes: list[str], waiting: list[dict]) -> tuple[tuple[str, str], ...]:

@@ -1,7 +1,7 @@
 """Preemption in the cycle (the choice itself is core/preempt.py):
 - the candidates: every placed gang, with what it holds in the snapshot, the work it would lose (its GPUs times
-  the time since its attempt started, status.attemptStartTime) and what protects it: minRuntimeSeconds (the
-  job's, else its queue's) not yet run, or preempted twice within PINGPONG_WINDOW and not yet run PINGPONG_RUN
+  the time since its attempt started, status.attemptStartTime) and what protects it: minRuntimeSeconds (its
+  queue's, or the job's own if less) not yet run, or preempted twice within PINGPONG_WINDOW and not yet run PINGPONG_RUN
   since;
 - the nominations: a preemptor's status.nomination holds its nodes (pinned: no other job, MIG repartition or
   backfill takes them) until it starts, is deleted, or NOMINATION_TIMEOUT passes (then it is decided again);

@@ -118,11 +118,13 @@ class QueueBook:
         return spent, renews
 
     def min_runtime(self, view: JobView) -> int:
-        """Seconds a job's gang runs before it may be preempted: its own minRuntimeSeconds, else its queue's."""
-        own = view.obj["spec"].get("minRuntimeSeconds")
-        if own is not None or not isinstance(view.request, JobRequest):
+        """Seconds a job's gang runs before it may be preempted: its queue's minRuntimeSeconds, or less if the job
+        asks for less (the queue's owner decides protection, not the tenant); its own without GPUQueues."""
+        own = view.min_runtime
+        if not self.state.queues or not isinstance(view.request, JobRequest):
             return int(own or 0)
-        return self.queue_min_runtime(view.request)
+        queue = self.queue_min_runtime(view.request)
+        return queue if own is None else min(int(own), queue)
 
     def queue_min_runtime(self, request: JobRequest) -> int:
         """The minRuntimeSeconds of the queue a request runs in (0 without one)."""
@@ -170,6 +172,19 @@ class QueueBook:
                     plan.then(Emit(_ref(obj), "Warning", Reason.QUEUE_REFUSED, f"not in force: {problem}"))
                 plans.append(plan)
         self._unexport(exported)
+        return plans
+
+    def held_plans(self, why: str, now: float) -> list[Plan]:
+        """While admission is held (the policy failed): each GPUQueue's Active condition says why, with a Warning
+        when the words change."""
+        plans = []
+        for name, obj in sorted(self.state.queues.items()):
+            status = dict(obj.get("status") or {})
+            conditions = condition(status.get("conditions") or [], Condition.ACTIVE, "False", Reason.QUEUES_HELD, why,
+                                   now)
+            if conditions != status.get("conditions"):
+                plans.append(Plan(f"queue:{name}", [WriteQueueStatus(name, {**status, "conditions": conditions}),
+                                                    Emit(_ref(obj), "Warning", Reason.QUEUES_HELD, why)]))
         return plans
 
     def _export(self, queue: str, flavors: list[dict]) -> set[tuple[str, str]]:

@@ -48,6 +48,8 @@ class Reason(StrEnum):
     # GPUQueues
     QUEUE_ACTIVE = "InForce"  # the queue takes jobs
     QUEUE_REFUSED = "Refused"  # the queue cannot be read or does not fit the tree; its jobs wait
+    QUEUES_HELD = "QueuesHeld"  # the queue policy could not be computed: nothing is admitted until it can
+    QUEUE_RELABELLED = "QueueRelabelled"  # a bound gang's pods came to name another queue: it counts where bound
     PREEMPTING = "Preempting"  # it evicts lower-priority (or borrowing) gangs and waits for them to stop
     PREEMPTED = "Preempted"  # its gang was stopped for a higher-priority job or a queue's guarantee; it waits
     NOMINATION_EXPIRED = "NominationExpired"  # the gangs it preempted did not free its nodes in time: decided again

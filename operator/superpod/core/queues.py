@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from operator import attrgetter
 
@@ -135,10 +135,14 @@ class QueueTree:
         return queue, flavor, None
 
     def running(self, jobs: Iterable[JobRequest]) -> dict[tuple[str, str], float]:
-        """GPU units per (leaf queue, flavor) of these jobs (the placed gangs)."""
+        """GPU units per (leaf queue, flavor) of these jobs (the placed gangs). A gang whose queue no longer takes it
+        (deleted, or renamed where the tenant could) counts in its namespace's queue: what runs never counts
+        nowhere."""
         out: dict[tuple[str, str], float] = {}
         for job in jobs:
             queue, flavor, problem = self.classify(job)
+            if problem and job.queue:
+                queue, flavor, problem = self.classify(replace(job, queue=None))
             if not problem:
                 out[(queue, flavor)] = out.get((queue, flavor), 0.0) + units(job)
         return out
@@ -439,3 +443,31 @@ def _renewal(when: float | None) -> str:
     if when is None:
         return ""
     return f"; it renews at {datetime.fromtimestamp(when, UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
+
+
+class Closed:
+    """The policy when GPUQueues exist but their policy could not be computed (a bug, an object it cannot read):
+    nothing is admitted, since admitting without it could overspend a limit, a guarantee or a budget. What runs
+    keeps running; placement resumes the first cycle the policy is whole again."""
+
+    reserves = False
+    parks = False
+    preempts = False
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
+        return sorted(jobs, key=attrgetter("fifo_key"))
+
+    def admit(self, job: JobRequest, placed: list) -> str | None:
+        return self.why
+
+    def place(self, solver: Solver) -> Placement | None:
+        return None
+
+    def group(self, job: JobRequest) -> str:
+        return ""
+
+    def blocking(self, job: JobRequest, held: Held) -> frozenset[Reservation]:
+        return held.all
