@@ -15,7 +15,7 @@ from superpod.k8s.api import GPUQUEUES, NODES, PODS, TRAININGJOBS, ApiError
 from superpod.sim.kubelet import TERMINATE_AFTER
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit
-from tests.unit.test_pod_gangs import create, pod, stored
+from tests.unit.test_pod_gangs import create, fail_binding_once, pod, stored
 
 FORGED = "superpod.dev/nomination"  # where a pod gang's nomination once was: a tenant may write it
 
@@ -245,3 +245,23 @@ def test_a_zero_budget_period_leaves_every_other_queue_in_force():
         submit(c, "a", name)
     c.settle(5)
     assert [phase(c, "a", n) for n in ("a1", "a2", "a3")] == ["Running", "Queued", "Queued"]
+
+
+def test_a_partly_bound_pod_gang_is_evicted_whole_after_its_startup_timeout():
+    """M3: a binding failed, the rest of the gang found no room, and its bound half held its GPUs forever."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    failed = fail_binding_once(c, "team-a/g-1")
+    create(c, pod("g-0", "g", 2, index=0), pod("g-1", "g", 2, index=1))
+    c.deliver()
+    c.cycle()
+    assert failed, "the dangerous moment: one binding of the gang failed"
+    hi = pod("hi", gpus=8)
+    hi["spec"]["priority"] = 100
+    create(c, hi)
+    c.settle(2)
+    assert stored(c, "g-0")["spec"].get("nodeName") and not stored(c, "g-1")["spec"].get("nodeName"), "partly bound"
+    for _ in range(12):
+        c.settle(1, seconds=60)
+    g0 = stored(c, "g-0")
+    assert g0 is None or g0["metadata"].get("deletionTimestamp"), "the bound half is evicted"
+    assert "GangIncomplete" in [reason for reason, _ in c.events("g-0")]

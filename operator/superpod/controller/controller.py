@@ -134,6 +134,7 @@ class Controller:
         placed = self.reader.gangs
         plans += self._record_deleted(now)
         plans += self._judge_placed(touched, now)
+        plans += self.room.gangs.stop_incomplete(self.state, now, touched)
         waiting = self.room.pending(self.state, self.reader, now, touched, self.queues.labels,
                                      lambda uid: self.applier.settled(uid, now))
         plans += waiting.plans

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from superpod.api.convert import pod_from_k8s
-from superpod.api.models import Nomination
+from superpod.api.models import Nomination, TrainingJobSpec
 from superpod.api.podgang import (
     GANG_SIZE,
     MAX_NOMINATED,
@@ -47,6 +47,9 @@ from superpod.core.request import JobRequest
 log = logging.getLogger(__name__)
 SCHEDULED = "PodScheduled"
 ASSUME_TTL = 300.0  # seconds a sent binding whose pod is not seen bound stays assumed
+# seconds part of a gang may stay bound while the rest waits (a TrainingJob's default startup timeout): then the
+# bound part is evicted and the gang waits again whole
+INCOMPLETE_TIMEOUT = float(TrainingJobSpec.model_fields["startupTimeoutSeconds"].default)
 UNSCHEDULABLE = "Unschedulable"  # the PodScheduled reason kube-scheduler gives (and cluster autoscalers read)
 
 
@@ -155,11 +158,17 @@ class PodGangs:
         self.admitted: dict[str, str | None] = {}
         self.relabelled: dict[str, tuple[str | None, str | None]] = {}  # gang key -> (admitted, now named), to tell
         self._told: set[str] = set()
+        self.incomplete: dict[str, float] = {}  # gang key -> since when some of its pods are bound and others wait
+        self.evicted: dict[str, str] = {}  # uid -> key of the pods `stop_incomplete` evicted: members no more
 
     def verdict(self, state: ClusterState, key: str, now: float) -> tuple[GangView | None, Plan | None, str]:
         """A gang whose pods may have changed: ready to place (its view), or why it waits (a plan telling its pods,
         and the words), or nothing to do."""
         live, bound, waiting = self._members(state, key)
+        if bound and waiting:
+            self.incomplete.setdefault(key, now)
+        else:
+            self.incomplete.pop(key, None)
         if not waiting:
             return None, None, ""
         gated = {_key(pod) for pod in waiting if pod["spec"].get("schedulingGates")}
@@ -196,7 +205,8 @@ class PodGangs:
         if not held:
             self.assumed.pop(key, None)
         live = [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
-                and not state.pods[k].deleting and state.pods[k].phase not in POD_FINISHED]
+                and not state.pods[k].deleting and state.pods[k].phase not in POD_FINISHED
+                and state.pods[k].uid not in self.evicted]
         bound = {}
         for pod in live:
             pod_key = _key(pod)
@@ -278,15 +288,31 @@ class PodGangs:
     def stop(self, state: ClusterState, key: str, uids: list[str], preemptor: str, priority, now: float) -> Plan:
         """Evict a bound pod gang as kube-scheduler evicts a pod: condition DisruptionTarget (reason
         PreemptionByScheduler), then a graceful delete (each pod's own grace period); its owner makes it again."""
-        pods = self.unstopped(state, key, uids)
-        why = f"preempted by {preemptor} (priority {priority})"
-        steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
-            "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
-            "message": f"superpod-scheduler: {why}", "lastTransitionTime": rfc3339(now)}) for pod in pods]
-        steps.append(DeletePods(tuple((_key(pod), pod["metadata"].get("uid") or "") for pod in pods)))
-        if pods:
-            steps.append(Emit(pod_ref(pods[0]), "Warning", str(Reason.PREEMPTED), f"gang {gang_name(key)} {why}"))
-        return Plan(f"gang:{key}", steps)
+        return _evict(key, self.unstopped(state, key, uids), "PreemptionByScheduler", Reason.PREEMPTED,
+                      f"preempted by {preemptor} (priority {priority})", now)
+
+    def stop_incomplete(self, state: ClusterState, now: float, touched: set[str]) -> list[Plan]:
+        """Gangs part of which stayed bound past INCOMPLETE_TIMEOUT while the rest could not be placed: the bound
+        part is evicted (a training gang's half runs nothing but burns its GPUs), and the gang waits again whole
+        (its key goes into `touched`: its remainder is no longer placed as a gang of its own)."""
+        self.evicted = {uid: pod for uid, pod in self.evicted.items() if (info := state.pods.get(pod)) is not None
+                        and info.uid == uid}  # (gone: forgotten)
+        plans = []
+        for key, since in sorted(self.incomplete.items()):
+            if now - since < INCOMPLETE_TIMEOUT:
+                continue
+            del self.incomplete[key]
+            _, bound, waiting = self._members(state, key)
+            pods = [state.gang_pods[k] for k in sorted(bound) if k in state.gang_pods and k not in self.assumed.get(
+                key, {})]
+            if not (pods and waiting):
+                continue
+            why = (f"part of gang {gang_name(key)} was bound and the rest found no room for {now - since:.0f}s: its "
+                   "bound pods were evicted, and it waits again whole")
+            self.evicted.update({pod["metadata"].get("uid") or "": _key(pod) for pod in pods})
+            touched.add(key)
+            plans.append(_evict(key, pods, "GangIncomplete", Reason.GANG_INCOMPLETE, why, now))
+        return plans
 
     def _bound(self, state: ClusterState, key: str) -> list[dict]:
         return [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
@@ -367,6 +393,17 @@ class PodGangs:
                     f"{named or 'none'}: it counts in the queue it was bound in until it ends")]))
         self.relabelled = {}
         return plans
+
+
+def _evict(key: str, pods: list[dict], reason: str, event: Reason, why: str, now: float) -> Plan:
+    """The DisruptionTarget condition (`reason`), then a graceful delete of each pod, and one Event."""
+    steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
+        "type": "DisruptionTarget", "status": "True", "reason": reason, "message": f"superpod-scheduler: {why}",
+        "lastTransitionTime": rfc3339(now)}) for pod in pods]
+    steps.append(DeletePods(tuple((_key(pod), pod["metadata"].get("uid") or "") for pod in pods)))
+    if pods:
+        steps.append(Emit(pod_ref(pods[0]), "Warning", str(event), f"gang {gang_name(key)} {why}"))
+    return Plan(f"gang:{key}", steps)
 
 
 def _inside(state: ClusterState, nodes: list[str], waiting: list[dict]) -> tuple[tuple[str, str], ...]:

@@ -53,6 +53,7 @@ class Reason(StrEnum):
     PREEMPTING = "Preempting"  # it evicts lower-priority (or borrowing) gangs and waits for them to stop
     PREEMPTED = "Preempted"  # its gang was stopped for a higher-priority job or a queue's guarantee; it waits
     NOMINATION_EXPIRED = "NominationExpired"  # the gangs it preempted did not free its nodes in time: decided again
+    GANG_INCOMPLETE = "GangIncomplete"  # part of a pod gang stayed bound while the rest found no room: evicted
     BUDGET_EXHAUSTED = "BudgetExhausted"  # the queue's budget is spent and it drains: the gang was stopped, it waits
 
 
