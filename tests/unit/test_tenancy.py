@@ -265,3 +265,23 @@ def test_a_partly_bound_pod_gang_is_evicted_whole_after_its_startup_timeout():
     g0 = stored(c, "g-0")
     assert g0 is None or g0["metadata"].get("deletionTimestamp"), "the bound half is evicted"
     assert "GangIncomplete" in [reason for reason, _ in c.events("g-0")]
+
+
+def test_a_job_waiting_on_protected_borrowers_is_told_who_they_are():
+    """H6: the waiting tenant's message said a node was reserved for it, never who held back what it may reclaim."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)  # 16 GPUs
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8)))
+    run(c.admin.create(GPUQUEUES, gpu_queue("b", 8, minRuntimeSeconds=3600)))
+    c.settle(1)
+    for name in ("b1", "b2"):
+        body = training_job(name, 1, 8)
+        body["metadata"]["namespace"] = "team-b"
+        c.submit(body)
+    c.settle(4)
+    submit(c, "a", "a1")
+    c.settle(3)
+    assert phase(c, "a", "a1") == "Queued"
+    assert "protected: team-b/b1 (it has run" in message(c, "a", "a1"), message(c, "a", "a1")
+    c.settle(1, seconds=3600)
+    c.settle(3)
+    assert phase(c, "a", "a1") == "Running", "past the queue's minRuntimeSeconds the guarantee comes back"

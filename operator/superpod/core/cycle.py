@@ -281,6 +281,8 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
         reason = f"fits only inside {holders}; it runs after {after}"
     else:
         reason = explain_solver(anywhere)
+    if shielded := getattr(policy, "shielded", {}).get(job.key):  # core/preempt.py: Preempting
+        reason = f"{reason}; {shielded}"
     taken = _reservation(sv) if may_reserve else None
     if taken is None:
         return Decision(job, None, reason), None

@@ -398,6 +398,7 @@ class Preempting:
         self.reserves = inner.reserves
         self.parks = inner.parks and not nominations  # a nominated job must be visited to be placed
         self.chosen: dict[str, Preemption] = {}  # preemptor key -> what it evicts this cycle
+        self.shielded: dict[str, str] = {}  # job key -> the protected gangs it may not evict, named, when it found none
         self._taken: set[str] = set()  # victims chosen this cycle
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
@@ -441,9 +442,10 @@ class Preempting:
         if not head or self.hopeless(job):
             return None
         running = self._running(lambda victim: victim.key not in self._taken and self.may_evict(job, victim))
-        candidates, limits = [], {}
+        candidates, limits, protected = [], {}, []
         for gang in running:
             if gang.protected:
+                protected.append(f"{gang.request.key} ({gang.protected})")
                 continue
             group, most = self.bound(job, gang.request) or ("", 0.0)
             if group:
@@ -452,6 +454,9 @@ class Preempting:
                                      group))
         found = choose(snap, job, candidates, taken(), limits=limits) if candidates else None
         if found is None:
+            if protected:  # the tenant waiting is told who holds what it may take back
+                more = f" and {len(protected) - 3} more" if len(protected) > 3 else ""
+                self.shielded[job.key] = f"the gangs it may preempt are protected: {', '.join(protected[:3])}{more}"
             return None
         self.chosen[job.key] = found
         self._taken.update(v.key for v in found.victims)
