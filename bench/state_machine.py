@@ -1,7 +1,10 @@
 """The controller's stateful test (tests/unit/test_controller_machine.py) at scale: many more examples and steps
 than CI runs, and what they reached — the invariants checked, the faults that landed where they hurt most.
 
-    .venv/bin/python bench/state_machine.py [--examples 2000] [--steps 60]
+    .venv/bin/python bench/state_machine.py [--examples 2000] [--steps 60] [--tenants]
+
+--tenants runs the two-tenant machine (tests/unit/test_tenant_machine.py: hostile edits, forged nominations,
+queue limits) instead.
 
 Exit code 1 (with hypothesis' shrunk counterexample) if any invariant breaks."""
 
@@ -18,18 +21,21 @@ from hypothesis.stateful import run_state_machine_as_test
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).resolve().parents[1])]
 from bench_cluster import machine  # noqa: E402
 from tests.unit.test_controller_machine import SEEN, ControllerMachine  # noqa: E402
+from tests.unit.test_tenant_machine import TenantMachine  # noqa: E402
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--examples", type=int, default=2000)
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--tenants", action="store_true", help="the two-tenant machine")
     args = ap.parse_args()
+    machine_class = TenantMachine if args.tenants else ControllerMachine
     print(f"machine: {machine()}")
     started = time.monotonic()
     failed = None
     try:
-        run_state_machine_as_test(ControllerMachine, settings=settings(
+        run_state_machine_as_test(machine_class, settings=settings(
             max_examples=args.examples, stateful_step_count=args.steps, deadline=None, database=None,
             suppress_health_check=list(HealthCheck)))
     except AssertionError as e:

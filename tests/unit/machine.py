@@ -333,7 +333,9 @@ class World:
             meta = pod["metadata"]
             if meta.get("deletionTimestamp") or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
                 continue
-            attempts[meta["labels"]["superpod.dev/job-name"]].add(meta["labels"]["superpod.dev/attempt"])
+            labels = meta.get("labels") or {}
+            if "superpod.dev/job-name" in labels:  # (a pod gang's pods are not a TrainingJob's attempt)
+                attempts[labels["superpod.dev/job-name"]].add(labels["superpod.dev/attempt"])
         for job, seen in attempts.items():
             if len(seen) > 1:
                 raise Violation(f"job {job} has live pods of attempts {sorted(seen)}")
