@@ -8,9 +8,10 @@ import inspect
 import json
 from collections import Counter
 
+from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL, pod_name
 from superpod.controller.operator import Operator
 from superpod.controller.state import MIG_EXPECT, ClusterState
-from superpod.k8s.api import NODES, PODS, TRAININGJOBS, WATCHED
+from superpod.k8s.api import NODES, PODS, SERVICES, TRAININGJOBS, WATCHED
 
 
 def pod(name: str, rv: int, uid: str = "u1", node: str = "n1", phase: str = "Running", **labels) -> dict:
@@ -259,3 +260,60 @@ def test_nodes_and_pods_are_kept_without_the_servers_field_ownership():
     assert set(state.nodes["n1"].obj["status"]) == {"allocatable", "conditions"}, "nor the kubelet's image list"
     assert "managedFields" not in state.gang_pods["ns/g"]["metadata"]
     assert state.jobs["ns/j"]["metadata"]["managedFields"] == owned
+
+
+def owned_pod(job_name: str, job_uid: str, attempt: int, index: int, rv: int, phase: str = "Running") -> dict:
+    """A TrainingJob's pod, as the operator names and labels it."""
+    labels = {JOB_LABEL: job_name, ATTEMPT_LABEL: str(attempt), INDEX_LABEL: str(index)}
+    obj = pod(pod_name(job_name, attempt, index), rv, uid=f"{job_uid}-a{attempt}-{index}", phase=phase, **labels)
+    obj["metadata"]["ownerReferences"] = [{"kind": "TrainingJob", "name": job_name, "uid": job_uid,
+                                           "controller": True}]
+    obj["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    return obj
+
+
+def named_job(name: str, rv: int, attempt: int = 1, accounted: int = 0) -> dict:
+    obj = job(rv, "Running", uid=f"uid-{name}")
+    obj["metadata"]["name"] = name
+    obj["status"].update(attempt=attempt, accountedAttempts=accounted)
+    return obj
+
+
+def churn(apply, rounds: int, rv: int = 1_000) -> int:
+    """Objects made and deleted as a busy cluster makes them, delivered to `apply(kind, event, obj)`: a pod alone and
+    a labelled gang's pod for this scheduler, a TrainingJob with two pods (deleted before its pods, as the garbage
+    collector deletes them), a Service, a node with a new name (an autoscaler's). Returns the last version."""
+    for i in range(rounds):
+        alone = pod(f"alone-{i}", rv, uid=f"alone-{i}")
+        gang = pod(f"gang-{i}", rv + 1, uid=f"gang-{i}", **{"superpod.dev/gang": f"g{i}"})
+        for obj in (alone, gang):
+            obj["metadata"]["ownerReferences"] = []
+            obj["spec"]["schedulerName"] = "superpod-scheduler"
+            apply(PODS, "ADDED", obj)
+        name = f"churn-{i}"
+        apply(TRAININGJOBS, "ADDED", named_job(name, rv + 2))
+        pods = [owned_pod(name, f"uid-{name}", 1, index, rv + 3 + index) for index in range(2)]
+        for obj in pods:
+            apply(PODS, "ADDED", obj)
+        apply(TRAININGJOBS, "DELETED", named_job(name, rv + 5, accounted=1))
+        service = {"kind": "Service", "metadata": {"name": f"svc-{i}", "namespace": "ns", "uid": f"svc-{i}",
+                                                   "resourceVersion": str(rv + 6)}}
+        apply(SERVICES, "ADDED", service)
+        extra = node(f"auto-{i}", rv + 7)
+        apply(NODES, "ADDED", extra)
+        for obj in (alone, gang, *pods, service, extra):
+            rv += 10
+            apply({"Pod": PODS, "Service": SERVICES, "Node": NODES}[obj["kind"]], "DELETED",
+                  {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(rv)}})
+    return rv
+
+
+def test_the_change_stamps_of_deleted_jobs_services_and_gangs_are_not_kept():
+    """Defect (review M4): a job's stamp was dropped with the job, then set again by each of its pods deleted after
+    it (the garbage collector deletes them after their job), and every Service of the cluster left one: the leader's
+    cache too grew with every job and Service that ever existed."""
+    s = ClusterState()
+    s.apply(TRAININGJOBS, "ADDED", named_job("live", 1), 0)
+    churn(lambda kind, event, obj: s.apply(kind, event, obj, 0.0), 200)
+    assert set(s.changes) == {"ns/live"}
+

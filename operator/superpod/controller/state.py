@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 from superpod.api.convert import node_from_k8s, pod_from_k8s, record_from_k8s, topology_from_k8s
 from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME
-from superpod.api.podgang import NOMINATION, Grouping, grouping
+from superpod.api.podgang import NOMINATION, Grouping, gang_name, grouping, is_gang_key
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
 from superpod.controller.gpu_tally import GpuTally
@@ -272,18 +272,33 @@ class ClusterState:
         self.unsent.clear()
 
     def _changed(self, kind: Kind, key: str) -> None:
-        job = self.pods[key].job if kind is PODS and key in self.pods else key
-        if kind in (PODS, SERVICES, TRAININGJOBS) and job:
+        if job := self._job_of(kind, key):
             self._stamp(job)
-        elif kind is PODGROUPS:
-            self._stamp(Grouping(key.split("/", 1)[1], "pod-group").key(key.split("/", 1)[0]))
+
+    def _job_of(self, kind: Kind, key: str) -> str | None:
+        """The job (or pod gang) a change of this object is a change of."""
+        if kind is PODS:
+            return self.pods[key].job if key in self.pods else None
+        if kind in (SERVICES, TRAININGJOBS):
+            return key
+        if kind is PODGROUPS:
+            namespace, name = key.split("/", 1)
+            return Grouping(name, "pod-group").key(namespace)
+        return None
 
     def touch(self, job: str) -> None:
         """Have the controller look at a job (or pod gang) again though nothing of it changed."""
         self._stamp(job)
 
     def _stamp(self, job: str) -> None:
-        self.changes[job] = next(self._stamps)
+        """The job changed: a new stamp while anything of it is cached, none once all is gone (the pods the garbage
+        collector deletes after their job, every Service of the cluster, left one each for good); the cycle looks
+        at it again."""
+        if (job in self.jobs or self.by_job.get(job) or job in self.services
+                or is_gang_key(job) and gang_name(job) in self.pod_groups):
+            self.changes[job] = next(self._stamps)
+        else:
+            self.changes.pop(job, None)
         self.touched.add(job)
 
     def resync(self, kind: Kind, items: list[dict], list_version: str, now: float) -> int:
@@ -319,7 +334,7 @@ class ClusterState:
             self.pod_groups[key] = obj
 
     def _forget(self, kind: Kind, key: str, uid: str, rv: int, now: float, obj: dict | None = None) -> None:
-        self._changed(kind, key)
+        job = self._job_of(kind, key)  # stamped at the end, once the object is gone (no stamp outlives its job)
         self._versions.pop((kind.plural, key), None)
         if uid:
             self._tombstones[uid] = rv
@@ -337,7 +352,6 @@ class ClusterState:
                 if not self.by_job.get(pod.job):
                     self.by_job.pop(pod.job, None)
                     if pod.owner is None:  # a pod gang's last pod: what is remembered of the gang goes with it
-                        self.changes.pop(pod.job, None)
                         self.gone.append(pod.job)
                 if pod.owner is None:
                     self.gone.append(pod.uid)  # the Events said on it
@@ -351,8 +365,6 @@ class ClusterState:
             self.jobs.pop(key, None)
             self.unsent.pop(key, None)
             self.edited_jobs.add(key)
-            self.changes.pop(key, None)
-            self.touched.add(key)
             self.gone.append(uid)
         elif kind is NODES:
             gone = self.nodes.pop(key, None)
@@ -379,6 +391,8 @@ class ClusterState:
             self.ledger.remove(key)
         elif kind is PODGROUPS:
             self.pod_groups.pop(key, None)
+        if job:
+            self._stamp(job)
 
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
         held = self.holding.get(key)
