@@ -3,15 +3,18 @@ out with a reason instead of stopping anything."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
 import json
+import time
 from collections import Counter
 
 from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL, pod_name
 from superpod.controller.operator import Operator
-from superpod.controller.state import MIG_EXPECT, ClusterState
+from superpod.controller.state import ENDED_KEPT, MIG_EXPECT, ClusterState
 from superpod.k8s.api import NODES, PODS, SERVICES, TRAININGJOBS, WATCHED
+from superpod.k8s.memory import MemoryAPI
 
 
 def pod(name: str, rv: int, uid: str = "u1", node: str = "n1", phase: str = "Running", **labels) -> dict:
@@ -317,3 +320,36 @@ def test_the_change_stamps_of_deleted_jobs_services_and_gangs_are_not_kept():
     churn(lambda kind, event, obj: s.apply(kind, event, obj, 0.0), 200)
     assert set(s.changes) == {"ns/live"}
 
+
+def test_a_standby_keeps_no_change_of_the_churn_only_the_runs_the_next_leader_bills():
+    """Defect (review M4): only the leader's cycle drains the cache's change sets and the runs of deleted pods; a
+    standby applied every event and kept them all, its memory growing with every pod that ever existed (65 MB after
+    100,000 pods). Now a standby keeps none of them, and of the runs only those of attempts not yet accounted of
+    jobs it still caches: what its first cycle as leader bills."""
+    from superpod.controller.metrics import Metrics
+
+    operator = Operator(MemoryAPI(clock=time.time), MemoryAPI(clock=time.time), "superpod-system", Metrics())
+    operator.lease.is_leading = lambda: False
+    s = operator.state
+
+    async def go():
+        stop = asyncio.Event()
+        loop = asyncio.create_task(operator.schedule_loop(stop))
+        await asyncio.sleep(0.05)  # the loop's first turn: a standby's
+        s.apply(TRAININGJOBS, "ADDED", named_job("open", 1, attempt=2, accounted=1), 0.0)
+        s.apply(TRAININGJOBS, "ADDED", named_job("closed", 2, attempt=2, accounted=2), 0.0)
+        for name, rv in (("open", 3), ("closed", 5)):  # a pod of each deleted by hand
+            s.apply(PODS, "ADDED", owned_pod(name, f"uid-{name}", 2, 0, rv), 0.0)
+            s.apply(PODS, "DELETED", owned_pod(name, f"uid-{name}", 2, 0, rv + 1), 0.0)
+        churn(operator._event, 10_000)
+        stop.set()
+        operator.wake.set()
+        await loop
+
+    asyncio.run(go())
+    assert not (s.touched or s.holding_changed or s.nodes_changed or s.edited_jobs or s.gone), \
+        "no change is kept for a cycle that never comes"
+    assert set(s.changes) == {"ns/open", "ns/closed"}, "stamps only of what exists"
+    assert len(s.ended) <= ENDED_KEPT, f"{len(s.ended)} runs of deleted pods kept"
+    assert s.ended[f"ns/{pod_name('open', 2, 0)}"][:2] == ("uid-open", 2), "the next leader bills the open attempt"
+    assert f"ns/{pod_name('closed', 2, 0)}" not in s.ended
