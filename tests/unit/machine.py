@@ -164,6 +164,8 @@ class World:
         if leading and not replica.was_leading:
             replica.state.forget_unsent()  # as Operator.schedule_loop: a fresh view at the start of a term
             self.resync(replica)
+        elif not leading:
+            replica.state.unfollow()  # as Operator.schedule_loop: a standby keeps none of the cache's changes
         replica.was_leading = leading
 
     def cycle(self, replica: Replica, fault: dict | None = None) -> None:

@@ -675,3 +675,58 @@ def test_an_invalid_job_whose_write_failed_is_said_invalid_on_a_later_cycle():
     c.tick(1)
     c.cycle()
     assert c.status("huge")["phase"] == "Invalid"
+
+
+def test_a_standby_promoted_after_churn_judges_and_schedules_on_everything_and_bills_deleted_pods():
+    """A standby keeps none of the cache's changes (review M4: they grew with every pod that ever existed), so its
+    first cycle as leader starts from scratch — here a replica that led, stood by while the cluster changed, and
+    leads again (its controller's views of the last term are all stale): a job deleted and one submitted meanwhile,
+    a pod deleted by hand, a node NotReady past its grace, and more pods made and deleted than a standby keeps runs
+    of. Every job is read and judged again, the snapshot holds only what exists, and the deleted pod's run is billed."""
+    from superpod.api.times import timestamp
+    from superpod.controller.state import ENDED_KEPT
+    from superpod.k8s.api import WATCHED
+
+    c = MemoryCluster(nodes=6, nodes_per_unit=6)
+    for name, replicas in (("stays", 1), ("leaves", 2), ("flaky", 1)):
+        c.submit(training_job(name, replicas, 8))
+    c.settle(3)
+    assert {c.status(n)["phase"] for n in ("stays", "leaves", "flaky")} == {"Running"}
+    c.leading = False
+    c.state.unfollow()  # as Operator.schedule_loop does while the replica does not lead
+
+    c.store.delete_now(TRAININGJOBS, "team-a/leaves")
+    c.submit(training_job("new", 3, 8))
+    flaky = c.pods("flaky")[0]
+    c.tick(7)
+    c.store.delete_now(PODS, f"team-a/{flaky['metadata']['name']}")
+    billed = 8 * (c.now - timestamp(flaky["status"]["startTime"]))
+    lost = c.pods("stays")[0]["spec"]["nodeName"]
+    c.kubelet.set_ready(lost, False)
+    for i in range(ENDED_KEPT + 100):  # pods other controllers made for this scheduler, come and gone
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"churn-{i}", "namespace": "team-b"},
+                "spec": {"schedulerName": "superpod-scheduler", "nodeName": lost,
+                         "containers": [{"name": "main", "image": "tool"}]}}
+        run(c.admin.create(PODS, body))
+        c.store.delete_now(PODS, f"team-b/churn-{i}")
+    for _ in range(40):
+        c.tick(10)
+        c.deliver()
+    s = c.state
+    assert not (s.touched or s.edited_jobs or s.holding_changed or s.nodes_changed or s.gone)
+    assert len(s.ended) <= ENDED_KEPT
+
+    c.leading = True  # a new term: the statuses not sent are dropped, everything relisted, then cycles
+    s.forget_unsent()
+    for kind in WATCHED:
+        items, version = run(c.api.list(kind))
+        s.resync(kind, items, version, c.now)
+    c.settle(15)  # (the two interrupted gangs restart after a backoff of 10 s)
+    stays, flaky_status, new = c.status("stays"), c.status("flaky"), c.status("new")
+    assert (stays["phase"], stays["attempt"], stays["interruptions"]) == ("Running", 2, 1)
+    assert lost not in stays["placement"]
+    assert (flaky_status["phase"], flaky_status["attempt"]) == ("Running", 2)
+    assert math.isclose(flaky_status["finishedGpuSeconds"], billed, abs_tol=0.01), "the deleted pod's run is billed"
+    assert new["phase"] == "Running", "a job submitted while it stood by is read and placed on the nodes freed"
+    nodes = [node for st in (stays, flaky_status, new) for node in st["placement"]]
+    assert len(nodes) == len(set(nodes)) == 5 and lost not in nodes

@@ -3,14 +3,18 @@ out with a reason instead of stopping anything."""
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import inspect
 import json
+import time
 from collections import Counter
 
+from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL, pod_name
 from superpod.controller.operator import Operator
-from superpod.controller.state import MIG_EXPECT, ClusterState
-from superpod.k8s.api import NODES, PODS, TRAININGJOBS, WATCHED
+from superpod.controller.state import ENDED_KEPT, MIG_EXPECT, ClusterState
+from superpod.k8s.api import NODES, PODS, SERVICES, TRAININGJOBS, WATCHED
+from superpod.k8s.memory import MemoryAPI
 
 
 def pod(name: str, rv: int, uid: str = "u1", node: str = "n1", phase: str = "Running", **labels) -> dict:
@@ -259,3 +263,93 @@ def test_nodes_and_pods_are_kept_without_the_servers_field_ownership():
     assert set(state.nodes["n1"].obj["status"]) == {"allocatable", "conditions"}, "nor the kubelet's image list"
     assert "managedFields" not in state.gang_pods["ns/g"]["metadata"]
     assert state.jobs["ns/j"]["metadata"]["managedFields"] == owned
+
+
+def owned_pod(job_name: str, job_uid: str, attempt: int, index: int, rv: int, phase: str = "Running") -> dict:
+    """A TrainingJob's pod, as the operator names and labels it."""
+    labels = {JOB_LABEL: job_name, ATTEMPT_LABEL: str(attempt), INDEX_LABEL: str(index)}
+    obj = pod(pod_name(job_name, attempt, index), rv, uid=f"{job_uid}-a{attempt}-{index}", phase=phase, **labels)
+    obj["metadata"]["ownerReferences"] = [{"kind": "TrainingJob", "name": job_name, "uid": job_uid,
+                                           "controller": True}]
+    obj["status"]["startTime"] = "2026-01-01T00:00:00Z"
+    return obj
+
+
+def named_job(name: str, rv: int, attempt: int = 1, accounted: int = 0) -> dict:
+    obj = job(rv, "Running", uid=f"uid-{name}")
+    obj["metadata"]["name"] = name
+    obj["status"].update(attempt=attempt, accountedAttempts=accounted)
+    return obj
+
+
+def churn(apply, rounds: int, rv: int = 1_000) -> int:
+    """Objects made and deleted as a busy cluster makes them, delivered to `apply(kind, event, obj)`: a pod alone and
+    a labelled gang's pod for this scheduler, a TrainingJob with two pods (deleted before its pods, as the garbage
+    collector deletes them), a Service, a node with a new name (an autoscaler's). Returns the last version."""
+    for i in range(rounds):
+        alone = pod(f"alone-{i}", rv, uid=f"alone-{i}")
+        gang = pod(f"gang-{i}", rv + 1, uid=f"gang-{i}", **{"superpod.dev/gang": f"g{i}"})
+        for obj in (alone, gang):
+            obj["metadata"]["ownerReferences"] = []
+            obj["spec"]["schedulerName"] = "superpod-scheduler"
+            apply(PODS, "ADDED", obj)
+        name = f"churn-{i}"
+        apply(TRAININGJOBS, "ADDED", named_job(name, rv + 2))
+        pods = [owned_pod(name, f"uid-{name}", 1, index, rv + 3 + index) for index in range(2)]
+        for obj in pods:
+            apply(PODS, "ADDED", obj)
+        apply(TRAININGJOBS, "DELETED", named_job(name, rv + 5, accounted=1))
+        service = {"kind": "Service", "metadata": {"name": f"svc-{i}", "namespace": "ns", "uid": f"svc-{i}",
+                                                   "resourceVersion": str(rv + 6)}}
+        apply(SERVICES, "ADDED", service)
+        extra = node(f"auto-{i}", rv + 7)
+        apply(NODES, "ADDED", extra)
+        for obj in (alone, gang, *pods, service, extra):
+            rv += 10
+            apply({"Pod": PODS, "Service": SERVICES, "Node": NODES}[obj["kind"]], "DELETED",
+                  {**obj, "metadata": {**obj["metadata"], "resourceVersion": str(rv)}})
+    return rv
+
+
+def test_the_change_stamps_of_deleted_jobs_services_and_gangs_are_not_kept():
+    """Defect (review M4): a job's stamp was dropped with the job, then set again by each of its pods deleted after
+    it (the garbage collector deletes them after their job), and every Service of the cluster left one: the leader's
+    cache too grew with every job and Service that ever existed."""
+    s = ClusterState()
+    s.apply(TRAININGJOBS, "ADDED", named_job("live", 1), 0)
+    churn(lambda kind, event, obj: s.apply(kind, event, obj, 0.0), 200)
+    assert set(s.changes) == {"ns/live"}
+
+
+def test_a_standby_keeps_no_change_of_the_churn_only_the_runs_the_next_leader_bills():
+    """Defect (review M4): only the leader's cycle drains the cache's change sets and the runs of deleted pods; a
+    standby applied every event and kept them all, its memory growing with every pod that ever existed (65 MB after
+    100,000 pods). Now a standby keeps none of them, and of the runs only those of attempts not yet accounted of
+    jobs it still caches: what its first cycle as leader bills."""
+    from superpod.controller.metrics import Metrics
+
+    operator = Operator(MemoryAPI(clock=time.time), MemoryAPI(clock=time.time), "superpod-system", Metrics())
+    operator.lease.is_leading = lambda: False
+    s = operator.state
+
+    async def go():
+        stop = asyncio.Event()
+        loop = asyncio.create_task(operator.schedule_loop(stop))
+        await asyncio.sleep(0.05)  # the loop's first turn: a standby's
+        s.apply(TRAININGJOBS, "ADDED", named_job("open", 1, attempt=2, accounted=1), 0.0)
+        s.apply(TRAININGJOBS, "ADDED", named_job("closed", 2, attempt=2, accounted=2), 0.0)
+        for name, rv in (("open", 3), ("closed", 5)):  # a pod of each deleted by hand
+            s.apply(PODS, "ADDED", owned_pod(name, f"uid-{name}", 2, 0, rv), 0.0)
+            s.apply(PODS, "DELETED", owned_pod(name, f"uid-{name}", 2, 0, rv + 1), 0.0)
+        churn(operator._event, 10_000)
+        stop.set()
+        operator.wake.set()
+        await loop
+
+    asyncio.run(go())
+    assert not (s.touched or s.holding_changed or s.nodes_changed or s.edited_jobs or s.gone), \
+        "no change is kept for a cycle that never comes"
+    assert set(s.changes) == {"ns/open", "ns/closed"}, "stamps only of what exists"
+    assert len(s.ended) <= ENDED_KEPT, f"{len(s.ended)} runs of deleted pods kept"
+    assert s.ended[f"ns/{pod_name('open', 2, 0)}"][:2] == ("uid-open", 2), "the next leader bills the open attempt"
+    assert f"ns/{pod_name('closed', 2, 0)}" not in s.ended

@@ -94,6 +94,12 @@ class Applier:
             self._said.pop(uid, None)
             self.expected.pop(uid, None)
 
+    def forget_all(self) -> None:
+        """Drop what is remembered of every object (a standby kept no deletions: `ClusterState.unfollow`)."""
+        self._said.clear()
+        self.expected.clear()
+        self.bindings.clear()
+
     # ---- apply ----------------------------------------------------------------------------------------------------
     async def apply(self, plans: list[Plan]) -> Outcome:
         outcome = Outcome()

@@ -51,16 +51,27 @@ class Controller:
         self.state, self.settings, self.mig, self.metrics, self.policy = state, settings or Settings(), mig, \
             metrics, policy
         self.applier = Applier(api, state, leading, metrics, writer=self.settings.writer, clock=clock)
-        self.reader = JobReader()
-        self.snapshots = SnapshotCache()
         self.queues = QueueBook(state, self.settings.usage_half_life, metrics)
-        self.room = WaitingRoom()
         self.meter = Meter(metrics.gpu_seconds if metrics else None, self.queues.labels)
         # The last cycle's findings on the waiting jobs (for `superpod plan`, explanations and tests):
         self.visited: list[Decision] = []  # the jobs the cycle decided one by one, in queue order
         self.parked: list[Parked] = []  # the jobs it passed over (core/waiting.py)
         self.invalid: dict[str, str] = {}  # job key -> why no node of this cluster can serve it
         self.held_back: dict[str, str] = {}  # job key -> why it was not scheduled this cycle (backoff, terminating)
+        self._follow_anew()
+        self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
+        self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
+        self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
+        self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
+        self.nominated: dict = {}  # job key -> view, of the jobs and pod gangs holding a nomination (this cycle)
+
+    def _follow_anew(self) -> None:
+        """What follows the cache's changes, from scratch: at the start, and at the first cycle after the cache kept
+        none (a standby's, `ClusterState.unfollow`), as in a replica just started: every job read, every placed gang
+        judged, the snapshot built, the waiting room filled, counting resumed from now."""
+        self.reader = JobReader()
+        self.snapshots = SnapshotCache()
+        self.room = WaitingRoom()
         self.said: dict[str, tuple[float, str]] = {}  # job uid -> when its waiting message was written, its words
         # Running gangs judged steady (all replicas running, nothing to write), with what they were judged on:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
@@ -70,11 +81,8 @@ class Controller:
         # not steady (a gang starting): not judged again before that moment unless it changes
         self.quiet: dict[str, tuple[tuple[int, int, int], float]] = {}
         self._judged = -1  # the nodes version the placed jobs were last all judged on
-        self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
-        self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
-        self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
-        self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
-        self.nominated: dict = {}  # job key -> view, of the jobs and pod gangs holding a nomination (this cycle)
+        self.meter.reset()
+        self.applier.forget_all()
 
     def writer(self, fence: str) -> None:
         """Who writes from now on (Lease identity and term): stamped on created pods and Events."""
@@ -118,6 +126,8 @@ class Controller:
 
     def plan(self, now: float) -> list[Plan]:
         """Observe, judge and decide: every write this cycle wants, as plans."""
+        if not self.state.follow():  # a standby until now: the cache kept no changes to follow
+            self._follow_anew()
         touched, self.state.touched = self.state.touched, set()
         try:
             return self._plan(now, touched)

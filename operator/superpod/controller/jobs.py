@@ -150,6 +150,7 @@ class JobReader:
         self.nominated: dict[str, JobView] = {}  # the jobs whose status holds a nomination (core/preempt.py)
         self.deleted_placed: list[JobView] = []  # the last views of placed jobs deleted since the caller took them
         self.phases: Counter = Counter()  # phase (a job without one counts as Queued) -> how many jobs are in it
+        self._whole = True  # the next read reads every job (the first: the cache may hold jobs it kept no edit of)
 
     def lowest_priority(self) -> int | None:
         """The lowest priority of a placed gang (None when none is placed)."""
@@ -158,11 +159,14 @@ class JobReader:
     def read(self, state: ClusterState) -> None:
         """Read the jobs stored or deleted since the last read."""
         edited, state.edited_jobs = state.edited_jobs, set()
+        if self._whole:
+            edited |= state.jobs.keys()
         try:
             self._read(state, edited)
         except BaseException:
             state.edited_jobs |= edited  # read them again next time (a bug must not lose an edit)
             raise
+        self._whole = False
 
     def _read(self, state: ClusterState, edited: set[str]) -> None:
         for key in sorted(edited):

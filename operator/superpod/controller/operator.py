@@ -196,6 +196,8 @@ class Operator:
                     log.exception("scheduling cycle failed (%d in a row); retrying", failures)
                     await asyncio.sleep(min(30.0, 0.5 * 2 ** failures))
                 self.metrics.cycle_seconds.observe(time.monotonic() - started)
+            else:
+                self.state.unfollow()  # a standby: no cycle takes the cache's changes, so none is kept
             gc.freeze()  # what the cycle kept is long-lived: out of the collections until the next full list
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), timeout=1.0)

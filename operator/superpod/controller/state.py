@@ -17,8 +17,9 @@ from dataclasses import dataclass, replace
 
 from superpod.api.convert import node_from_k8s, pod_from_k8s, record_from_k8s, topology_from_k8s
 from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME
-from superpod.api.podgang import Grouping, grouping, nomination_of
+from superpod.api.podgang import Grouping, gang_name, grouping, is_gang_key, nomination_of
 from superpod.api.resources import ConvertError
+from superpod.api.status import read_status
 from superpod.api.times import timestamp
 from superpod.controller.gpu_tally import GpuTally
 from superpod.core.accounting import Run
@@ -43,6 +44,8 @@ from superpod.k8s.api import (
 
 log = logging.getLogger(__name__)
 TOMBSTONES = 50_000  # deleted uids remembered, so their late events are ignored
+# Runs of deleted pods a standby keeps before it drops those no leader would bill (then: twice those it kept)
+ENDED_KEPT = 1_000
 # Kinds kept without metadata.managedFields (the server's field ownership, often half of a pod's or node's bytes):
 # nodes and pods are most of the cache at fleet size, and are never written back whole.
 SLIM = (NODES, PODS)
@@ -206,9 +209,12 @@ class ClusterState:
         self.offers: dict[tuple[str, str], int] = {}  # offer_keys of the usable nodes -> how many nodes offer it
         self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
         self.touched: set[str] = set()  # keys of the jobs stamped (or deleted) since the controller last looked
-        # uids of the jobs, nodes and queues deleted since the controller last dropped what it remembers of them (a
-        # standby does not drain it: the oldest go, it remembers nothing of them)
+        # uids of the jobs, nodes and queues deleted since the controller last dropped what it remembers of them
         self.gone: deque[str] = deque(maxlen=TOMBSTONES)
+        # A cycle takes the changes above (touched, edited_jobs, holding_changed, nodes_changed, gone); on a standby
+        # none does, and none is kept (`unfollow`): its cache is bounded by what exists, whatever the churn.
+        self.followed = True
+        self._ended_bound = ENDED_KEPT  # a standby looks which runs of deleted pods still matter past this many
         self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
@@ -245,7 +251,7 @@ class ClusterState:
             return False
         self.unsent.setdefault(key, (obj, now))
         self.jobs[key] = {**obj, "status": status}
-        self.edited_jobs.add(key)
+        self._edited(key)
         self._stamp(key)
         return True
 
@@ -260,31 +266,72 @@ class ClusterState:
         else:
             self.unsent.pop(key, None)
         self.jobs[key] = obj
-        self.edited_jobs.add(key)
+        self._edited(key)
 
     def forget_unsent(self) -> None:
         """The jobs as the API server has them: the statuses not sent are dropped (a new Lease term decides only on
         what was written; the pods a dropped placement made are found by their job, `decide.recovered`)."""
         for key, (obj, _) in self.unsent.items():
             self.jobs[key] = obj
-            self.edited_jobs.add(key)
+            self._edited(key)
             self._stamp(key)
         self.unsent.clear()
 
+    # ---- what the cycle takes -----------------------------------------------------------------------------------
+    def unfollow(self) -> None:
+        """No cycle takes the changes from now on (a standby): those kept are dropped and no more are kept, and of the
+        runs of deleted pods only those a leader would bill. A new term relists everything, and its first cycle
+        looks at everything (`follow`)."""
+        if not self.followed:
+            return
+        self.followed = False
+        self.touched, self.edited_jobs, self.holding_changed, self.nodes_changed = set(), set(), set(), set()
+        self.gone.clear()
+        self._forget_accounted()
+
+    def follow(self) -> bool:
+        """A cycle takes the changes from now on; False when none were kept until now: it must look at everything."""
+        kept, self.followed = self.followed, True
+        return kept
+
     def _changed(self, kind: Kind, key: str) -> None:
-        job = self.pods[key].job if kind is PODS and key in self.pods else key
-        if kind in (PODS, SERVICES, TRAININGJOBS) and job:
+        if job := self._job_of(kind, key):
             self._stamp(job)
-        elif kind is PODGROUPS:
-            self._stamp(Grouping(key.split("/", 1)[1], "pod-group").key(key.split("/", 1)[0]))
+
+    def _job_of(self, kind: Kind, key: str) -> str | None:
+        """The job (or pod gang) a change of this object is a change of."""
+        if kind is PODS:
+            return self.pods[key].job if key in self.pods else None
+        if kind in (SERVICES, TRAININGJOBS):
+            return key
+        if kind is PODGROUPS:
+            namespace, name = key.split("/", 1)
+            return Grouping(name, "pod-group").key(namespace)
+        return None
 
     def touch(self, job: str) -> None:
         """Have the controller look at a job (or pod gang) again though nothing of it changed."""
         self._stamp(job)
 
     def _stamp(self, job: str) -> None:
-        self.changes[job] = next(self._stamps)
-        self.touched.add(job)
+        """The job changed: a new stamp while anything of it is cached, none once all is gone (the pods the garbage
+        collector deletes after their job, every Service of the cluster, left one each for good); the cycle looks
+        at it again."""
+        if (job in self.jobs or self.by_job.get(job) or job in self.services
+                or is_gang_key(job) and gang_name(job) in self.pod_groups):
+            self.changes[job] = next(self._stamps)
+        else:
+            self.changes.pop(job, None)
+        if self.followed:
+            self.touched.add(job)
+
+    def _edited(self, key: str) -> None:
+        if self.followed:
+            self.edited_jobs.add(key)
+
+    def _gone(self, uid: str) -> None:
+        if self.followed:
+            self.gone.append(uid)
 
     def resync(self, kind: Kind, items: list[dict], list_version: str, now: float) -> int:
         """A full list: apply every item, and drop what the list proves deleted (cached from before the list, absent
@@ -319,7 +366,7 @@ class ClusterState:
             self.pod_groups[key] = obj
 
     def _forget(self, kind: Kind, key: str, uid: str, rv: int, now: float, obj: dict | None = None) -> None:
-        self._changed(kind, key)
+        job = self._job_of(kind, key)  # stamped at the end, once the object is gone (no stamp outlives its job)
         self._versions.pop((kind.plural, key), None)
         if uid:
             self._tombstones[uid] = rv
@@ -328,7 +375,8 @@ class ClusterState:
         if kind is PODS:
             pod = self.pods.pop(key, None)
             if (held := self.holding.pop(key, None)) is not None:
-                self.holding_changed.add(key)
+                if self.followed:
+                    self.holding_changed.add(key)
                 self.gpus.pod(held, None)
             self.gang_pods.pop(key, None)
             self.gang_nominations.pop(key, None)
@@ -337,23 +385,20 @@ class ClusterState:
                 if not self.by_job.get(pod.job):
                     self.by_job.pop(pod.job, None)
                     if pod.owner is None:  # a pod gang's last pod: what is remembered of the gang goes with it
-                        self.changes.pop(pod.job, None)
-                        self.gone.append(pod.job)
+                        self._gone(pod.job)
                 if pod.owner is None:
-                    self.gone.append(pod.uid)  # the Events said on it
+                    self._gone(pod.uid)  # the Events said on it
                 # Its run ended when its last version says (a deletion records its time); a pod that vanished
                 # unseen (a relist found it gone) is billed only up to the last time its object names: never more
                 # than it ran.
                 last = pod_info(obj).run if obj is not None else pod.run
-                self.ended[key] = (pod.owner, pod.attempt, last if last.end is not None else
-                                   replace(last, end=max(last.start or 0.0, pod.last_known)))
+                self._keep_run(key, pod, last if last.end is not None else
+                              replace(last, end=max(last.start or 0.0, pod.last_known)))
         elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
             self.unsent.pop(key, None)
-            self.edited_jobs.add(key)
-            self.changes.pop(key, None)
-            self.touched.add(key)
-            self.gone.append(uid)
+            self._edited(key)
+            self._gone(uid)
         elif kind is NODES:
             gone = self.nodes.pop(key, None)
             self._offer(gone.node if gone else None, -1)
@@ -364,7 +409,7 @@ class ClusterState:
             self.version += 1
             self.layout += 1
             self.node_stamps.pop(key, None)  # the layout changed: the next snapshot is built anew
-            self.gone.append(uid)
+            self._gone(uid)
         elif kind is SERVICES:
             self.services.pop(key, None)
         elif kind is CLUSTERTOPOLOGIES:
@@ -374,11 +419,20 @@ class ClusterState:
         elif kind is GPUQUEUES:
             self.queues.pop(key, None)
             self.queue_edits += 1
-            self.gone.append(uid)
+            self._gone(uid)
         elif kind is GPUUSAGES:
             self.ledger.remove(key)
         elif kind is PODGROUPS:
             self.pod_groups.pop(key, None)
+        if job:
+            self._stamp(job)
+
+    def _keep_run(self, key: str, pod: PodInfo, run: Run) -> None:
+        """Keep a deleted pod's run until its attempt is accounted (`forget_ended`): the leader's cycle drops the
+        others every cycle, a standby each time they have doubled."""
+        self.ended[key] = (pod.owner, pod.attempt, run)
+        if not self.followed and len(self.ended) > self._ended_bound:
+            self._forget_accounted()
 
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
         held = self.holding.get(key)
@@ -389,7 +443,8 @@ class ClusterState:
             self._stamp(old.job)  # the job it left has one pod fewer
         self.pods[key] = info
         if info.holds is not held:
-            self.holding_changed.add(key)
+            if self.followed:
+                self.holding_changed.add(key)
             self.gpus.pod(held, info.holds)
         if info.holds is not None:
             self.holding[key] = info.holds
@@ -444,7 +499,8 @@ class ClusterState:
         if old is None or old.node != node:
             self.version += 1
             self.node_stamps[name] = self.version
-            self.nodes_changed.add(name)
+            if self.followed:
+                self.nodes_changed.add(name)
             if old is None or old.node is None or node is None:
                 self.layout += 1
 
@@ -479,6 +535,14 @@ class ClusterState:
         """Drop the runs of deleted pods once their attempt is accounted or their job is gone (job uid ->
         accountedAttempts)."""
         self.ended = {k: v for k, v in self.ended.items() if v[0] in accounted and v[1] > accounted[v[0]]}
+
+    def _forget_accounted(self) -> None:
+        """`forget_ended` without a cycle (a standby): the attempts accounted as the cached jobs' statuses say. Looks
+        again only when as many more runs are kept (and not before the jobs are as many)."""
+        owners = {uid for uid, _, _ in self.ended.values()}
+        self.forget_ended({uid: read_status(obj)[0].accountedAttempts for obj in self.jobs.values()
+                           if (uid := obj["metadata"].get("uid")) in owners})
+        self._ended_bound = max(ENDED_KEPT, len(self.jobs), 2 * len(self.ended))
 
     def pods_of(self, job_key: str) -> list[PodInfo]:
         return [self.pods[k] for k in self.by_job.get(job_key, ()) if k in self.pods]
