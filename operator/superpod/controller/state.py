@@ -107,7 +107,8 @@ class PodInfo:
     index: int | None
     holds: Pod | None  # the capacity it holds (bound, not finished), for the snapshot
     state: PodState
-    run: Run  # from status.startTime to the last container's finish (or the deletion request)
+    run: Run  # from status.startTime until its GPUs were freed: its last container's finish (None while it runs or
+    # terminates; a pod deleted before it finished ends when it is gone, `removed_run`)
     last_known: float = 0.0  # the latest time its object names (a start, a transition): it ran at least until
     gang_spec: str | None = None  # a TrainingJob pod's digest of the spec it was made from (manifests.gang_digest)
 
@@ -341,12 +342,7 @@ class ClusterState:
                         self.gone.append(pod.job)
                 if pod.owner is None:
                     self.gone.append(pod.uid)  # the Events said on it
-                # Its run ended when its last version says (a deletion records its time); a pod that vanished
-                # unseen (a relist found it gone) is billed only up to the last time its object names: never more
-                # than it ran.
-                last = pod_info(obj).run if obj is not None else pod.run
-                self.ended[key] = (pod.owner, pod.attempt, last if last.end is not None else
-                                   replace(last, end=max(last.start or 0.0, pod.last_known)))
+                self.ended[key] = (pod.owner, pod.attempt, removed_run(pod, obj, now))
         elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
             self.unsent.pop(key, None)
@@ -522,9 +518,31 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None =
         key=f"{ns}/{meta.get('name')}", uid=meta.get("uid") or "", node=(obj.get("spec") or {}).get("nodeName"),
         phase=state.phase, deleting=bool(meta.get("deletionTimestamp")), job=job,
         owner=owner, attempt=_int(labels.get(ATTEMPT_LABEL)), index=_int(labels.get(INDEX_LABEL)), holds=holds,
-        state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status),
+        state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status, meta),
         gang_spec=(meta.get("annotations") or {}).get(GANG_ANNOTATION) if owner else None,
     )
+
+
+def removed_run(pod: PodInfo, obj: dict | None, now: float) -> Run:
+    """The run of a pod that is gone, until its GPUs were freed: its containers' finish when its last version names
+    it (the kubelet writes them before its final delete), else when the removal was seen (`now`), at most the end of
+    its grace period (deletionTimestamp). A pod that vanished unseen (a relist found it gone) is billed only up to
+    the last time its object names: never more than it ran."""
+    if obj is None:
+        run = pod.run
+        return run if run.end is not None else replace(run, end=max(run.start or 0.0, pod.last_known))
+    run = pod_info(obj).run
+    if run.end is not None or run.start is None:
+        return run
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    ends = _finishes(containers)
+    if containers and len(ends) == len(containers):
+        end = max(ends)
+    else:
+        deadline = _time(meta.get("deletionTimestamp"))
+        end = now if deadline is None else min(now, deadline)
+    return replace(run, end=max(run.start, end))
 
 
 def pod_state(obj: dict) -> PodState:
@@ -552,27 +570,33 @@ def pod_state(obj: dict) -> PodState:
                     waiting_reason=waiting, disrupted=disrupted)
 
 
-def _last_known(status: dict) -> float:
+def _last_known(status: dict, meta: dict | None = None) -> float:
+    """The latest time the object names that the pod ran until (if it started): a start, a transition, the deletion
+    request."""
     times = [status.get("startTime")] + [c.get("lastTransitionTime") for c in status.get("conditions") or []] + [
         ((c.get("state") or {}).get("running") or {}).get("startedAt") for c in status.get("containerStatuses") or []]
-    return max((t for t in map(_time, times) if t is not None), default=0.0)
+    known = [t for t in map(_time, times) if t is not None]
+    deleting = _time((meta or {}).get("deletionTimestamp"))
+    if deleting is not None:
+        known.append(deleting - float((meta or {}).get("deletionGracePeriodSeconds") or 0))
+    return max(known, default=0.0)
 
 
 def _ended(obj: dict) -> float | None:
-    """When the pod stopped running: its last container's finish once terminal, else when its deletion was asked
-    (deletionTimestamp minus the grace period); None while it runs."""
+    """When the pod's GPUs were freed, while its object is there: once it finished, its last container's finish
+    (else the last time its object names); None while it runs, or terminates: a pod being deleted holds its GPUs
+    until it is gone (`removed_run`)."""
     status = obj.get("status") or {}
-    if status.get("phase") in POD_FINISHED:
-        ends = [_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-                for c in status.get("containerStatuses") or []]
-        ends = [t for t in ends if t is not None]
-        if ends:
-            return max(ends)
-    meta = obj.get("metadata") or {}
-    deleting = _time(meta.get("deletionTimestamp"))
-    if deleting is not None:
-        return deleting - float(meta.get("deletionGracePeriodSeconds") or 0)
-    return None
+    if status.get("phase") not in POD_FINISHED:
+        return None
+    ends = _finishes(status.get("containerStatuses") or [])
+    return max(ends) if ends else _last_known(status)
+
+
+def _finishes(containers: list) -> list[float]:
+    """The finish times of the containers that terminated."""
+    ends = [_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt")) for c in containers]
+    return [t for t in ends if t is not None]
 
 
 def _time(value) -> float | None:
