@@ -269,14 +269,20 @@ class PodGangs:
     def stop(self, state: ClusterState, key: str, generation: int | None, preemptor: str, priority, now: float) -> Plan:
         """Evict a bound pod gang as kube-scheduler evicts a pod: condition DisruptionTarget (reason
         PreemptionByScheduler), then a graceful delete (each pod's own grace period); its owner makes it again."""
+        return self.evict(state, key, generation, "PreemptionByScheduler", Reason.PREEMPTED,
+                          f"preempted by {preemptor} (priority {priority})", now)
+
+    def evict(self, state: ClusterState, key: str, generation: int | None, cause: str, reason: str, why: str,
+              now: float) -> Plan:
+        """Evict a bound pod gang's pods of `generation` (None: all): condition DisruptionTarget (reason `cause`),
+        then a graceful delete (each pod's own grace period), and an Event; its owner makes it again."""
         pods = self.unstopped(state, key, generation)
-        why = f"preempted by {preemptor} (priority {priority})"
         steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
-            "type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler",
+            "type": "DisruptionTarget", "status": "True", "reason": cause,
             "message": f"superpod-scheduler: {why}", "lastTransitionTime": rfc3339(now)}) for pod in pods]
         steps.append(DeletePods(tuple((_key(pod), pod["metadata"].get("uid") or "") for pod in pods)))
         if pods:
-            steps.append(Emit(pod_ref(pods[0]), "Warning", str(Reason.PREEMPTED), f"gang {gang_name(key)} {why}"))
+            steps.append(Emit(pod_ref(pods[0]), "Warning", str(reason), f"gang {gang_name(key)} {why}"))
         return Plan(f"gang:{key}", steps)
 
     def _bound(self, state: ClusterState, key: str) -> list[dict]:
