@@ -1,6 +1,6 @@
 """`superpod usage`: GPU-hours per tenant over a time window, from the cluster's recorded usage — the GPUUsage
-records of ended attempts, plus the attempts running now (from their pods) unless --recorded-only. What a provider
-turns into invoices."""
+records of ended attempts and pods, plus the attempts running now (from their pods) and the pods billed on their own
+that hold GPUs now (controller/podbills.py) unless --recorded-only. What a provider turns into invoices."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import io
 import json
 import sys
 import time
+from dataclasses import replace
 from typing import Any
 
 from superpod.api.convert import duration, record_from_k8s, usage_name
@@ -17,6 +18,8 @@ from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller.jobs import JobReader
 from superpod.controller.metering import attempt_runs
+from superpod.controller.podbills import PodBills
+from superpod.controller.podgangs import PodGangs
 from superpod.controller.queues import QueueBook
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_seconds
@@ -54,12 +57,16 @@ async def gather(api: ClusterAPI, now: float, running: bool = True) -> tuple[lis
 
 async def _running(api: ClusterAPI, now: float, recorded: set[str]) -> list[Record]:
     state = ClusterState()
-    for kind in (GPUQUEUES, TRAININGJOBS, PODS):
+    for kind in (GPUQUEUES, GPUUSAGES, TRAININGJOBS, PODS):  # the records: where an orphaned pod's billing starts
         items, version = await api.list(kind)
         state.resync(kind, items, version, now)
     reader, book = JobReader(), QueueBook(state, half_life=0)
     reader.read(state)
-    out = []
+    bills = PodBills(book)
+    bills.update(state, reader, PodGangs(), pending=False)
+    out = [replace(bill.record(), end=now if bill.run.end is None else bill.run.end, gpu_seconds=bill.seconds(now))
+           for bills_of in (bills.live.values(), bills.ended.values()) for bill in bills_of
+           if bill.run.start is not None and bill.seconds(now) > 0]
     for view in reader.active.values():
         status = view.status
         runs = [run for run in attempt_runs(state, view, status.attempt) if run.start is not None]

@@ -61,7 +61,7 @@ class Truth:
     """What really ran, from every event of the store (no delay, no loss)."""
 
     start: dict[str, float] = field(default_factory=dict)  # pod uid -> startTime
-    end: dict[str, float] = field(default_factory=dict)  # pod uid -> finished, deletion asked, or removed
+    end: dict[str, float] = field(default_factory=dict)  # pod uid -> when its GPUs were freed: finished, or removed
     pods: dict[str, dict] = field(default_factory=dict)  # pod uid -> (job key, attempt, units)
     closed: dict[tuple[str, int], float] = field(default_factory=dict)  # (job uid, attempt) -> when accounted
     tainted: set[tuple[str, int]] = field(default_factory=set)  # attempts with a crash or lost events
@@ -264,7 +264,7 @@ class World:
                 if status.get("startTime") and uid not in self.truth.start:
                     self.truth.start[uid] = timestamp(status["startTime"])
                 if uid in self.truth.start and uid not in self.truth.end:
-                    end = _end(obj, ev.type, self.c.now)
+                    end = _end(obj, ev.type, ev.time)
                     if end is not None:
                         self.truth.end[uid] = end
             elif ev.kind is TRAININGJOBS and ev.type != "DELETED":
@@ -393,10 +393,12 @@ class World:
 
     def _usage_records(self) -> None:
         """The GPUUsage records of a job's accounted attempts never bill more than its status closed (a record is
-        written before the close; a retried close may count a little longer than the record that stands)."""
+        written before the close; a retried close may count a little longer than the record that stands). (A pod's
+        own record, of the time it terminated after its attempt closed, is not the attempt's.)"""
         recorded: dict[str, float] = defaultdict(float)
         for record in self.store.objects.get(GPUUSAGES, {}).values():
-            recorded[record["spec"]["jobUid"]] += record["spec"]["gpuSeconds"]
+            if not record["spec"].get("pod"):
+                recorded[record["spec"]["jobUid"]] += record["spec"]["gpuSeconds"]
         for job in self.store.objects.get(TRAININGJOBS, {}).values():
             st = job.get("status") or {}
             uid = job["metadata"]["uid"]
@@ -454,15 +456,15 @@ def _ready(node: dict | None) -> bool:
                                     for c in node["status"].get("conditions") or [])
 
 
-def _end(pod: dict, event: str, now: float) -> float | None:
-    meta, status = pod["metadata"], pod.get("status") or {}
-    ends = [timestamp(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-            for c in status.get("containerStatuses") or []
+def _end(pod: dict, event: str, when: float) -> float | None:
+    """When the pod's GPUs were freed: its containers' finish once it finished, or once it is gone if the kubelet
+    wrote them, else its removal (`when`, the event's time); None while it runs or terminates."""
+    status = pod.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    ends = [timestamp(((c.get("state") or {}).get("terminated") or {}).get("finishedAt")) for c in containers
             if ((c.get("state") or {}).get("terminated") or {}).get("finishedAt")]
     if status.get("phase") in ("Succeeded", "Failed") and ends:
         return max(ends)
-    if meta.get("deletionTimestamp"):
-        return timestamp(meta["deletionTimestamp"]) - float(meta.get("deletionGracePeriodSeconds") or 0)
     if event == "DELETED":
-        return now
+        return max(ends) if containers and len(ends) == len(containers) else when
     return None

@@ -118,8 +118,9 @@ def test_hold_and_drain_stops_the_running_jobs_and_the_budget_renews_each_period
     assert status["phase"] == "Queued" and "queue a has spent its budget" in status["message"]
     assert any(reason == "BudgetExhausted" and "HoldAndDrain" in text for reason, text in c.events("j"))
     assert c.pods("j") == [], "its pods were deleted"
-    [record] = records(c)
+    [record, tail] = sorted(records(c), key=lambda r: "pod" in r["spec"])
     assert 180 <= record["spec"]["gpuSeconds"] == status["finishedGpuSeconds"] <= 180 + 3 * 8
+    assert tail["spec"]["start"] == record["spec"]["end"], "its pod's terminating time after the close, on its own"
     for _ in range(30):
         c.settle(9, seconds=10.0)
         if phase(c, "a", "j") in ("Starting", "Running"):
@@ -152,6 +153,7 @@ def test_a_placed_job_deleted_while_running_leaves_its_record():
     uid = c.job("j")["metadata"]["uid"]
     run(c.admin.delete(TRAININGJOBS, "j", "team-a"))
     c.settle(2)
-    [record] = records(c)
+    [record, tail] = sorted(records(c), key=lambda r: "pod" in r["spec"])
     assert record["metadata"]["name"] == f"{uid}-a1"
     assert 8 * 15 <= record["spec"]["gpuSeconds"] <= 8 * 22
+    assert (tail["spec"]["jobUid"], tail["spec"]["start"]) == (uid, record["spec"]["end"]), "then its pod terminated"

@@ -353,3 +353,31 @@ def test_a_standby_keeps_no_change_of_the_churn_only_the_runs_the_next_leader_bi
     assert len(s.ended) <= ENDED_KEPT, f"{len(s.ended)} runs of deleted pods kept"
     assert s.ended[f"ns/{pod_name('open', 2, 0)}"][:2] == ("uid-open", 2), "the next leader bills the open attempt"
     assert f"ns/{pod_name('closed', 2, 0)}" not in s.ended
+
+
+def test_a_pod_deleted_before_it_finished_runs_until_its_gpus_are_free():
+    """Review L2: a pod's run ended at the delete request, though it held its GPUs while it terminated. Now a pod
+    being deleted still runs; once gone it ran until its containers stopped (the kubelet's last status names it),
+    else until its removal was seen, at most to the end of its grace period."""
+    s = ClusterState()
+    running = pod("p-a1-0", 1, **{"superpod.dev/job-name": "j", "superpod.dev/attempt": "1"})
+    running["status"].update(startTime="2026-01-01T00:00:00Z")
+    s.apply(PODS, "ADDED", running, 0.0)
+    deleting = copy.deepcopy(running)
+    deleting["metadata"].update(resourceVersion="2", deletionTimestamp="2026-01-01T00:02:00Z",
+                                deletionGracePeriodSeconds=60)  # asked at 00:01:00
+    s.apply(PODS, "MODIFIED", deleting, 0.0)
+    assert s.pods["ns/p-a1-0"].run.end is None, "terminating: it still holds its GPUs"
+    stopped = copy.deepcopy(deleting)
+    stopped["metadata"]["resourceVersion"] = "3"
+    stopped["status"]["containerStatuses"] = [{"name": "c", "state": {"terminated": {
+        "exitCode": 143, "finishedAt": "2026-01-01T00:01:30Z"}}}]
+    s.apply(PODS, "DELETED", stopped, 0.0)
+    start = s.ended["ns/p-a1-0"][2].start
+    assert s.ended["ns/p-a1-0"][2].end - start == 90, "its containers stopped 90 s after its start"
+    for seen, billed in ((start + 100, 100), (start + 500, 120)):  # no container states: seen, at most the deadline
+        s = ClusterState()
+        s.apply(PODS, "ADDED", running, 0.0)
+        s.apply(PODS, "MODIFIED", deleting, 0.0)
+        s.apply(PODS, "DELETED", {**deleting, "metadata": {**deleting["metadata"], "resourceVersion": "3"}}, seen)
+        assert s.ended["ns/p-a1-0"][2].end - start == billed

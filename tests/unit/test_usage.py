@@ -69,3 +69,17 @@ def test_the_ledgers_running_sums_equal_sums_from_scratch(steps, since):
         assert math.isclose(ledger.spent(queue, since), sum(r.within(since, math.inf) for r in mine), abs_tol=1e-6)
         assert math.isclose(ledger.past(queue, now, 3600), sum(r.gpu_seconds * decay(now - r.end, 3600)
                                                                 for r in mine), rel_tol=1e-9, abs_tol=1e-6)
+
+
+def test_the_ledger_finds_an_attempts_record_by_namespace_job_attempt_and_a_pods_start():
+    """Where a pod an attempt left behind starts to be billed on its own: the end of its attempt's record (a job
+    made again under the same name counts attempts from 1 again; a pod's own record is not an attempt's)."""
+    ledger = Ledger()
+    ledger.add("old-a1", record(start=100, end=200))
+    ledger.add("new-a1", record(start=500, end=900))
+    ledger.add("p-pod", Record("a", "ns-a", "j", "*", "spot", 1, 8.0, 900, 950, 400, pod="j-a1-0"))
+    assert ledger.attempt("ns-a", "j", 1, 600).end == 900
+    assert ledger.attempt("ns-a", "j", 1, 150).end == 200
+    assert ledger.attempt("ns-a", "j", 1, 920) is None and ledger.attempt("ns-a", "j", 2, 600) is None
+    ledger.remove("new-a1")
+    assert ledger.attempt("ns-a", "j", 1, 600) is None and ledger.by_attempt == {("ns-a", "j", 1): {"old-a1"}}

@@ -73,8 +73,13 @@ def pod_from_k8s(obj: dict) -> Pod | None:
     if not node or _get(obj, "status.phase", str) in POD_FINISHED:
         return None
     key = f"{_get(obj, 'metadata.namespace', str, 'default')}/{_get(obj, 'metadata.name', str, '')}"
+    return Pod(key=key, node=node, requests=pod_resources(obj))
+
+
+def pod_resources(obj: dict) -> tuple[tuple[str, int], ...]:
+    """What a pod requests of its node (canonical units), bound or not. Raises ConvertError."""
     reqs = pod_requests(_get(obj, "spec", dict, {}), lambda field, raw: resources_of(obj, field, raw))
-    return Pod(key=key, node=node, requests=tuple(sorted(reqs.items())))
+    return tuple(sorted(reqs.items()))
 
 
 def _validate(model: type, obj: dict) -> Any:
@@ -142,7 +147,7 @@ def record_from_k8s(obj: dict) -> Record:
     """The core Record of a GPUUsage object."""
     spec = _validate(GPUUsage, obj).spec
     return Record(spec.queue, spec.namespace, spec.job, spec.flavor, spec.serviceClass, spec.attempt, spec.gpus,
-                  spec.start.timestamp(), spec.end.timestamp(), spec.gpuSeconds)
+                  spec.start.timestamp(), spec.end.timestamp(), spec.gpuSeconds, spec.pod or "")
 
 
 def usage_name(job_uid: str, attempt: int) -> str:
@@ -150,17 +155,28 @@ def usage_name(job_uid: str, attempt: int) -> str:
     return f"{job_uid}-a{attempt}"
 
 
-def usage_object(record: Record, job_uid: str) -> dict:
-    """The GPUUsage object of an ended attempt, named <job uid>-a<attempt>: written once, whoever closes it."""
+POD_USAGE = "-pod"  # the end of the name of a pod's own record
+
+
+def pod_usage_name(pod_uid: str) -> str:
+    """The GPUUsage record of a pod billed on its own: one per pod (uids are never reused), written once it ended."""
+    return f"{pod_uid}{POD_USAGE}"
+
+
+def usage_object(record: Record, job_uid: str, pod_uid: str = "") -> dict:
+    """The GPUUsage object of an ended attempt, named <job uid>-a<attempt>, or of a pod billed on its own (`pod_uid`),
+    named <pod uid>-pod: written once, whoever writes it."""
     labels = {"superpod.dev/namespace": record.namespace}
     if len(record.queue) <= LABEL_VALUE_MAX:  # a longer queue name is in the spec only (label values stop at 63)
         labels["superpod.dev/queue"] = record.queue
+    name = pod_usage_name(pod_uid) if pod_uid else usage_name(job_uid, record.attempt)
     return {"apiVersion": API_VERSION, "kind": "GPUUsage",
-            "metadata": {"name": usage_name(job_uid, record.attempt), "labels": labels},
+            "metadata": {"name": name, "labels": labels},
             "spec": {"queue": record.queue, "namespace": record.namespace, "job": record.job, "jobUid": job_uid,
                      "attempt": record.attempt, "flavor": record.flavor, "serviceClass": record.service_class,
                      "gpus": record.gpus, "start": rfc3339(record.start, micro=True),
-                     "end": rfc3339(record.end, micro=True), "gpuSeconds": record.gpu_seconds}}
+                     "end": rfc3339(record.end, micro=True), "gpuSeconds": record.gpu_seconds,
+                     **({"pod": record.pod} if record.pod else {})}}
 
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|m|s)")

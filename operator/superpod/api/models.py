@@ -352,8 +352,11 @@ class GPUUsageSpec(_Spec):
     queue: str = Field("", max_length=253, description="The GPUQueue the attempt ran in (empty: no queue).")
     namespace: str = Field(max_length=63, description="The job's namespace.")
     job: str = Field(max_length=253, description="The TrainingJob's name.")
-    jobUid: str = Field(max_length=64, description="The TrainingJob's uid.")
+    jobUid: str = Field(max_length=64, description="The TrainingJob's uid (empty: a pod no known TrainingJob owns).")
     attempt: int = Field(ge=1, description="The gang attempt.")
+    pod: str | None = Field(None, max_length=253, description="A pod billed on its own (a pod gang's, one orphaned by "
+                            "its TrainingJob, one another scheduler placed, or a torn-down attempt's pod after the "
+                            "attempt's record): its name; the record's job is its TrainingJob's or gang's name.")
     flavor: str = Field(max_length=128, description="What it counted against: a GPU product, a MIG profile, or *.")
     serviceClass: str = Field(max_length=16, description="reserved or spot.")
     gpus: float = Field(ge=0, description="GPUs the gang held (MIG slices count g/7).")
@@ -365,5 +368,6 @@ class GPUUsageSpec(_Spec):
 class GPUUsage(BaseModel):
     apiVersion: Literal["superpod.dev/v1alpha1"] = Field(API_VERSION, description="superpod.dev/v1alpha1")
     kind: Literal["GPUUsage"] = Field("GPUUsage", description="GPUUsage")
-    metadata: ObjectMeta = Field(description="Standard object metadata; the name is <job uid>-a<attempt>.")
-    spec: GPUUsageSpec = Field(description="One ended attempt's usage.")
+    metadata: ObjectMeta = Field(description="Standard object metadata; the name is <job uid>-a<attempt>, or <pod "
+                                 "uid>-pod for a pod billed on its own.")
+    spec: GPUUsageSpec = Field(description="One ended attempt's usage, or one pod's.")

@@ -30,6 +30,7 @@ from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings, judge, record_deleted, requeue, revisit_at
 from superpod.controller.metering import Meter
 from superpod.controller.mig import MigFlow
+from superpod.controller.podbills import PodBills, gang_labels
 from superpod.controller.queues import QueueBook
 from superpod.controller.snapshot import SnapshotCache
 from superpod.controller.state import ClusterState
@@ -53,6 +54,7 @@ class Controller:
         self.applier = Applier(api, state, leading, metrics, writer=self.settings.writer, clock=clock)
         self.queues = QueueBook(state, self.settings.usage_half_life, metrics)
         self.meter = Meter(metrics.gpu_seconds if metrics else None, self.queues.labels)
+        self.bills = PodBills(self.queues)  # pods billed on their own (pod gangs, orphans, others' GPU pods, tails)
         # The last cycle's findings on the waiting jobs (for `superpod plan`, explanations and tests):
         self.visited: list[Decision] = []  # the jobs the cycle decided one by one, in queue order
         self.parked: list[Parked] = []  # the jobs it passed over (core/waiting.py)
@@ -105,6 +107,7 @@ class Controller:
         if plans:
             log.debug("cycle: %d plans decided in %.3fs, written in %.3fs", len(plans), planned - started,
                       time.perf_counter() - planned)
+        self.bills.written(self.state, outcome.done)
         for key in outcome.done:
             self.unrecorded.pop(key, None)
             if self.metrics and key in self.preempting:  # a preemption whose writes all landed
@@ -143,6 +146,7 @@ class Controller:
             plans += self._guarded("mig", lambda: self.mig.check(now), [])
         placed = self.reader.gangs
         plans += self._record_deleted(now)
+        plans += self._guarded("metering", lambda: self._bill_pods(), [])
         plans += self._judge_placed(touched, now)
         plans += self.room.gangs.stop_incomplete(self.state, now, touched)
         waiting = self.room.pending(self.state, self.reader, now, touched, self.queues.labels,
@@ -151,7 +155,7 @@ class Controller:
         gangs = self.room.gangs
         snap = self.snapshots.build(self.state, placed, gangs.holdings(), touched)
         fair, closed = self._queue_policy(
-            snap, lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state), now)
+            snap, lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state) + self.bills.foreign(), now)
         plans += gangs.tell_relabelled(self.state)
         policy = closed or fair or self.policy or PriorityFifo()
         if closed:
@@ -194,6 +198,8 @@ class Controller:
                 plans.append(view.fault(decision.reason, now))
                 self._count_error("decide")
         self._guarded("metering", lambda: self.meter.observe(self.state, self.reader.by_key, now, touched), None)
+        self._guarded("metering", lambda: self.meter.observe_pods(self.bills.take_changes(now),
+                                                                  lambda: self.bills.every(now), now), None)
         if self.state.ended:
             by_uid = self.reader.by_uid
             self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts
@@ -234,7 +240,8 @@ class Controller:
         """The GPUQueues' policy for this cycle. Unlike the other stages it fails closed: admitting without it could
         overspend a limit, a guarantee or a budget, so a failure holds admission (Closed) and says why."""
         try:
-            return self.queues.policy(snap, placed, self.reader.active.values(), now, self.policy), None
+            return self.queues.policy(snap, placed, self.reader.active.values(), now, self.policy,
+                                      self.bills.opens), None
         except Exception as e:  # noqa: BLE001 - logged, counted, and said on every GPUQueue
             log.exception("the queues step failed; nothing is admitted this cycle")
             self._count_error("queues")
@@ -316,9 +323,14 @@ class Controller:
                 self.unrecorded[plan.key] = plan
         return list(self.unrecorded.values())
 
+    def _bill_pods(self) -> list[Plan]:
+        """The pods billed on their own brought up to date (before the queues read them); the records due."""
+        self.bills.update(self.state, self.reader, self.room.gangs, bool(self.unrecorded))
+        return self.bills.plans()
+
     def _draining(self, now: float) -> dict[str, Plan]:
-        """The placed jobs of queues whose HoldAndDrain budget was spent (as of the last cycle): each stopped and
-        requeued."""
+        """The placed jobs and bound pod gangs of queues whose HoldAndDrain budget was spent (as of the last cycle):
+        each job stopped and requeued, each gang evicted (its owner makes it again; it then waits on the budget)."""
         if not self.queues.draining:
             return {}
         plans = {}
@@ -328,6 +340,13 @@ class Controller:
                 plans[key] = requeue(self.state, view, now, Reason.BUDGET_EXHAUSTED,
                                      f"stopped: queue {queue}'s budget is spent and it drains (HoldAndDrain); the "
                                      "job waits for the budget to renew", self.queues.labels)
+        gangs = self.room.gangs
+        for request in gangs.placed(self.state):
+            queue = gang_labels(self.queues, request.key, request)[0]
+            if queue in self.queues.draining and gangs.victim_pods(self.state, request.key):
+                plans[request.key] = gangs.drain(
+                    self.state, request.key, f"stopped: queue {queue}'s budget is spent and it drains (HoldAndDrain); "
+                    "made again, it waits for the budget to renew", now)
         return plans
 
     def _judge_unless_steady(self, view: JobView, seen: tuple[int, int], now: float) -> list[Plan]:

@@ -1,9 +1,10 @@
 """The GPU-seconds counter (`superpod_gpu_seconds_total{queue,namespace,flavor,class}`), growing while jobs run.
 Each cycle a job's usage so far (its ended attempts from status, its running attempt from its pods) is compared
 with what was already counted and the difference is added; a job deleted while running is counted up to its
-deletion. After a restart, counting resumes from each job's usage at that moment: what ran while no operator
-watched is in the GPUUsage records and the jobs' status.gpuSeconds (written when an attempt ends), not in the
-counter.
+deletion. Pods billed on their own (controller/podbills.py: pod gangs, orphans, other schedulers' pods in a queue's
+namespace, a torn-down attempt's terminating pods) are counted the same way, each up to what its record bills.
+After a restart, counting resumes from each job's usage at that moment: what ran while no operator watched is in
+the GPUUsage records and the jobs' status.gpuSeconds (written when an attempt ends), not in the counter.
 A job's labels are taken when it is first counted (its queue, the flavor it counts against, its service class)."""
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ class Meter:
         self._rates: dict[Labels, dict[str, float]] = {}  # labels -> job uid -> rate, of the jobs using GPUs now
         self._at: float | None = None  # the time counted up to
         self._whole = True  # the next observation looks at every job (the first, after a reset or an error)
+        self._pods: dict[str, Counted] = {}  # pod uid -> what was counted of a pod billed on its own
+        self._pod_rates: dict[Labels, float] = {}  # labels -> GPUs of those pods running now
+        self._pods_at: float | None = None  # the time they were counted up to (None: from their next observation)
 
     def reset(self) -> None:
         """Count from each job's next observation on (a new Lease term: the last leader counted until now)."""
@@ -45,6 +49,42 @@ class Meter:
         self._rates.clear()
         self._at = None
         self._whole = True
+        self._pods.clear()
+        self._pod_rates.clear()
+        self._pods_at = None
+
+    def observe_pods(self, changed: Mapping[str, tuple[Labels, float, float] | None],
+                     every: Callable[[], Mapping[str, tuple[Labels, float, float]]], now: float) -> None:
+        """Count the pods billed on their own up to `now`. `changed`: pod uid -> (labels, GPU-seconds billed so far,
+        GPUs running now) of the pods whose bill changed since the last observation (None: no longer billed here,
+        its record written); between changes a pod grows at its rate. `every`: all of them, asked on the first
+        observation after a reset (counted from then on)."""
+        if self.counter is None:
+            return
+        if self._pods_at is None:  # counted from now on: what they used before is another term's
+            for uid, (labels, total, rate) in every().items():
+                self._pods[uid] = Counted(labels, total, rate, now, None)
+                self._pod_rates[labels] = self._pod_rates.get(labels, 0.0) + rate
+            self._pods_at = now
+            return
+        since, self._pods_at = self._pods_at, max(now, self._pods_at)
+        if self._pods_at > since:
+            for labels, rate in self._pod_rates.items():
+                if rate > 1e-9:
+                    self.counter.labels(*labels).inc(rate * (self._pods_at - since))
+        for uid, bill in changed.items():
+            before = self._pods.pop(uid, None)
+            counted = 0.0
+            if before is not None:
+                self._pod_rates[before.labels] -= before.rate
+                counted = before.total + before.rate * (self._pods_at - before.at)  # (its rate added above)
+            if bill is None:
+                continue
+            labels, total, rate = bill
+            if total > counted:
+                self.counter.labels(*labels).inc(total - counted)
+            self._pods[uid] = Counted(labels, max(total, counted), rate, self._pods_at, None)
+            self._pod_rates[labels] = self._pod_rates.get(labels, 0.0) + rate
 
     def observe(self, state: ClusterState, views: Mapping[str, JobView], now: float,
                 touched: Collection[str] | None = None) -> None:
@@ -113,7 +153,12 @@ def outside_queues(view: JobView) -> Labels:
     namespace = view.key.split("/", 1)[0]
     if not isinstance(request, JobRequest):
         return "", namespace, ANY, SPOT
-    return "", namespace, request.mig_profile or request.gpu_product or ANY, request.service_class
+    return outside_labels(request)
+
+
+def outside_labels(request: JobRequest) -> Labels:
+    """The labels of a request no queue takes: its flavor is its MIG profile, GPU product, or *."""
+    return "", request.namespace, request.mig_profile or request.gpu_product or ANY, request.service_class
 
 
 def usage(state: ClusterState, view: JobView, now: float) -> tuple[float, float]:

@@ -1,6 +1,7 @@
 """GPUQueues in the cycle: the queue tree read from the cache (again only when a GPUQueue changed), the admission
 policy for one cycle (core/queues.py) on what the placed gangs hold and what the queues used (the GPUUsage records
-of ended attempts, plus the running attempts from their pods), and each queue's status. A cluster without GPUQueues
+of ended attempts and pods, plus the running attempts from their pods and the pods billed on their own,
+controller/podbills.py), and each queue's status. A cluster without GPUQueues
 keeps the configured policy: single-tenant clusters work unchanged.
 
 A budget's periods are counted from the GPUQueue's creation. The status's figures that grow with time (GPU-seconds,
@@ -18,7 +19,7 @@ from superpod.api.status import condition
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller.actions import Emit, Plan, WriteQueueStatus
 from superpod.controller.jobs import JobView
-from superpod.controller.metering import Labels, attempt_runs, outside_queues
+from superpod.controller.metering import Labels, attempt_runs, outside_labels, outside_queues
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import Run, gpu_seconds
 from superpod.core.cycle import Decision
@@ -49,6 +50,7 @@ class QueueBook:
         self.draining: set[str] = set()  # leaf queues whose running jobs stop: a HoldAndDrain budget is spent
         self.open: list[Open] = []  # the running attempts in queues, as of the last policy()
         self._tree: tuple[int, QueueTree, dict[str, str]] | None = None  # (queue edits, tree, unreadable -> why)
+        self._labels: dict[tuple, Labels] = {}  # what request_labels reads of a request -> its labels, in this tree
 
     def tree(self) -> tuple[QueueTree, dict[str, str]]:
         """The queues in force, and the GPUQueues that cannot be read (name -> why)."""
@@ -60,19 +62,21 @@ class QueueBook:
                 except (ConvertError, ValueError) as e:
                     unreadable[name] = str(e)
             self._tree = (self.state.queue_edits, QueueTree.of(queues), unreadable)
+            self._labels = {}
         return self._tree[1], self._tree[2]
 
     def policy(self, snap: Snapshot, placed: Callable[[], list[JobRequest]], active: Iterable[JobView], now: float,
-               inner=None) -> FairQueues | None:
+               inner=None, pods: Callable[[], list[Open]] = list) -> FairQueues | None:
         """The admission policy for this cycle, or None when the cluster has no GPUQueue. `placed`: the requests of
         the placed gangs, asked only when there are queues (a list of every placed gang each cycle was 6 % of the
         operator's CPU at 10,000 nodes); `active`: the placed jobs' views (their running attempts count as used);
-        `inner`: the configured policy, whose placement runs under the queues."""
+        `inner`: the configured policy, whose placement runs under the queues; `pods`: the usage of the pods billed
+        on their own and not recorded yet (asked only when there are queues)."""
         self.draining, self.open = set(), []
         if not self.state.queues:
             return None
         tree, _ = self.tree()
-        running = self.open = self.running(tree, active)
+        running = self.open = self.running(tree, active) + [bill for bill in pods() if bill.queue in tree.queues]
         spent, renews = self.spent(tree, running, now)
         past = {leaf: self.state.ledger.past(leaf, now, self.half_life) for leaf in tree.queues
                 if not tree.children[leaf]}
@@ -95,7 +99,7 @@ class QueueBook:
             if status.accountedAttempts >= status.attempt or not isinstance(view.request, JobRequest) \
                     or usage_name(view.uid, status.attempt) in recorded:  # its close was recorded, not written
                 continue
-            queue, flavor, problem = tree.classify(view.request)
+            queue, flavor, problem = tree.counted(view.request)
             if not problem:
                 out.append(Open(queue, flavor, view.request.service_class,
                                 tuple(attempt_runs(self.state, view, status.attempt)), view.units))
@@ -130,16 +134,31 @@ class QueueBook:
         """The minRuntimeSeconds of the queue a request runs in (0 without one)."""
         if not self.state.queues:
             return 0
-        queue = self.tree()[0].classify(request)[0]
+        queue = self.tree()[0].counted(request)[0]
         return int(self.tree()[0].queues[queue].min_runtime) if queue else 0
 
     def labels(self, view: JobView) -> Labels:
         """The GPU-seconds counter's labels of a job: its queue and the flavor it counts against, when it has one."""
-        outside = outside_queues(view)
-        if not self.state.queues or not isinstance(view.request, JobRequest):
-            return outside
-        queue, flavor, problem = self.tree()[0].classify(view.request)
-        return (queue or "", outside[1], flavor or outside[2], outside[3]) if not problem else outside
+        if not isinstance(view.request, JobRequest):
+            return outside_queues(view)
+        return self.request_labels(view.request)
+
+    def request_labels(self, request: JobRequest) -> Labels:
+        """The labels (queue, namespace, flavor, class) a request is counted and billed under: its queue and the
+        flavor it counts against, when a queue takes it; else outside queues (queue "")."""
+        if not self.state.queues:
+            return outside_labels(request)
+        tree = self.tree()[0]
+        read = (request.namespace, request.queue, request.gpu_product, request.requests, request.service_class)
+        known = self._labels.get(read)
+        if known is None:  # (many pods billed on their own ask the same)
+            if len(self._labels) >= 10_000:
+                self._labels = {}
+            outside = outside_labels(request)
+            queue, flavor, problem = tree.counted(request)
+            known = self._labels[read] = (queue or "", outside[1], flavor or outside[2], outside[3]) if not problem \
+                else outside
+        return known
 
     def status_plans(self, fair: FairQueues | None, decisions: list[Decision], now: float) -> list[Plan]:
         """Each GPUQueue's status, written when it changed; a Warning on a queue that is not in force."""

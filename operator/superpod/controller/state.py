@@ -15,14 +15,22 @@ import logging
 from collections import OrderedDict, deque
 from dataclasses import dataclass, replace
 
-from superpod.api.convert import node_from_k8s, pod_from_k8s, record_from_k8s, topology_from_k8s
+from superpod.api.convert import (
+    POD_USAGE,
+    node_from_k8s,
+    pod_from_k8s,
+    pod_resources,
+    pod_usage_name,
+    record_from_k8s,
+    topology_from_k8s,
+)
 from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME
-from superpod.api.podgang import Grouping, gang_name, grouping, is_gang_key, nomination_of
+from superpod.api.podgang import QUEUE_LABEL, Grouping, gang_name, grouping, is_gang_key, nomination_of
 from superpod.api.resources import ConvertError
 from superpod.api.status import read_status
 from superpod.api.times import timestamp
 from superpod.controller.gpu_tally import GpuTally
-from superpod.core.accounting import Run
+from superpod.core.accounting import Run, gpu_units
 from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
 from superpod.core.mig_render import STATE_LABEL
 from superpod.core.model import Node, Pod, Topology
@@ -98,6 +106,17 @@ def mig_held(obj: dict) -> bool:
 
 
 @dataclass(frozen=True)
+class PodGpus:
+    """What billing reads of a bound pod that asks for GPUs (controller/podbills.py)."""
+
+    units: float  # GPUs (a MIG slice counts g/7 of its GPU)
+    requests: tuple[tuple[str, int], ...]  # all it requests of its node
+    product: str | None  # the GPU product its nodeSelector asks for
+    queue: str | None  # its superpod.dev/queue label
+    job: str | None  # its superpod.dev/job-name label: a TrainingJob's pod, owned or orphaned
+
+
+@dataclass(frozen=True)
 class PodInfo:
     key: str
     uid: str
@@ -110,9 +129,11 @@ class PodInfo:
     index: int | None
     holds: Pod | None  # the capacity it holds (bound, not finished), for the snapshot
     state: PodState
-    run: Run  # from status.startTime to the last container's finish (or the deletion request)
+    run: Run  # from status.startTime until its GPUs were freed: its last container's finish (None while it runs or
+    # terminates; a pod deleted before it finished ends when it is gone, `removed_run`)
     last_known: float = 0.0  # the latest time its object names (a start, a transition): it ran at least until
     gang_spec: str | None = None  # a TrainingJob pod's digest of the spec it was made from (manifests.gang_digest)
+    gpus: PodGpus | None = None  # bound and asking for GPUs: what billing reads of it
 
 
 @dataclass
@@ -196,6 +217,15 @@ class ClusterState:
         # it landing, or anyone's) or the job is deleted; then what the API server has is all there is.
         self.unsent: dict[str, tuple[dict, float]] = {}
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
+        # Pods billed on their own (controller/podbills.py) — GPU pods no TrainingJob owns (pod gangs, orphans,
+        # other schedulers' pods) and a TrainingJob's pods being deleted (past their attempt's close) — while they
+        # hold GPUs, and the keys changed in it since billing last took them (all of them after `billable_whole`)
+        self.billable: dict[str, PodInfo] = {}
+        self.billable_changed: set[str] = set()
+        self.billable_whole = True
+        # pod uid -> such pods that ended (finished, or gone: their run until their GPUs were freed) whose own
+        # record is not in the ledger yet; a record that arrives takes its pod out (on every replica)
+        self.unbilled: OrderedDict[str, PodInfo] = OrderedDict()
         self.version = 0  # bumped on every change to nodes or the topology
         # bumped when the snapshot cannot follow in place (a node added, removed or unreadable, the topology changed)
         self.layout = 0
@@ -388,12 +418,13 @@ class ClusterState:
                         self._gone(pod.job)
                 if pod.owner is None:
                     self._gone(pod.uid)  # the Events said on it
-                # Its run ended when its last version says (a deletion records its time); a pod that vanished
-                # unseen (a relist found it gone) is billed only up to the last time its object names: never more
-                # than it ran.
-                last = pod_info(obj).run if obj is not None else pod.run
-                self._keep_run(key, pod, last if last.end is not None else
-                              replace(last, end=max(last.start or 0.0, pod.last_known)))
+            if pod is not None:
+                run = removed_run(pod, obj, now)
+                if pod.job:
+                    self._keep_run(key, pod, run)
+                self._bill(key, None)
+                if pod.gpus is not None and run.start is not None and pod.phase not in POD_FINISHED:
+                    self._unbilled(replace(pod, run=run))  # (a finished pod was taken when it finished)
         elif kind is TRAININGJOBS:
             self.jobs.pop(key, None)
             self.unsent.pop(key, None)
@@ -460,9 +491,44 @@ class ClusterState:
             self.gang_nominations[key] = info.job
         else:
             self.gang_nominations.pop(key, None)
+        self._bill(key, info)
+        if info.gpus is not None and info.run.start is not None and info.run.end is not None and (
+                info.owner is None or info.deleting):
+            self._unbilled(info)  # finished: a TrainingJob's pod only once deleted (else its attempt bills it all)
+
+    def _bill(self, key: str, info: PodInfo | None) -> None:
+        """Keep `billable`: a pod holding GPUs that no TrainingJob owns, or that is being deleted."""
+        if info is not None and info.gpus is not None and info.holds is not None and (
+                info.owner is None or info.deleting):
+            if self.billable.get(key) is not info:
+                self.billable[key] = info
+                self._bill_changed(key)
+        elif self.billable.pop(key, None) is not None:
+            self._bill_changed(key)
+
+    def _bill_changed(self, key: str) -> None:
+        if len(self.billable_changed) >= TOMBSTONES:  # nobody takes them (a standby): the next taker looks at all
+            self.billable_changed.clear()
+            self.billable_whole = True
+        self.billable_changed.add(key)
+
+    def _unbilled(self, pod: PodInfo) -> None:
+        if pod_usage_name(pod.uid) in self.ledger.queue_of:
+            return  # billed already
+        self.unbilled[pod.uid] = pod
+        while len(self.unbilled) > TOMBSTONES:  # a standby whose leader bills none of them: the oldest go
+            self.unbilled.popitem(last=False)
+
+    def take_billable_changes(self) -> set[str] | None:
+        """The keys of `billable` changed since the last take (None: look at all of them)."""
+        changed, whole = self.billable_changed, self.billable_whole
+        self.billable_changed, self.billable_whole = set(), False
+        return None if whole else changed
 
     def _store_record(self, name: str, obj: dict) -> None:
         self.ledger.remove(name)
+        if name.endswith(POD_USAGE):
+            self.unbilled.pop(name[:-len(POD_USAGE)], None)
         try:
             record = record_from_k8s(obj)
         except ConvertError as e:  # the API server checks the schema: only a hand-edited CRD gets here
@@ -586,9 +652,53 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None =
         key=f"{ns}/{meta.get('name')}", uid=meta.get("uid") or "", node=(obj.get("spec") or {}).get("nodeName"),
         phase=state.phase, deleting=bool(meta.get("deletionTimestamp")), job=job,
         owner=owner, attempt=_int(labels.get(ATTEMPT_LABEL)), index=_int(labels.get(INDEX_LABEL)), holds=holds,
-        state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status),
+        state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status, meta),
         gang_spec=(meta.get("annotations") or {}).get(GANG_ANNOTATION) if owner else None,
+        gpus=_gpus(obj, holds, state.phase, labels),
     )
+
+
+def _gpus(obj: dict, holds: Pod | None, phase: str, labels: dict) -> PodGpus | None:
+    """What billing reads of a bound pod that asks for GPUs (None: unbound, or no GPUs)."""
+    spec = obj.get("spec") or {}
+    if holds is not None:
+        requests = holds.requests
+    elif spec.get("nodeName") and phase in POD_FINISHED:  # finished: it held them (its requests, computed again)
+        try:
+            requests = pod_resources(obj)
+        except ConvertError:
+            return None
+    else:
+        return None
+    units = gpu_units(requests)
+    if not units:
+        return None
+    selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
+    product = selector.get(PRODUCT_LABEL)
+    return PodGpus(units, requests, str(product) if product is not None else None, labels.get(QUEUE_LABEL) or None,
+                   labels.get(JOB_LABEL) or None)
+
+
+def removed_run(pod: PodInfo, obj: dict | None, now: float) -> Run:
+    """The run of a pod that is gone, until its GPUs were freed: its containers' finish when its last version names
+    it (the kubelet writes them before its final delete), else when the removal was seen (`now`), at most the end of
+    its grace period (deletionTimestamp). A pod that vanished unseen (a relist found it gone) is billed only up to
+    the last time its object names: never more than it ran."""
+    if obj is None:
+        run = pod.run
+        return run if run.end is not None else replace(run, end=max(run.start or 0.0, pod.last_known))
+    run = pod_info(obj).run
+    if run.end is not None or run.start is None:
+        return run
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    containers = status.get("containerStatuses") or []
+    ends = _finishes(containers)
+    if containers and len(ends) == len(containers):
+        end = max(ends)
+    else:
+        deadline = _time(meta.get("deletionTimestamp"))
+        end = now if deadline is None else min(now, deadline)
+    return replace(run, end=max(run.start, end))
 
 
 def pod_state(obj: dict) -> PodState:
@@ -616,27 +726,33 @@ def pod_state(obj: dict) -> PodState:
                     waiting_reason=waiting, disrupted=disrupted)
 
 
-def _last_known(status: dict) -> float:
+def _last_known(status: dict, meta: dict | None = None) -> float:
+    """The latest time the object names that the pod ran until (if it started): a start, a transition, the deletion
+    request."""
     times = [status.get("startTime")] + [c.get("lastTransitionTime") for c in status.get("conditions") or []] + [
         ((c.get("state") or {}).get("running") or {}).get("startedAt") for c in status.get("containerStatuses") or []]
-    return max((t for t in map(_time, times) if t is not None), default=0.0)
+    known = [t for t in map(_time, times) if t is not None]
+    deleting = _time((meta or {}).get("deletionTimestamp"))
+    if deleting is not None:
+        known.append(deleting - float((meta or {}).get("deletionGracePeriodSeconds") or 0))
+    return max(known, default=0.0)
 
 
 def _ended(obj: dict) -> float | None:
-    """When the pod stopped running: its last container's finish once terminal, else when its deletion was asked
-    (deletionTimestamp minus the grace period); None while it runs."""
+    """When the pod's GPUs were freed, while its object is there: once it finished, its last container's finish
+    (else the last time its object names); None while it runs, or terminates: a pod being deleted holds its GPUs
+    until it is gone (`removed_run`)."""
     status = obj.get("status") or {}
-    if status.get("phase") in POD_FINISHED:
-        ends = [_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
-                for c in status.get("containerStatuses") or []]
-        ends = [t for t in ends if t is not None]
-        if ends:
-            return max(ends)
-    meta = obj.get("metadata") or {}
-    deleting = _time(meta.get("deletionTimestamp"))
-    if deleting is not None:
-        return deleting - float(meta.get("deletionGracePeriodSeconds") or 0)
-    return None
+    if status.get("phase") not in POD_FINISHED:
+        return None
+    ends = _finishes(status.get("containerStatuses") or [])
+    return max(ends) if ends else _last_known(status)
+
+
+def _finishes(containers: list) -> list[float]:
+    """The finish times of the containers that terminated."""
+    ends = [_time(((c.get("state") or {}).get("terminated") or {}).get("finishedAt")) for c in containers]
+    return [t for t in ends if t is not None]
 
 
 def _time(value) -> float | None:

@@ -134,15 +134,17 @@ class QueueTree:
                                  f"(its flavors: {flavors})")
         return queue, flavor, None
 
+    def counted(self, job: JobRequest) -> tuple[str | None, str | None, str | None]:
+        """Where what a placed gang holds or ran is counted and billed: its queue, or its namespace's when that queue
+        no longer takes it (deleted, or renamed where a tenant could): what runs never counts nowhere."""
+        found = self.classify(job)
+        return self.classify(replace(job, queue=None)) if found[2] and job.queue else found
+
     def running(self, jobs: Iterable[JobRequest]) -> dict[tuple[str, str], float]:
-        """GPU units per (leaf queue, flavor) of these jobs (the placed gangs). A gang whose queue no longer takes it
-        (deleted, or renamed where the tenant could) counts in its namespace's queue: what runs never counts
-        nowhere."""
+        """GPU units per (leaf queue, flavor) of these jobs (the placed gangs), where each is counted."""
         out: dict[tuple[str, str], float] = {}
         for job in jobs:
-            queue, flavor, problem = self.classify(job)
-            if problem and job.queue:
-                queue, flavor, problem = self.classify(replace(job, queue=None))
+            queue, flavor, problem = self.counted(job)
             if not problem:
                 out[(queue, flavor)] = out.get((queue, flavor), 0.0) + units(job)
         return out
@@ -359,7 +361,7 @@ class FairQueues:
         if victim.service_class == RESERVED:
             return False
         queue, flavor, problem = self.where_of(job)
-        theirs, their_flavor, their_problem = self.where_of(victim)
+        theirs, their_flavor, their_problem = self.tree.counted(victim)
         if problem or their_problem:
             return False
         if theirs == queue:
@@ -372,7 +374,7 @@ class FairQueues:
         """For a gang of another queue: (that queue and flavor, the GPUs it holds beyond its guarantee), which its
         victims may give back at most, together (core/preempt.py); None for a gang of the job's own queue."""
         queue = self.where_of(job)[0]
-        theirs, flavor, _ = self.where_of(victim)
+        theirs, flavor, _ = self.tree.counted(victim)
         if theirs is None or theirs == queue:
             return None
         quota = self.tree.queues[theirs].quota(flavor)

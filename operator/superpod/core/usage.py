@@ -1,6 +1,7 @@
-"""Recorded usage: one Record per ended attempt (a GPUUsage object), what tenants are billed from, and the sums the
-queues need of it — GPU-seconds in a budget period, and past usage decayed with a half-life. Pure: times are passed
-in.
+"""Recorded usage: one Record per ended attempt of a TrainingJob, and one per pod billed on its own (a pod gang's, an
+orphaned or a foreign pod's, the terminating tail of a closed attempt's pod) — GPUUsage objects, what tenants are
+billed from — and the sums the queues need of them: GPU-seconds in a budget period, and past usage decayed with a
+half-life. Pure: times are passed in.
 
 A record holds the attempt's GPU-seconds and its span (first pod start to last pod finish). A window that cuts the
 span counts the share of the span inside it (the GPUs are taken as held evenly over the span): exact for a window
@@ -27,6 +28,7 @@ class Record:
     start: float
     end: float
     gpu_seconds: float
+    pod: str = ""  # the pod's name, for a pod's own record ("" for a TrainingJob attempt's)
 
     def within(self, since: float, until: float) -> float:
         """Its GPU-seconds inside [since, until)."""
@@ -80,6 +82,9 @@ class Ledger:
 
     by_queue: dict[str, dict[str, Record]] = field(default_factory=dict)  # queue -> record name -> record
     queue_of: dict[str, str] = field(default_factory=dict)  # record name -> its queue
+    # (namespace, job, attempt) -> names of the TrainingJob attempt records (a job made again under its name starts
+    # at attempt 1 again): where the pods an attempt left behind start to be billed on their own
+    by_attempt: dict[tuple[str, str, int], set[str]] = field(default_factory=dict)
     totals: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, flavor, class) -> all time
     _spent: dict[tuple[str, float], float] = field(default_factory=dict)  # (queue, since) -> GPU-seconds after it
     _past: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # queue -> (half-life, value, at)
@@ -88,6 +93,8 @@ class Ledger:
         self.remove(name)
         self.by_queue.setdefault(record.queue, {})[name] = record
         self.queue_of[name] = record.queue
+        if not record.pod:
+            self.by_attempt.setdefault((record.namespace, record.job, record.attempt), set()).add(name)
         self._count(record, 1.0)
 
     def get(self, name: str) -> Record | None:
@@ -96,7 +103,19 @@ class Ledger:
 
     def remove(self, name: str) -> None:
         if name in self.queue_of:
-            self._count(self.by_queue[self.queue_of.pop(name)].pop(name), -1.0)
+            record = self.by_queue[self.queue_of.pop(name)].pop(name)
+            names = self.by_attempt.get((record.namespace, record.job, record.attempt))
+            if names is not None:
+                names.discard(name)
+                if not names:
+                    del self.by_attempt[(record.namespace, record.job, record.attempt)]
+            self._count(record, -1.0)
+
+    def attempt(self, namespace: str, job: str, attempt: int, started: float) -> Record | None:
+        """The record of a TrainingJob's attempt whose span holds `started` (the start of one of its pods)."""
+        found = [self.get(name) for name in self.by_attempt.get((namespace, job, attempt), ())]
+        return max((r for r in found if r is not None and r.start <= started <= r.end), key=lambda r: r.end,
+                   default=None)
 
     def _count(self, record: Record, sign: float) -> None:
         key = (record.queue, record.flavor, record.service_class)

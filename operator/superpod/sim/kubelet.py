@@ -4,7 +4,8 @@ control plane, on a virtual clock. A stand-in for the node agents, never for the
 Per step: a node without a Ready condition becomes Ready; a pod bound to a Ready node starts (Running, startTime); a
 pod annotated `sim.superpod.dev/run-for: "<seconds>s"` succeeds that long after it started, `fail-after` fails with
 exit code 1, `stay-pending` never starts, `image-error` waits with ErrImagePull; a pod being deleted is gone at the
-next step, or `terminate-after` seconds after its deletion was asked (at most its grace period)."""
+next step, or `terminate-after` seconds after its deletion was asked (at most its grace period), its containers'
+finish written on it as it goes."""
 
 from __future__ import annotations
 
@@ -47,6 +48,7 @@ class SimKubelet:
             if meta.get("deletionTimestamp"):
                 asked = timestamp(meta["deletionTimestamp"]) - float(meta.get("deletionGracePeriodSeconds") or 0)
                 if now >= min(asked + seconds(notes.get(TERMINATE_AFTER, "0")), timestamp(meta["deletionTimestamp"])):
+                    self._stopped(pod)
                     self.store.delete_now(PODS, key)
                 continue
             phase = status.get("phase") or "Pending"
@@ -75,6 +77,15 @@ class SimKubelet:
                                "finishedAt": rfc3339(self.store.clock(), micro=True), "message": message}}
         self._status(pod, {**(pod.get("status") or {}), "phase": "Succeeded" if exit_code == 0 else "Failed",
                            "containerStatuses": _containers(pod, done)})
+
+    def _stopped(self, pod: dict) -> None:
+        """Before its final delete, a terminating pod's running containers say when they stopped, as the kubelet's
+        last status update does (carried by the DELETED event: when the pod's GPUs were freed)."""
+        finished = rfc3339(self.store.clock(), micro=True)
+        for c in (pod.get("status") or {}).get("containerStatuses") or []:
+            if "running" in (c.get("state") or {}):
+                c["state"] = {"terminated": {"exitCode": 143, "reason": "Error", "finishedAt": finished}}
+                c["ready"] = False
 
     def set_ready(self, node: str, ready: bool) -> None:
         obj = self.store.objects[NODES][node]

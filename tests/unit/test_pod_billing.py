@@ -1,0 +1,276 @@
+"""Every GPU-second billed to exactly one queue: pod gangs, pods a deleted TrainingJob orphaned, and GPU pods another
+scheduler (or spec.nodeName) placed in a queue's namespace each get a GPUUsage record of their own, count against
+their queue's limits and budget, and are billed until their GPUs are free (a graceful delete's terminating time
+included, for a TrainingJob's pods too)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from superpod.controller.metrics import Metrics
+from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODS, TRAININGJOBS
+from superpod.sim.kubelet import TERMINATE_AFTER
+from superpod.usage import gather
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
+from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit
+from tests.unit.test_pod_gangs import create, pod, scheduled
+
+BUDGET = {"gpuHours": 1, "period": "720h", "onExhausted": "HoldAndDrain"}
+
+
+def records(c: MemoryCluster) -> list[dict]:
+    return list(c.store.objects.get(GPUUSAGES, {}).values())
+
+
+def uid_of(c: MemoryCluster, key: str) -> str:
+    return c.store.peek(PODS, key)["metadata"]["uid"]
+
+
+def orphan(c: MemoryCluster, job: str, namespace: str = "team-a", seen_between: bool = True) -> list[str]:
+    """`kubectl delete trainingjob --cascade=orphan`: the job goes, then the garbage collector strips its pods' owner
+    references and leaves them running (`seen_between`: the operator cycles in between)."""
+    keys = [f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in c.pods(job)]
+    c.store._owned.pop(c.job(job, namespace)["metadata"]["uid"], None)
+    c.store.delete_now(TRAININGJOBS, f"{namespace}/{job}")
+    if seen_between:
+        c.cycle()
+    for key in keys:
+        obj = c.store.peek(PODS, key)
+        obj["metadata"]["ownerReferences"] = []
+        c.store._store(PODS, obj, "update")
+    return keys
+
+
+def ran(c: MemoryCluster) -> dict[str, float]:
+    """Each pod's own GPU-time from the store's history (no operator involved): pod uid -> GPU-seconds from its
+    start until its GPUs were free (its containers' finish, its removal) or now."""
+    start, end, gpus = {}, {}, {}
+    for event in c.store.events:
+        if event.kind is not PODS:
+            continue
+        obj, uid = event.obj, event.obj["metadata"]["uid"]
+        status = obj.get("status") or {}
+        limits = obj["spec"]["containers"][0].get("resources", {}).get("limits") or {}
+        gpus[uid] = float(limits.get("nvidia.com/gpu", 0))
+        if status.get("startTime") and uid not in start:
+            start[uid] = event.time
+        if uid in start and uid not in end and (status.get("phase") in ("Succeeded", "Failed")
+                                                or event.type == "DELETED"):
+            end[uid] = event.time
+    return {uid: gpus[uid] * (end.get(uid, c.now) - start[uid]) for uid in start if gpus[uid]}
+
+
+def billed(c: MemoryCluster) -> dict[str, float]:
+    """Per queue: the records plus the usage running now, as `superpod usage` sums them."""
+    found, problems = asyncio.run(gather(c.store.client(), c.now))
+    assert problems == []
+    out: dict[str, float] = {}
+    for record in found:
+        out[record.queue] = out.get(record.queue, 0.0) + record.gpu_seconds
+    return out
+
+
+def test_a_pod_gang_is_billed_counts_against_its_budget_and_is_drained():
+    """Review H4: a pod gang ran 10 h on a 1 GPU-hour HoldAndDrain budget with nothing billed or spent."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, budget=BUDGET)))
+    c.settle(1)
+    create(c, pod("long", gpus=8))
+    c.settle(3)
+    uid = uid_of(c, "team-a/long")
+    for _ in range(10):
+        c.settle(1, seconds=60)  # 8 GPUs: the budget (3,600 GPU-seconds) is spent after 7.5 minutes
+    assert c.store.peek(PODS, "team-a/long") is None, "drained: evicted, as preemption evicts"
+    [record] = records(c)
+    spec = record["spec"]
+    assert record["metadata"]["name"] == f"{uid}-pod"
+    assert (spec["queue"], spec["namespace"], spec["job"], spec["pod"], spec["gpus"]) == ("a", "team-a", "long",
+                                                                                         "long", 8)
+    assert math.isclose(spec["gpuSeconds"], ran(c)[uid], abs_tol=8 * 1.0)
+    assert spec["gpuSeconds"] >= 3600
+    assert queue_status(c, "a")["budgetRemaining"] < 0
+    assert any(reason == "BudgetExhausted" for reason, _ in c.events("long"))
+    create(c, pod("long", gpus=8))  # its owner makes it again: it waits on the budget
+    submit(c, "a", "after")
+    c.settle(3)
+    assert scheduled(c, "long")[2].startswith("queue a has spent its budget of 1 GPU-hours")
+    assert phase(c, "a", "after") == "Queued" and "spent its budget" in message(c, "a", "after")
+
+
+@pytest.mark.parametrize("seen_between", [True, False])
+def test_a_pod_orphaned_by_its_deleted_training_job_is_billed_from_the_jobs_record_on_never_twice(seen_between):
+    """Review H4: the pod of a TrainingJob deleted with --cascade=orphan ran on unbilled. Its job's record covers it
+    up to when the deletion was seen; its own record from there until its GPUs are free. (When the operator sees the
+    deletion only with the owner reference already stripped, the job's record has no pod to bill: the pod's own
+    record bills all of it.)"""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16)))
+    submit(c, "a", "j")
+    c.settle(4)
+    job_uid = c.job("j", "team-a")["metadata"]["uid"]
+    [key] = orphan(c, "j", seen_between=seen_between)
+    pod_uid = uid_of(c, key)
+    c.settle(2)
+    for _ in range(6):
+        c.settle(1, seconds=600)
+    c.kubelet.finish(key, 0)
+    c.settle(2)
+    by_name = {r["metadata"]["name"]: r["spec"] for r in records(c)}
+    own = by_name.pop(f"{pod_uid}-pod")
+    assert (own["queue"], own["job"], own["attempt"], own["jobUid"], own["pod"]) == ("a", "j", 1, "", key[7:])
+    if seen_between:
+        job = by_name.pop(f"{job_uid}-a1")
+        assert own["start"] == job["end"], "the orphan's billing starts where its job's record ends"
+        assert math.isclose(job["gpuSeconds"] + own["gpuSeconds"], ran(c)[pod_uid], abs_tol=8 * 1.0)
+    else:
+        assert math.isclose(own["gpuSeconds"], ran(c)[pod_uid], abs_tol=8 * 1.0)
+    assert by_name == {}
+    assert c.store.peek(PODS, key)["status"]["phase"] == "Succeeded"
+
+
+def test_an_orphaned_pod_counts_against_the_budget_and_is_drained():
+    """Review H4: after --cascade=orphan and 10 h, 0.0 GPU-hours were billed and the budget was untouched."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, budget=BUDGET)))
+    c.settle(1)
+    submit(c, "a", "j")
+    c.settle(4)
+    [key] = orphan(c, "j")
+    for _ in range(10):
+        c.settle(1, seconds=60)
+    assert c.store.peek(PODS, key) is None, "drained under HoldAndDrain"
+    total = sum(r["spec"]["gpuSeconds"] for r in records(c))
+    assert total >= 3600 and math.isclose(total, sum(ran(c).values()), abs_tol=8 * 1.0)
+    assert queue_status(c, "a")["budgetRemaining"] < 0
+
+
+def test_gpu_pods_another_scheduler_placed_count_in_their_namespace_queue_and_are_billed():
+    """Review L4: a pod bound by spec.nodeName (or another scheduler) in a queue's namespace holds GPUs no queue
+    counted: the queue's limit let a TrainingJob in beside it, and nobody was billed."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
+    c.settle(1)
+    foreign = pod("inference", gpus=8)
+    foreign["spec"]["schedulerName"] = "default-scheduler"
+    foreign["spec"]["nodeName"] = sorted(c.store.objects[NODES])[0]
+    create(c, foreign)
+    c.settle(3)
+    uid = uid_of(c, "team-a/inference")
+    submit(c, "a", "j")
+    c.settle(3)
+    assert phase(c, "a", "j") == "Queued"
+    assert message(c, "a", "j") == "queue a is at its limit of 8 GPUs (8 in use)"
+    assert queue_status(c, "a")["allocated"] == 8
+    c.settle(1, seconds=120)
+    c.kubelet.finish("team-a/inference", 0)
+    c.settle(3)
+    assert phase(c, "a", "j") == "Running", "its GPUs are free: the job fits the limit"
+    [record] = [r["spec"] for r in records(c) if r["metadata"]["name"] == f"{uid}-pod"]
+    assert (record["queue"], record["job"], record["pod"]) == ("a", "inference", "inference")
+    assert math.isclose(record["gpuSeconds"], ran(c)[uid], abs_tol=8 * 1.0)
+
+
+def test_a_graceful_deletes_terminating_time_is_billed_for_pod_gangs_and_training_jobs():
+    """Review L2: billing stopped at the delete request, though the pod held its GPUs until it was gone."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    gang = pod("g", gpus=8)
+    gang["metadata"]["annotations"][TERMINATE_AFTER] = "60s"
+    gang["spec"]["terminationGracePeriodSeconds"] = 300
+    create(c, gang)
+    c.submit(training_job("j", 1, 8, annotations={TERMINATE_AFTER: "60s"}))
+    c.settle(5)
+    c.settle(1, seconds=100)
+    run(c.admin.delete(PODS, "g", "team-a"))
+    run(c.admin.delete(TRAININGJOBS, "j", "team-a"))
+    for _ in range(8):
+        c.settle(1, seconds=10)
+    assert c.pods() == [] and not c.store.objects.get(PODS), "all gone"
+    truth = ran(c)
+    assert len(truth) == 2 and all(seconds > 8 * 125 for seconds in truth.values()), truth
+    assert math.isclose(sum(r["spec"]["gpuSeconds"] for r in records(c)), sum(truth.values()), abs_tol=2 * 8 * 1.0)
+
+
+def test_every_gpu_second_of_a_mixed_cluster_is_in_exactly_one_queue():
+    """TrainingJobs (one finished, one deleted while its pods terminate, one orphaned), pod gangs (one finished, one
+    running), and a pod another scheduler placed (deleted gracefully): per queue, the records plus what runs now
+    equal the GPU-time of the pods themselves, and so does the GPU-seconds counter."""
+    c = MemoryCluster(nodes=6, nodes_per_unit=3)
+    counter = c.controller.meter.counter = Metrics(CollectorRegistry()).gpu_seconds
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 24)))
+    run(c.admin.create(GPUQUEUES, gpu_queue("b", 24)))
+    c.settle(1)
+    submit(c, "a", "done")
+    submit(c, "a", "orph")
+    c.submit(training_job("torn", 1, 8, annotations={TERMINATE_AFTER: "20s"}))
+
+    def in_b(body: dict) -> dict:
+        body["metadata"]["namespace"] = "team-b"
+        return body
+
+    create(c, in_b(pod("g-0", "g", 2, gpus=4, index=0)), in_b(pod("g-1", "g", 2, gpus=4, index=1)),
+           in_b(pod("short", gpus=4)))
+    foreign = in_b(pod("web", gpus=8))
+    foreign["spec"].update(schedulerName="default-scheduler", nodeName=sorted(c.store.objects[NODES])[-1],
+                           terminationGracePeriodSeconds=120)
+    foreign["metadata"]["annotations"][TERMINATE_AFTER] = "40s"
+    create(c, foreign)
+    c.settle(5)
+    assert len([p for p in c.store.objects[PODS].values() if p["spec"].get("nodeName")]) == 7
+    c.settle(6, seconds=10)
+    c.kubelet.finish(f"team-a/{c.pods('done')[0]['metadata']['name']}", 0)
+    c.kubelet.finish("team-b/short", 0)
+    orphan(c, "orph")
+    run(c.admin.delete(PODS, "web", "team-b"))
+    c.settle(3, seconds=5)
+    run(c.admin.delete(TRAININGJOBS, "torn", "team-a"))
+    for _ in range(10):
+        c.settle(1, seconds=10)
+    truth: dict[str, float] = {"a": 0.0, "b": 0.0}
+    queue_of = {}
+    for event in c.store.events:
+        if event.kind is PODS:
+            queue_of[event.obj["metadata"]["uid"]] = event.obj["metadata"]["namespace"][-1]
+    for uid, seconds in ran(c).items():
+        truth[queue_of[uid]] += seconds
+    found = billed(c)
+    assert set(found) == {"a", "b"}, found
+    for queue in ("a", "b"):
+        assert math.isclose(found[queue], truth[queue], abs_tol=8.0), (queue, found[queue], truth[queue])
+    counted: dict[str, float] = {}
+    for sample in counter.collect()[0].samples:
+        if sample.name.endswith("_total"):
+            counted[sample.labels["queue"]] = counted.get(sample.labels["queue"], 0.0) + sample.value
+    for queue in ("a", "b"):
+        assert math.isclose(counted[queue], truth[queue], abs_tol=8.0), (queue, counted[queue], truth[queue])
+
+
+def test_a_pods_record_is_written_once_through_a_lost_answer_and_a_restart():
+    """The record's name is the pod's uid: a retried write meets AlreadyExists, and the next operator, which lists the
+    record with the finished pod, writes nothing."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    create(c, pod("once", gpus=8))
+    c.settle(3)
+    uid = uid_of(c, "team-a/once")
+    lost = []
+
+    def fault(verb, kind, obj, writer):
+        if kind is GPUUSAGES and verb == "create" and not lost:
+            lost.append(obj["metadata"]["name"])
+            return "lose-answer"
+        return None
+
+    c.store.fault = fault
+    c.settle(1, seconds=30)
+    c.kubelet.finish("team-a/once", 0)
+    c.settle(3)
+    assert lost == [f"{uid}-pod"]
+    c.start("op-2")
+    c.settle(3)
+    [record] = records(c)
+    assert record["metadata"]["name"] == f"{uid}-pod"
+    assert math.isclose(record["spec"]["gpuSeconds"], ran(c)[uid], abs_tol=1e-6)
+    assert not [w for w in c.store.writes if w.writer == "op-2" and w.kind == "gpuusages"]
