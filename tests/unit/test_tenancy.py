@@ -285,3 +285,21 @@ def test_a_job_waiting_on_protected_borrowers_is_told_who_they_are():
     c.settle(1, seconds=3600)
     c.settle(3)
     assert phase(c, "a", "a1") == "Running", "past the queue's minRuntimeSeconds the guarantee comes back"
+
+
+def test_a_gang_whose_status_a_crash_left_unwritten_counts_against_its_queue():
+    """Found by the two-tenant machine: a replica stopped between a gang's pods and its deferred status write; the
+    next leader's first cycle counted nothing for that job and admitted another gang past the queue's limit."""
+    c = MemoryCluster(nodes=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, limit=16)))
+    c.settle(1)
+    submit(c, "a", "first")
+    c.deliver()
+    c.cycle()
+    assert c.pods("first") and (c.job("first").get("status") or {}).get("phase") != "Starting", \
+        "the dangerous moment: its pod exists, its placement is not written"
+    c.start("op-2")  # a new leader
+    create(c, *[pod(f"g-{i}", "g", 2, index=i) for i in range(2)])
+    c.settle(4)
+    assert phase(c, "a", "first") in ("Starting", "Running")
+    assert not any(stored(c, f"g-{i}")["spec"].get("nodeName") for i in range(2)), "8 + 16 GPUs > the limit of 16"

@@ -39,6 +39,7 @@ from superpod.core.cycle import Decision, PriorityFifo
 from superpod.core.phases import Phase, Reason
 from superpod.core.preempt import Preempting, lower_priority
 from superpod.core.queues import Closed, FairQueues
+from superpod.core.request import JobRequest
 from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
@@ -154,8 +155,8 @@ class Controller:
         plans += waiting.plans
         gangs = self.room.gangs
         snap = self.snapshots.build(self.state, placed, gangs.holdings(), touched)
-        fair, closed = self._queue_policy(
-            snap, lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state) + self.bills.foreign(), now)
+        fair, closed = self._queue_policy(snap, lambda: [gang[0] for gang in placed.values()] + gangs.placed(
+            self.state) + self.bills.foreign() + self._unrecorded_holdings(placed), now)
         plans += gangs.tell_relabelled(self.state)
         policy = closed or fair or self.policy or PriorityFifo()
         if closed:
@@ -247,6 +248,20 @@ class Controller:
             self._count_error("queues")
             return None, Closed(f"admission is held: the GPUQueue policy could not be computed ({e!r:.160}); the "
                                 "operator's log says more")
+
+    def _unrecorded_holdings(self, placed: dict) -> list[JobRequest]:
+        """TrainingJobs whose live pods hold GPUs though their status records no placement of them (a replica
+        stopped between a gang's pods and its deferred status write: the next leader writes it a cycle later), as
+        requests of that many replicas: the queues count them too, or the cycle that finds them over-admits."""
+        out = []
+        for key in self.state.by_job.keys() - placed.keys():
+            if is_gang_key(key) or not isinstance(request := getattr(self.reader.by_key.get(key), "request", None),
+                                                  JobRequest):
+                continue
+            held = sum(1 for pod in self.state.pods_of(key) if pod.holds is not None and not pod.deleting)
+            if held:
+                out.append(replace(request, replicas=held))
+        return out
 
     def _may_park(self) -> bool:
         """Jobs may be passed over unless the MIG flow must see every waiting job (slices to give back)."""
