@@ -1,5 +1,5 @@
-"""Two tenants under hypothesis: the controller state machine (tests/unit/machine.py: two replicas, crashes, the
-Lease lost mid-write, write faults) with GPUQueues, TrainingJobs and pod gangs of two tenants, and the tenants
+"""Two tenants under hypothesis: the controller state machine (tests/unit/test_controller_machine.py: two replicas,
+crashes, the Lease lost mid-write, write faults, lost and late events, node and pod failures) with GPUQueues,
 hostile: at any moment either edits any field it may write of its jobs or pods (queue, class, priority, minimum
 runtime, labels) — through the API as an admin would, so without the CRD's own refusals — and forges nominations.
 Checked after every step: no node over its capacity, no queue above its limit. CI runs a few examples
@@ -11,7 +11,7 @@ import json
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+from hypothesis.stateful import invariant, precondition, rule
 
 from superpod.api.podgang import GANG_LABEL, GANG_SIZE, NOMINATED, QUEUE_LABEL
 from superpod.api.resources import pod_requests, quantity
@@ -19,9 +19,9 @@ from superpod.api.times import rfc3339
 from superpod.core.accounting import gpu_units
 from superpod.k8s.api import GPUQUEUES, NODES, PODS, TRAININGJOBS
 from superpod.sim.kubelet import RUN_FOR
-from tests.unit.machine import Violation, World
+from tests.unit.machine import Violation
 from tests.unit.memory_cluster import run, training_job
-from tests.unit.test_controller_machine import EXAMPLES, SEEN, STEPS
+from tests.unit.test_controller_machine import EXAMPLES, SEEN, STEPS, ControllerMachine
 
 TENANTS = {"a": 16, "b": 24}  # queue -> its limit (guaranteed 16 each, on 48 GPUs)
 FIELDS = st.sampled_from([("queue", "nowhere"), ("queue", "b"), ("queue", "a"), ("serviceClass", "reserved"),
@@ -35,16 +35,14 @@ def _queue(name: str) -> dict:
                 {"flavor": "*", "guaranteed": 16, "limit": TENANTS[name]}]}}
 
 
-class TenantMachine(RuleBasedStateMachine):
+class TenantMachine(ControllerMachine):
+    """The controller machine's rules (its replicas, faults and hostile environment), with queues and tenants."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.world = World()
         for name in TENANTS:
             run(self.world.c.admin.create(GPUQUEUES, _queue(name)))
         self.made = 0
-
-    def _replica(self, index: int):
-        return self.world.replicas[index % len(self.world.replicas)]
 
     def _pick(self, kind, pick: int, live: bool = False) -> tuple[str, dict] | None:
         items = sorted(self.world.store.objects.get(kind, {}).items())
@@ -57,7 +55,7 @@ class TenantMachine(RuleBasedStateMachine):
           priority=st.integers(0, 2), runs=st.sampled_from(["10s", "40s", "300s"]))
     def submit_job(self, tenant, replicas, gpus, priority, runs):
         self.made += 1
-        body = training_job(f"j{self.made}", replicas, gpus, annotations={RUN_FOR: runs}, priority=priority,
+        body = training_job(f"t{self.made}", replicas, gpus, annotations={RUN_FOR: runs}, priority=priority,
                             startupTimeoutSeconds=60)
         body["metadata"]["namespace"] = f"team-{tenant}"
         self.world.c.submit(body)
@@ -116,32 +114,6 @@ class TenantMachine(RuleBasedStateMachine):
                                                                   "requests": {"nvidia.com/gpu": "16"}}}]},
             "status": {"conditions": [{"type": NOMINATED, "status": "True", "message": text}]}}))
 
-    # ---- the operator and the world -------------------------------------------------------------------------------
-    @rule(index=st.integers(0, 1), fault=st.one_of(st.none(), st.fixed_dictionaries({
-        "what": st.sampled_from(["fail", "crash", "lose-lease", "lose-answer"]),
-        "on": st.sampled_from(["create pods", "update trainingjobs", "delete pods", "create gpuusages"]),
-        "skip": st.integers(0, 2)})))
-    def cycle(self, index, fault):
-        replica = self._replica(index)
-        self.world.lease_step(replica)
-        self.world.cycle(replica, fault)
-
-    @rule(index=st.integers(0, 1), count=st.one_of(st.none(), st.integers(1, 8)))
-    def deliver(self, index, count):
-        self.world.deliver(self._replica(index), count)
-
-    @rule(index=st.integers(0, 1))
-    def crash(self, index):
-        self.world.crash(index)
-
-    @rule(seconds=st.sampled_from([1, 5, 15, 40, 120]))
-    def tick(self, seconds):
-        self.world.c.tick(seconds)
-
-    @rule()
-    def settle(self):
-        self.world.settle()
-
     @invariant()
     def holds(self):
         self.world.check()
@@ -162,12 +134,6 @@ class TenantMachine(RuleBasedStateMachine):
             if held[queue] > limit + 1e-9:
                 raise Violation(f"queue {queue} holds {held[queue]:g} GPUs, above its limit of {limit}")
         self.world.checks["queue limits checked"] += 1
-
-    def teardown(self):
-        self.world.settle()
-        SEEN.update(self.world.checks)
-        SEEN["steps"] += self.world.steps
-        SEEN["examples"] += 1
 
 
 TestTenantMachine = TenantMachine.TestCase
