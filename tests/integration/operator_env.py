@@ -143,6 +143,17 @@ class Jobs:
         return [(e.reason, e.message) for e in evs]
 
 
+def service_account_client(api: client.ApiClient, namespace: str, name: str) -> tuple[str, client.ApiClient]:
+    """A token of ServiceAccount namespace/name from the TokenRequest API (asked as `api`'s user), and a client that
+    authenticates with it alone: the API server decides what it may do by RBAC, as for any workload or user."""
+    request = {"spec": {"expirationSeconds": 3600}}
+    token = client.CoreV1Api(api).create_namespaced_service_account_token(name, namespace, request).status.token
+    base, config = api.configuration, client.Configuration()
+    config.host, config.ssl_ca_cert = base.host, base.ssl_ca_cert
+    config.api_key = {"authorization": f"Bearer {token}"}
+    return token, client.ApiClient(config)
+
+
 def ensure_topology(api: client.ApiClient) -> None:
     custom = client.CustomObjectsApi(api)
     try:

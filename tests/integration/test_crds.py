@@ -40,6 +40,7 @@ BAD = [
     (job(template={"spec": {"containers": []}}), "template.spec.containers must list at least one container"),
     (job(resources={"migProfile": "3g"}), "spec.resources.migProfile in body should match"),
     (job(replicas=0), "spec.replicas in body should be greater than or equal to 1"),
+    (job(priority=2_000_000_000), "spec.priority in body should be less than or equal to 1000000000"),
 ]
 
 
@@ -66,9 +67,14 @@ def test_network_operator_resources_can_be_requested(crds, namespace):
     assert got["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"] == rdma
 
 
-def test_the_gang_cannot_change_while_it_runs_but_priority_can(crds, namespace):
-    """Defect: a spec edit on a running job was half-applied (new pods from the new spec beside the old ones)."""
-    crds.kubectl("apply", "-n", namespace, "-f", "-", input=job())
+def test_the_gang_and_what_it_was_admitted_with_cannot_change_while_it_runs(crds, namespace):
+    """Defects: a spec edit on a running job was half-applied (new pods from the new spec beside the old ones); a
+    tenant moved a running job out of its queue's limit (spec.queue), or made borrowed GPUs unreclaimable
+    (spec.serviceClass: reserved, a long spec.minRuntimeSeconds)."""
+    crds.kubectl("apply", "-n", namespace, "-f", "-", input=job(queue="team-a"))
+    admitted = {"queue": '"nowhere"', "serviceClass": '"reserved"', "priority": "5", "minRuntimeSeconds": "2592000"}
+    for field, value in admitted.items():  # while Queued, every one may change
+        crds.kubectl("patch", "tj", "bad", "-n", namespace, "--type=merge", "-p", f'{{"spec": {{"{field}": {value}}}}}')
     crds.kubectl("patch", "tj", "bad", "-n", namespace, "--subresource=status", "--type=merge",
                  "-p", '{"status": {"phase": "Running"}}')
     for patch in ('{"spec": {"replicas": 8}}', '{"spec": {"template": {"spec": {"containers": [{"name": "main", '
@@ -76,7 +82,14 @@ def test_the_gang_cannot_change_while_it_runs_but_priority_can(crds, namespace):
         out = crds.kubectl("patch", "tj", "bad", "-n", namespace, "--type=merge", "-p", patch, check=False)
         assert out.returncode != 0 and "define the gang and cannot change while it is Starting or Running" in \
             out.stderr, out.stderr
-    crds.kubectl("patch", "tj", "bad", "-n", namespace, "--type=merge", "-p", '{"spec": {"priority": 5}}')
+    changed = {"queue": '"elsewhere"', "serviceClass": '"spot"', "priority": "6", "minRuntimeSeconds": "0"}
+    removed = {"queue": "null", "minRuntimeSeconds": "null"}  # an optional field dropped is a change too
+    for field, value in [*changed.items(), *removed.items()]:
+        out = crds.kubectl("patch", "tj", "bad", "-n", namespace, "--type=merge",
+                           "-p", f'{{"spec": {{"{field}": {value}}}}}', check=False)
+        assert out.returncode != 0 and f"spec.{field} cannot change while the job is Starting or Running" in \
+            out.stderr, (field, value, out.stderr)
+    crds.kubectl("patch", "tj", "bad", "-n", namespace, "--type=merge", "-p", '{"spec": {"maxRestarts": 5}}')
 
 
 def test_status_times_must_be_rfc3339(crds, namespace):
@@ -108,6 +121,8 @@ BAD_QUEUES = [
      "a resource's lendingLimit must not exceed its guarantee"),
     (gpu_queue("weightless", weight=0), "spec.weight in body should be greater than 0"),
     (gpu_queue("forever", budget={"gpuHours": 10, "period": "a month"}), "spec.budget.period in body should match"),
+    (gpu_queue("instant", budget={"gpuHours": 10, "period": "0h"}), "budget.period must be longer than 0"),
+    (gpu_queue("instants", budget={"gpuHours": 10, "period": "0h0m0.0s"}), "budget.period must be longer than 0"),
 ]
 
 

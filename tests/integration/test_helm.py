@@ -11,7 +11,14 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from tests.integration.operator_env import REPO, OperatorProcess, sim_cluster, training_job
+from tests.integration.operator_env import (
+    REPO,
+    Jobs,
+    OperatorProcess,
+    service_account_client,
+    sim_cluster,
+    training_job,
+)
 from tests.integration.wait import wait_for
 
 CHART = str(REPO / "charts" / "superpod-scheduler")
@@ -27,12 +34,35 @@ def test_lint_and_template_are_clean(cluster):
                        "--set", "grafana.dashboard.enabled=true").stdout
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out) if d)
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-                            "Deployment", "ClusterTopology", "ServiceMonitor", "ConfigMap"])
+                            "Deployment", "ClusterTopology", "ServiceMonitor", "ConfigMap", "ClusterRole",
+                            "ClusterRole", "ClusterRole"])
     board = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ConfigMap")
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(board["data"]["superpod-scheduler.json"])["uid"] == "superpod-scheduler"
-    rules = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ClusterRole")["rules"]
-    assert not any("*" in r["verbs"] or "*" in r["resources"] for r in rules), "no wildcards"
+    roles = {d["metadata"]["name"]: d for d in yaml.safe_load_all(out) if d and d["kind"] == "ClusterRole"}
+    for role in roles.values():
+        assert not any("*" in r["verbs"] or "*" in r["resources"] for r in role["rules"]), "no wildcards"
+
+    def grants(name: str) -> dict[str, set[str]]:
+        return {resource: set(r["verbs"]) for r in roles[name]["rules"] for resource in r["resources"]}
+
+    def aggregates_to(name: str) -> set[str]:
+        prefix = "rbac.authorization.k8s.io/aggregate-to-"
+        return {k.removeprefix(prefix) for k, v in roles[name]["metadata"]["labels"].items()
+                if k.startswith(prefix) and v == "true"}
+    # tenants: TrainingJobs through the built-in roles, never their status (what the operator decided)
+    assert aggregates_to(f"{RELEASE}-edit") == {"admin", "edit"}
+    assert grants(f"{RELEASE}-edit") == {"trainingjobs": {"get", "list", "watch", "create", "update", "patch",
+                                                          "delete", "deletecollection"}}
+    assert aggregates_to(f"{RELEASE}-view") == {"view"}
+    assert grants(f"{RELEASE}-view") == {"trainingjobs": {"get", "list", "watch"}}
+    # cluster-scoped reads, bound by an admin: aggregated nowhere
+    assert aggregates_to(f"{RELEASE}-tenant") == set()
+    assert grants(f"{RELEASE}-tenant") == {"gpuqueues": {"get", "list", "watch"},
+                                           "clustertopologies": {"get", "list", "watch"}}
+    bare = cluster.helm("template", RELEASE, CHART, "-n", NS, "--kube-version", "1.37.2",
+                        "--set", "tenantRoles.create=false").stdout
+    assert [d["metadata"]["name"] for d in yaml.safe_load_all(bare) if d and d["kind"] == "ClusterRole"] == [RELEASE]
     deploy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")
     sc = deploy["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"]["drop"] == ["ALL"]
@@ -40,9 +70,7 @@ def test_lint_and_template_are_clean(cluster):
 
 
 def token_kubeconfig(cluster, tmp_path) -> tuple:
-    core = client.CoreV1Api(cluster.api)
-    request = {"spec": {"expirationSeconds": 3600}}
-    token = core.create_namespaced_service_account_token(RELEASE, NS, request).status.token
+    token, as_sa = service_account_client(cluster.api, NS, RELEASE)
     base = cluster.api.configuration
     cfg = {"apiVersion": "v1", "kind": "Config", "current-context": "sa",
            "clusters": [{"name": "c", "cluster": {"server": base.host, "certificate-authority": base.ssl_ca_cert}}],
@@ -50,10 +78,7 @@ def token_kubeconfig(cluster, tmp_path) -> tuple:
            "contexts": [{"name": "sa", "context": {"cluster": "c", "user": "sa"}}]}
     path = tmp_path / "sa.kubeconfig"
     path.write_text(json.dumps(cfg))
-    sa = client.Configuration()
-    sa.host, sa.ssl_ca_cert = base.host, base.ssl_ca_cert
-    sa.api_key = {"authorization": f"Bearer {token}"}
-    return path, client.ApiClient(sa)
+    return path, as_sa
 
 
 @pytest.fixture
@@ -97,6 +122,52 @@ def test_install_run_as_the_chart_service_account_upgrade_uninstall(cluster, ins
     # namespace being deleted by another test, are not about the role)
     assert f'"system:serviceaccount:{NS}:{RELEASE}" cannot' not in log, log[-3000:]
 
+    # a tenant: the built-in `edit` role bound in its namespace, and nothing else, runs TrainingJobs there
+    core, rbac = client.CoreV1Api(cluster.api), client.RbacAuthorizationV1Api(cluster.api)
+    core.create_namespaced_service_account(jobs.ns, {"metadata": {"name": "researcher"}})
+    rbac.create_namespaced_role_binding(jobs.ns, {
+        "metadata": {"name": "researcher-edit"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+        "subjects": [{"kind": "ServiceAccount", "name": "researcher", "namespace": jobs.ns}]})
+    _, as_tenant = service_account_client(cluster.api, jobs.ns, "researcher")
+    tenant_jobs, tenant_custom = Jobs(as_tenant, jobs.ns), client.CustomObjectsApi(as_tenant)
+
+    def once_allowed(call):
+        """`call`'s answer, or None while RBAC refuses it (aggregation and bindings take effect within moments)."""
+        try:
+            return call()
+        except ApiException as e:
+            assert e.status == 403, e.body
+            return None
+    wait_for(lambda: once_allowed(lambda: tenant_jobs.create(training_job("by-tenant", sim, 1, gpus=8))), 30,
+             "a TrainingJob created by a ServiceAccount bound to the built-in edit role")
+    tenant_jobs.patch("by-tenant", {"spec": {"maxRestarts": 1}})
+    listed = tenant_custom.list_namespaced_custom_object("superpod.dev", "v1alpha1", jobs.ns, "trainingjobs")
+    assert "by-tenant" in [j["metadata"]["name"] for j in listed["items"]]
+    tenant_refused = {
+        "write a job's status": lambda: tenant_custom.patch_namespaced_custom_object_status(
+            "superpod.dev", "v1alpha1", jobs.ns, "trainingjobs", "by-tenant", {"status": {"phase": "Running"}}),
+        "read GPUQueues (cluster-scoped: no RoleBinding grants them)": lambda: tenant_custom.list_cluster_custom_object(
+            "superpod.dev", "v1alpha1", "gpuqueues"),
+        "create jobs in another namespace": lambda: Jobs(as_tenant, NS).create(training_job("x", sim, 1, gpus=8)),
+    }
+    for what, call in tenant_refused.items():
+        with pytest.raises(ApiException) as e:
+            call()
+        assert e.value.status == 403, what
+    binding = f"{jobs.ns}-researcher-tenant"
+    rbac.create_cluster_role_binding({
+        "metadata": {"name": binding},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": f"{RELEASE}-tenant"},
+        "subjects": [{"kind": "ServiceAccount", "name": "researcher", "namespace": jobs.ns}]})
+    try:  # bound by an admin, the tenant role reads the queues and the fabric's levels
+        wait_for(lambda: once_allowed(lambda: tenant_custom.list_cluster_custom_object(
+            "superpod.dev", "v1alpha1", "gpuqueues")), 30, "GPUQueues listed through the tenant ClusterRole")
+        tenant_custom.get_cluster_custom_object("superpod.dev", "v1alpha1", "clustertopologies", "default")
+    finally:
+        rbac.delete_cluster_role_binding(binding)
+    tenant_custom.delete_namespaced_custom_object("superpod.dev", "v1alpha1", jobs.ns, "trainingjobs", "by-tenant")
+
     refused = {
         "read Secrets": lambda: client.CoreV1Api(as_sa).list_namespaced_secret(NS),
         "delete Nodes": lambda: client.CoreV1Api(as_sa).delete_node(jobs.pods("rbac-a", live=False)[0].spec.node_name),
@@ -122,7 +193,6 @@ def test_install_run_as_the_chart_service_account_upgrade_uninstall(cluster, ins
     assert deploy.spec.replicas == 1 and "--log-level=DEBUG" in deploy.spec.template.spec.containers[0].args
 
     cluster.helm("uninstall", RELEASE, "-n", NS, "--wait")
-    core, rbac = client.CoreV1Api(cluster.api), client.RbacAuthorizationV1Api(cluster.api)
     left = {
         "Deployment": [d.metadata.name for d in apps.list_namespaced_deployment(NS).items],
         "ServiceAccount": [s.metadata.name for s in core.list_namespaced_service_account(NS).items
@@ -130,7 +200,8 @@ def test_install_run_as_the_chart_service_account_upgrade_uninstall(cluster, ins
         "Service": [s.metadata.name for s in core.list_namespaced_service(NS).items],
         "Role": [r.metadata.name for r in rbac.list_namespaced_role(NS).items],
         "RoleBinding": [r.metadata.name for r in rbac.list_namespaced_role_binding(NS).items],
-        "ClusterRole": [r.metadata.name for r in rbac.list_cluster_role().items if r.metadata.name == RELEASE],
+        "ClusterRole": [r.metadata.name for r in rbac.list_cluster_role().items
+                        if r.metadata.name == RELEASE or r.metadata.name.startswith(f"{RELEASE}-")],
         "ClusterRoleBinding": [r.metadata.name for r in rbac.list_cluster_role_binding().items
                                if r.metadata.name == RELEASE],
     }

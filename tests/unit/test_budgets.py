@@ -157,3 +157,22 @@ def test_a_placed_job_deleted_while_running_leaves_its_record():
     assert record["metadata"]["name"] == f"{uid}-a1"
     assert 8 * 15 <= record["spec"]["gpuSeconds"] <= 8 * 22
     assert (tail["spec"]["jobUid"], tail["spec"]["start"]) == (uid, record["spec"]["end"]), "then its pod terminated"
+
+
+def test_a_queue_with_a_zero_budget_period_is_refused_and_every_other_limit_holds():
+    """Defect: a GPUQueue with `budget.period: 0h` (written before the CRD refused it) divided by zero in the queues
+    step, and the cycle went on with no queue policy at all: another queue's three jobs ran past its limit."""
+    c = MemoryCluster(nodes=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
+    run(c.admin.create(GPUQUEUES, gpu_queue("z", 0, budget={"gpuHours": 10, "period": "0h"})))
+    c.settle(1)
+    for name in ("a1", "a2", "a3"):
+        submit(c, "a", name)
+    c.settle(5)
+    assert sorted(phase(c, "a", name) for name in ("a1", "a2", "a3")) == ["Queued", "Queued", "Running"]
+    assert "queue a is at its limit of 8 GPUs" in message(c, "a", "a2")
+    active = next(x for x in queue_status(c, "z")["conditions"] if x["type"] == "Active")
+    assert active["status"] == "False" and "budget.period must be longer than 0" in active["message"]
+    submit(c, "z", "z1")
+    c.settle(2)
+    assert phase(c, "z", "z1") == "Queued", "a refused queue admits nothing"

@@ -59,6 +59,15 @@ def test_the_tree_is_checked_and_a_refused_queue_takes_its_subtree_with_it():
     assert "only leaf queues" in tree.leaf(job("j", "x").gpus(1).queue("top").build())[1]
 
 
+def test_a_budget_with_a_zero_period_is_not_in_force_and_says_why():
+    """A GPUQueue written before the CRD refused `period: 0h`: the operator refuses it too (a zero period divided the
+    budget's time by zero and took every queue's limit with it)."""
+    tree = QueueTree.of([queue("zero", 8, budget=Budget(10, 0.0)), queue("month", 8, budget=Budget(10, 720 * 3600.0))])
+    assert tree.problems["zero"] == "budget.period must be longer than 0, not 0s: the budget renews every period"
+    assert set(tree.queues) == {"month"}
+    assert "is not in force: budget.period" in tree.leaf(job("j", "x").gpus(1).queue("zero").build())[1]
+
+
 def test_an_idle_tenant_lends_a_busy_one_borrows_up_to_its_limit():
     snap = cluster()  # 96 GPUs
     queues = [queue("a", 32, limit=64), queue("b", 32), queue("c", 0)]

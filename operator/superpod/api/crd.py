@@ -30,6 +30,22 @@ _GPU_KEY = "k == 'nvidia.com/gpu' || k.startsWith('nvidia.com/mig-')"
 _ACTIVE = "['Starting', 'Running']"
 
 
+# What a job was admitted with: its queue and class (whose quota it counts against, whether it may be preempted),
+# its priority and its own minimum runtime (what it may preempt, and for how long it is shielded). Changing one of
+# these on a placed job would move it out of its queue's limit or make borrowed GPUs unreclaimable.
+ADMITTED_FIELDS = ("queue", "serviceClass", "priority", "minRuntimeSeconds")
+_PLACED = f"has(oldSelf.status) && has(oldSelf.status.phase) && oldSelf.status.phase in {_ACTIVE}"
+
+
+def _fixed_while_placed(field: str) -> dict:
+    """spec.<field> (optional: set on both sides or on neither) is unchanged while the job is Starting or Running."""
+    same = (f"has(self.spec.{field}) == has(oldSelf.spec.{field}) && "
+            f"(!has(self.spec.{field}) || self.spec.{field} == oldSelf.spec.{field})")
+    return {"rule": f"!({_PLACED}) || ({same})", "fieldPath": f".spec.{field}",
+            "message": f"spec.{field} cannot change while the job is Starting or Running: the job was admitted with "
+                       "it; delete and recreate the job, or wait until it ends"}
+
+
 def _containers_rule(each: str, msg: str) -> dict:
     """`each` holds for every container and init container of the template (c: the container)."""
     lists = [f"(!has({_POD_SPEC}.{kind}) || {_POD_SPEC}.{kind}.all(c, {each}))"
@@ -44,6 +60,7 @@ RULES: dict[str, list[dict]] = {
          "fieldPath": ".spec",
          "message": "replicas, resources, topology and template define the gang and cannot change while it is "
                     "Starting or Running: delete and recreate the job, or wait until it ends"},
+        *(_fixed_while_placed(field) for field in ADMITTED_FIELDS),
         {"rule": "self.metadata.name.size() <= 50",
          "message": "metadata.name must be at most 50 characters (replica hostnames are <name>-<index>)"},
         {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
@@ -94,6 +111,11 @@ RULES: dict[str, list[dict]] = {
         {"rule": "!has(self.resources) || self.resources.all(r, !has(r.lendingLimit) || r.lendingLimit <= "
                  "r.guaranteed)",
          "message": "a resource's lendingLimit must not exceed its guarantee"},
+    ],
+    "GPUQueue.spec.budget": [
+        # 0h matches the duration pattern but is no period at all (the operator refuses such a queue too)
+        {"rule": "!has(self.period) || duration(self.period) > duration('0s')", "fieldPath": ".period",
+         "message": "budget.period must be longer than 0, e.g. 720h: the budget renews every period"},
     ],
     "ClusterTopology.spec": [
         {"rule": "self.levels.all(l, self.levels.exists_one(m, m.name == l.name))",

@@ -86,7 +86,11 @@ class TrainingJobSpec(_Spec):
     replicas: int = Field(ge=1, le=100_000, description="Pods in the gang; all are placed at once or none is.")
     resources: Resources = Field(description="What each replica needs.")
     topology: TopologySpec = Field(default_factory=TopologySpec, description="Placement constraints.")
-    priority: int = Field(0, description="Higher runs first; equal priorities run in submission order.")
+    priority: int = Field(
+        0, ge=-2_147_483_648, le=1_000_000_000,
+        description="Higher runs first; equal priorities run in submission order. The range of a PriorityClass a "
+        "user may create (pod gangs' priorities come from theirs); fixed while the job is Starting or Running.",
+    )
     startupTimeoutSeconds: int = Field(
         600, ge=1, description="If not all pods are Running by then, the gang is torn down and requeued with backoff."
     )
@@ -96,11 +100,12 @@ class TrainingJobSpec(_Spec):
         "tolerations.",
     )
     queue: str | None = Field(
-        None, max_length=253, description="The GPUQueue this job runs in (default: the queue that owns its namespace)."
+        None, max_length=253, description="The GPUQueue this job runs in (default: the queue that owns its namespace); "
+        "fixed while the job is Starting or Running."
     )
     serviceClass: Literal["reserved", "spot"] = Field(
         "spot", description="reserved: admitted only inside its queue's guarantee, never preempted; spot: may borrow "
-        "idle GPUs, may be preempted."
+        "idle GPUs, may be preempted. Fixed while the job is Starting or Running."
     )
     preemptionGracePeriodSeconds: int = Field(
         30, ge=0, le=86_400, description="When the gang is preempted: seconds between SIGTERM and SIGKILL."
@@ -108,7 +113,7 @@ class TrainingJobSpec(_Spec):
     minRuntimeSeconds: int | None = Field(
         None, ge=0, le=30 * 86_400,
         description="Not preempted until each attempt has run this long (default and most: its GPUQueue's; 0 "
-        "without one).",
+        "without one); fixed while the job is Starting or Running.",
     )
 
     @model_validator(mode="after")
@@ -275,7 +280,8 @@ class QueueResource(_Spec):
 class QueueBudget(_Spec):
     gpuHours: float = Field(gt=0, description="GPU-hours the queue may use per period (MIG slices count g/7).")
     period: str = Field(
-        "720h", pattern=DURATION, max_length=32, description="Length of a budget period, e.g. 720h; it renews then."
+        "720h", pattern=DURATION, max_length=32,
+        description="Length of a budget period, above 0, e.g. 720h; it renews then.",
     )
     onExhausted: Literal["Hold", "HoldAndDrain"] = Field(
         "Hold", description="Hold: new jobs wait, running ones go on; HoldAndDrain: running ones are stopped too."

@@ -169,6 +169,8 @@ class QueueTree:
 def _problem(queue: Queue, given: dict[str, Queue]) -> str | None:
     if queue.weight <= 0:
         return f"weight must be above 0, not {queue.weight:g}"
+    if queue.budget is not None and not queue.budget.period > 0:  # a GPUQueue written before the CRD refused it
+        return f"budget.period must be longer than 0, not {queue.budget.period:g}s: the budget renews every period"
     seen, parent = {queue.name}, queue.parent
     while parent:
         if parent not in given:

@@ -1,0 +1,298 @@
+"""Hostile tenants on the real control plane. Two tenants, team-a and team-b: each a namespace, a GPUQueue
+(guarantee 8 GPUs, limit 16) and a ServiceAccount that holds the built-in `edit` role in its own namespace only, the
+chart's tenant roles aggregated into it; 32 simulated GPUs of this module's own. Every attack is made with the
+attacking tenant's own token (TokenRequest API), so RBAC decides as it would for a real user.
+
+The API must refuse what a tenant may not write: a placed job's admission (CEL), the status of its pods and jobs,
+usage records, queues, the other tenant's namespace; and, from an admin, a budget period of 0. The operator must
+withstand what a tenant may write: the annotations and labels of its own pods. After every attack the other
+tenant's guarantee holds (its job runs at once), the fleet schedules, and no queue is over its limit."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from superpod.api.times import rfc3339
+from superpod.sim.presets import SIM_LABEL
+from tests.integration.operator_env import GROUP, REPO, VERSION, Jobs, service_account_client, sim_cluster, training_job
+from tests.integration.wait import wait_for
+
+CHART = str(REPO / "charts" / "superpod-scheduler")
+GUARANTEED, LIMIT = 8, 16  # GPUs, each tenant's queue
+SCHEDULER = "superpod-scheduler"
+# Written literally: these are what a tenant would write, whatever the operator's code calls them.
+FORGED_NOMINATION = "superpod.dev/nomination"  # the pod annotation a preempting pod gang once held its nodes by
+NOMINATED = "superpod.dev/Nominated"  # the pod condition that holds them now, written through pods/status
+QUEUE_LABEL = "superpod.dev/queue"
+
+
+@dataclass
+class Tenant:
+    name: str
+    namespace: str  # its queue has the same name
+    api: client.ApiClient  # authenticated by the tenant's own token
+
+    @property
+    def jobs(self) -> Jobs:
+        return Jobs(self.api, self.namespace)
+
+    @property
+    def core(self) -> client.CoreV1Api:
+        return client.CoreV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def pod(self, name: str) -> client.V1Pod:
+        return self.core.read_namespaced_pod(name, self.namespace)
+
+    def said(self, name: str) -> str:
+        """Why the operator says the pod waits (its PodScheduled condition), or ""."""
+        cond = next((c for c in self.pod(name).status.conditions or [] if c.type == "PodScheduled"), None)
+        return f"{cond.reason}: {cond.message}" if cond and cond.status == "False" else ""
+
+
+@dataclass
+class Fleet:
+    sim: str
+    admin: client.ApiClient
+    a: Tenant
+    b: Tenant
+
+
+def gpu_queue(namespace: str, **spec) -> dict:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUQueue", "metadata": {"name": namespace},
+            "spec": {"namespaces": [namespace], "resources": [
+                {"flavor": "*", "guaranteed": GUARANTEED, "limit": LIMIT}], **spec}}
+
+
+def gang_pod(name: str, sim: str, gpus: int, annotations: dict | None = None) -> dict:
+    """A pod for this scheduler, as any controller (or a tenant by hand) makes one: a gang of one."""
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"schedulerName": SCHEDULER, "restartPolicy": "Never", "nodeSelector": {SIM_LABEL: sim},
+                     "containers": [{"name": "main", "image": "trainer",
+                                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}
+
+
+def refused(call, status: int) -> str:
+    """The API's words refusing `call`, which must be refused with `status`."""
+    with pytest.raises(ApiException) as e:
+        call()
+    assert e.value.status == status, e.value.body
+    return json.loads(e.value.body)["message"]
+
+
+def once_allowed(call):
+    """`call`'s answer, or None while RBAC refuses it (aggregation and new bindings take effect within moments)."""
+    try:
+        return call()
+    except ApiException as e:
+        assert e.status == 403, e.body
+        return None
+
+
+def gpus_bound(admin: client.ApiClient, namespace: str) -> int:
+    """GPUs the namespace's live pods hold on nodes."""
+    pods = client.CoreV1Api(admin).list_namespaced_pod(namespace).items
+    return sum(int((c.resources.limits or {}).get("nvidia.com/gpu", 0)) for p in pods
+               if p.spec.node_name and not p.metadata.deletion_timestamp
+               and p.status.phase not in ("Succeeded", "Failed") for c in p.spec.containers)
+
+
+def assert_the_fleet_holds(fleet: Fleet, attack: str) -> None:
+    """team-b's guarantee (an 8-GPU job runs at once), so the fleet schedules; no tenant is over its limit."""
+    name = f"guaranteed-{attack}"
+    fleet.b.jobs.create(training_job(name, fleet.sim, 1, gpus=GUARANTEED))
+    status: dict = {}
+
+    def running() -> bool:
+        status.update(fleet.b.jobs.status(name))
+        return status.get("phase") == "Running"
+    try:
+        wait_for(running, 30, f"{fleet.b.name}'s job {name} Running, inside its guarantee")
+    except AssertionError as e:
+        raise AssertionError(f"{e}; it says: {status.get('phase')}: {status.get('message')}") from None
+    for tenant in (fleet.a, fleet.b):
+        assert gpus_bound(fleet.admin, tenant.namespace) <= LIMIT, f"{tenant.name} over its limit of {LIMIT} GPUs"
+
+
+@pytest.fixture(scope="module")
+def fleet(cluster, operator):
+    run = uuid.uuid4().hex[:6]
+    roles = cluster.helm("template", f"tenancy-{run}", CHART, "--kube-version", "1.37.2",
+                         "--show-only", "templates/tenant-rbac.yaml").stdout
+    cluster.kubectl("apply", "-f", "-", input=roles)  # the chart's aggregated roles, as `helm install` leaves them
+    core, rbac, custom = (client.CoreV1Api(cluster.api), client.RbacAuthorizationV1Api(cluster.api),
+                          client.CustomObjectsApi(cluster.api))
+    namespaces = [f"team-a-{run}", f"team-b-{run}"]
+    try:
+        sim, _ = sim_cluster(cluster.api, "dgx-h100", 4, nodes_per_unit=4)  # 32 GPUs
+        tenants = []
+        for namespace in namespaces:
+            core.create_namespace({"metadata": {"name": namespace}})
+            custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", gpu_queue(namespace))
+            core.create_namespaced_service_account(namespace, {"metadata": {"name": "tenant"}})
+            rbac.create_namespaced_role_binding(namespace, {
+                "metadata": {"name": "tenant-edit"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "edit"},
+                "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": namespace}]})
+            wait_for(lambda ns=namespace: any(s.metadata.name == "default" for s in
+                                              core.list_namespaced_service_account(ns).items),
+                     30, f"{namespace}'s default ServiceAccount (its pods run as it)")
+            _, api = service_account_client(cluster.api, namespace, "tenant")
+            tenants.append(Tenant(namespace.rsplit("-", 1)[0], namespace, api))
+        for tenant in tenants:  # through `edit` alone, once the chart's roles are aggregated into it
+            wait_for(lambda t=tenant: once_allowed(lambda: t.custom.list_namespaced_custom_object(
+                GROUP, VERSION, t.namespace, "trainingjobs")) is not None, 30, f"{tenant.name} may list its jobs")
+        yield Fleet(sim, cluster.api, *tenants)
+    finally:
+        for namespace in namespaces:
+            for call in (lambda n=namespace: custom.delete_cluster_custom_object(GROUP, VERSION, "gpuqueues", n),
+                         lambda n=namespace: core.delete_namespace(n)):
+                try:
+                    call()
+                except ApiException as e:
+                    if e.status != 404:
+                        raise
+        cluster.kubectl("delete", "-f", "-", input=roles, check=False)
+
+
+@pytest.fixture(autouse=True)
+def cleared(fleet):
+    """Each attack starts on an empty fleet: the last one's jobs and pods are gone."""
+    yield
+    custom, core = client.CustomObjectsApi(fleet.admin), client.CoreV1Api(fleet.admin)
+    for tenant in (fleet.a, fleet.b):
+        custom.delete_collection_namespaced_custom_object(GROUP, VERSION, tenant.namespace, "trainingjobs")
+        core.delete_collection_namespaced_pod(tenant.namespace, grace_period_seconds=0)
+    wait_for(lambda: not any(core.list_namespaced_pod(t.namespace).items or custom.list_namespaced_custom_object(
+        GROUP, VERSION, t.namespace, "trainingjobs")["items"] for t in (fleet.a, fleet.b)), 60, "the fleet empty")
+
+
+def test_a_running_jobs_admission_cannot_be_edited_by_its_tenant(fleet):
+    """H5/H6: moving a running job to a queue that does not exist (out of its limit), to `reserved` or a month's
+    minRuntimeSeconds (borrowed GPUs made unreclaimable), to a higher priority (what it may preempt)."""
+    fleet.a.jobs.create(training_job("steady", fleet.sim, 1, gpus=8))
+    fleet.a.jobs.wait_phase("steady", "Running", 30)
+    attacks = {"queue": "nowhere", "serviceClass": "reserved", "priority": 1_000_000_000,
+               "minRuntimeSeconds": 30 * 86_400}
+    for field, value in attacks.items():
+        said = refused(lambda f=field, v=value: fleet.a.jobs.patch("steady", {"spec": {f: v}}), 422)
+        assert f"spec.{field} cannot change while the job is Starting or Running" in said, said
+    fleet.a.jobs.patch("steady", {"spec": {"maxRestarts": 5}})  # what does not decide admission still may change
+    spec = Jobs(fleet.admin, fleet.a.namespace).get("steady")["spec"]
+    assert (spec.get("queue"), spec["serviceClass"], spec["priority"], spec.get("minRuntimeSeconds")) == (
+        None, "spot", 0, None)
+    assert_the_fleet_holds(fleet, "admission")
+
+
+def test_a_tenant_cannot_write_what_the_operator_or_an_admin_owns_nor_the_other_tenants_namespace(fleet):
+    a, b = fleet.a, fleet.b
+    a.jobs.create(training_job("mine", fleet.sim, 1, gpus=8))
+    a.jobs.wait_phase("mine", "Running", 30)
+    [pod] = a.jobs.pods("mine")
+    every_node = sorted(n.metadata.name for n in client.CoreV1Api(fleet.admin).list_node().items)
+    forged_condition = {"type": NOMINATED, "status": "True", "reason": "Preempting",
+                        "message": json.dumps({"nodes": every_node, "victims": []})}
+    usage = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "GPUUsage", "metadata": {"name": f"{a.namespace}-forged"},
+             "spec": {"queue": a.namespace, "namespace": a.namespace, "job": "mine", "jobUid": "forged", "attempt": 1,
+                      "flavor": "*", "serviceClass": "spot", "gpus": 8, "start": "2026-12-01T00:00:00Z",
+                      "end": "2026-12-01T00:00:01Z", "gpuSeconds": 0}}
+    billed = dict(usage, metadata={"name": f"{a.namespace}-billed"})
+    client.CustomObjectsApi(fleet.admin).create_cluster_custom_object(GROUP, VERSION, "gpuusages", billed)
+    assert_the_fleet_holds(fleet, "rbac")  # team-b's job, running, is also a target below
+    try:
+        attacks = {
+            'cannot patch resource "pods/status"': lambda: a.core.patch_namespaced_pod_status(
+                pod.metadata.name, a.namespace, {"status": {"conditions": [forged_condition]}}),
+            'cannot patch resource "trainingjobs/status"': lambda: a.custom.patch_namespaced_custom_object_status(
+                GROUP, VERSION, a.namespace, "trainingjobs", "mine", {"status": {"phase": "Succeeded"}}),
+            'cannot create resource "gpuusages"': lambda: a.custom.create_cluster_custom_object(
+                GROUP, VERSION, "gpuusages", usage),
+            'cannot patch resource "gpuusages"': lambda: a.custom.patch_cluster_custom_object(
+                GROUP, VERSION, "gpuusages", billed["metadata"]["name"], {"spec": {"gpuSeconds": 0}}),
+            'cannot delete resource "gpuusages"': lambda: a.custom.delete_cluster_custom_object(
+                GROUP, VERSION, "gpuusages", billed["metadata"]["name"]),
+            'cannot create resource "gpuqueues"': lambda: a.custom.create_cluster_custom_object(
+                GROUP, VERSION, "gpuqueues", gpu_queue(f"{a.namespace}-more")),
+            'cannot patch resource "gpuqueues"': lambda: a.custom.patch_cluster_custom_object(
+                GROUP, VERSION, "gpuqueues", a.namespace, {"spec": {"resources": [
+                    {"flavor": "*", "guaranteed": 32, "limit": 32}]}}),
+            f'cannot create resource "trainingjobs" in API group "{GROUP}" in the namespace "{b.namespace}"':
+                lambda: Jobs(a.api, b.namespace).create(training_job("intruder", fleet.sim, 1, gpus=8)),
+            f'cannot delete resource "trainingjobs" in API group "{GROUP}" in the namespace "{b.namespace}"':
+                lambda: a.custom.delete_namespaced_custom_object(GROUP, VERSION, b.namespace, "trainingjobs",
+                                                                 "guaranteed-rbac"),
+            f'cannot create resource "pods" in API group "" in the namespace "{b.namespace}"':
+                lambda: a.core.create_namespaced_pod(b.namespace, gang_pod("intruder", fleet.sim, 8)),
+        }
+        for words, attack in attacks.items():
+            said = refused(attack, 403)
+            assert words in said and f'"system:serviceaccount:{a.namespace}:tenant"' in said, said
+    finally:
+        client.CustomObjectsApi(fleet.admin).delete_cluster_custom_object(
+            GROUP, VERSION, "gpuusages", billed["metadata"]["name"])
+    assert not [c for c in a.pod(pod.metadata.name).status.conditions or [] if c.type == NOMINATED]
+    # nor through a pod's create: the API server drops the status a pod is created with
+    forger = gang_pod("forger", "no-such-cluster", 8)  # matches no node: it waits, and holds nothing
+    forger["status"] = {"conditions": [forged_condition]}
+    a.core.create_namespaced_pod(a.namespace, forger)
+    assert not [c for c in a.pod("forger").status.conditions or [] if c.type == NOMINATED]
+    assert a.jobs.phase("mine") == "Running" and b.jobs.phase("guaranteed-rbac") == "Running"
+    assert_the_fleet_holds(fleet, "rbac-after")
+
+
+def test_a_budget_period_of_zero_is_refused_by_the_schema(fleet):
+    """H7: `period: 0h` matched the duration pattern, then divided by zero in the operator and dropped every queue's
+    limit. An admin's mistake, but one queue's mistake must not open every other."""
+    custom = client.CustomObjectsApi(fleet.admin)
+    zero = gpu_queue(f"{fleet.a.namespace}-zero", budget={"gpuHours": 10, "period": "0h"})
+    zero["spec"]["namespaces"] = []
+    said = refused(lambda: custom.create_cluster_custom_object(GROUP, VERSION, "gpuqueues", zero), 422)
+    assert "budget.period must be longer than 0" in said, said
+    said = refused(lambda: custom.patch_cluster_custom_object(GROUP, VERSION, "gpuqueues", fleet.a.namespace, {
+        "spec": {"budget": {"gpuHours": 10, "period": "0m0s"}}}), 422)
+    assert "budget.period must be longer than 0" in said, said
+    assert_the_fleet_holds(fleet, "period")
+
+
+def test_a_forged_nomination_annotation_holds_no_node(fleet):
+    """H1: a pod that can never fit (16 GPUs on 8-GPU nodes) names every node of the cluster in the annotation a
+    preempting pod gang once held its nodes by, and no victims. It must hold nothing: team-b's job is placed."""
+    every_node = sorted(n.metadata.name for n in client.CoreV1Api(fleet.admin).list_node().items)
+    forged = {"nodes": every_node, "victims": [], "attempts": {}, "time": rfc3339(time.time())}
+    fleet.a.core.create_namespaced_pod(fleet.a.namespace, gang_pod(
+        "squatter", fleet.sim, 16, annotations={FORGED_NOMINATION: json.dumps(forged)}))
+    # the dangerous moment: the operator has decided the squatter, annotation and all, and says why it waits
+    said = wait_for(lambda: fleet.a.said("squatter"), 30, "the operator's word on the squatter")
+    print(f"\nsquatter: {said}")
+    assert_the_fleet_holds(fleet, "nomination")
+    assert not fleet.a.pod("squatter").spec.node_name
+
+
+def test_relabelling_a_bound_pods_queue_does_not_lift_its_tenants_limit(fleet):
+    """H5: team-a fills its limit with two 8-GPU pods, then relabels them to a queue that does not exist; its third
+    pod must still wait at the limit (the pods count in the queue they were bound under)."""
+    a = fleet.a
+    for name in ("first", "second"):
+        a.core.create_namespaced_pod(a.namespace, gang_pod(name, fleet.sim, 8))
+    wait_for(lambda: all(a.pod(n).spec.node_name for n in ("first", "second")), 30, "first and second bound")
+    for name in ("first", "second"):
+        a.core.patch_namespaced_pod(name, a.namespace, {"metadata": {"labels": {QUEUE_LABEL: "nowhere"}}})
+    a.core.create_namespaced_pod(a.namespace, gang_pod("third", fleet.sim, 8))
+    # the dangerous moment: the operator decides `third` after it saw the relabels (one watch of pods, in order)
+    wait_for(lambda: a.pod("third").spec.node_name or a.said("third"), 30, "the operator's decision on third")
+    for _ in range(2):  # and keeps to it, cycle after cycle
+        assert not a.pod("third").spec.node_name, f"{a.name} past its limit: {gpus_bound(fleet.admin, a.namespace)}"
+        assert f"is at its limit of {LIMIT} GPUs" in a.said("third"), a.said("third")
+        time.sleep(2)
+    assert gpus_bound(fleet.admin, a.namespace) == LIMIT
+    assert_the_fleet_holds(fleet, "relabel")
