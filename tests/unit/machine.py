@@ -239,12 +239,18 @@ class World:
         attempt = int(pod["metadata"]["labels"]["superpod.dev/attempt"])
         if self.active_before.get(f"{pod['metadata']['namespace']}/{job}") == attempt:
             return  # a missing pod of a gang placed before: its node was booked before any reservation
+        placed = next((d.job for d in replica.controller.decisions if d.job.name == job), None)
         for d in replica.controller.decisions:  # in scheduling order: reservations made before this job was placed
             if d.job.name == job:
                 break
-            if node in d.reserved_nodes:
+            if node in d.reserved_nodes and self.keeps_off(placed, d):
                 self.violations.append(f"{pod['metadata']['name']} bound to {node}, reserved for {d.job.key}")
         self.checks["placements checked"] += 1
+
+    def keeps_off(self, job, reserving) -> bool:
+        """Whether `job` must keep off the reservation `reserving` (a Decision) took: without queues, every job
+        keeps off every reservation."""
+        return True
 
     # ---- truth ----------------------------------------------------------------------------------------------------
     def observe(self, decided_at: float | None = None) -> None:

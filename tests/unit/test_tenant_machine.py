@@ -35,6 +35,13 @@ def _queue(name: str) -> dict:
                 {"flavor": "*", "guaranteed": 16, "limit": TENANTS[name]}]}}
 
 
+def _keeps_off(job, reserving) -> bool:
+    """Under queues, reservations are per queue: a job keeps off its own queue's and the preemptors' (pinned); one
+    inside its guarantee may use another queue's (core/queues.py, blocking), so those are not checked here."""
+    pinned = bool(reserving.preempts) or reserving.reason.startswith("waiting for")
+    return pinned or job is None or reserving.job.namespace == job.namespace
+
+
 class TenantMachine(ControllerMachine):
     """The controller machine's rules (its replicas, faults and hostile environment), with queues and tenants."""
 
@@ -42,6 +49,7 @@ class TenantMachine(ControllerMachine):
         super().__init__()
         for name in TENANTS:
             run(self.world.c.admin.create(GPUQUEUES, _queue(name)))
+        self.world.keeps_off = _keeps_off
         self.made = 0
 
     def _pick(self, kind, pick: int, live: bool = False) -> tuple[str, dict] | None:
