@@ -131,6 +131,8 @@ class World:
     def deliver(self, replica: Replica, count: int | None = None) -> None:
         events = self.store.events[replica.cursor:][:count]
         for ev in events:
+            if ev.kind is PODS and ev.time < self.c.now and _end(ev.obj, ev.type, ev.time) is not None:
+                self._delay_pod(ev.obj)  # a pod's end seen late: without its containers' times, billed from then
             replica.state.apply(ev.kind, ev.type, copy.deepcopy(ev.obj), self.c.now)
         replica.cursor += len(events)
 
@@ -283,6 +285,11 @@ class World:
         for info in self.truth.pods.values():
             if (info["job"], info["attempt"]) not in self.truth.closed:
                 self.truth.tainted.add((info["job"], info["attempt"]))
+
+    def _delay_pod(self, obj: dict) -> None:
+        info = self.truth.pods.get(obj["metadata"].get("uid"))
+        if info:
+            self.truth.delayed.add((info["job"], info["attempt"]))
 
     def _taint_pod(self, obj: dict) -> None:
         info = self.truth.pods.get(obj["metadata"].get("uid"))
