@@ -31,8 +31,8 @@ from superpod.controller.state import ClusterState
 from superpod.k8s.api import PODS, TRAININGJOBS
 from superpod.k8s.memory import MemoryAPI
 
-SIZES = ("touched", "edited_jobs", "holding_changed", "nodes_changed", "gone", "ended", "changes", "_tombstones",
-         "pods", "jobs")
+SIZES = ("touched", "edited_jobs", "holding_changed", "nodes_changed", "gone", "ended", "unbilled", "changes",
+         "_tombstones", "pods", "jobs")
 START = "2026-01-01T00:00:00Z"
 
 

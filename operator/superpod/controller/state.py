@@ -515,7 +515,7 @@ class ClusterState:
     def _unbilled(self, pod: PodInfo) -> None:
         if pod_usage_name(pod.uid) in self.ledger.queue_of:
             return  # billed already
-        self.unbilled[pod.uid] = pod
+        self.unbilled[pod.uid] = replace(pod, holds=None, state=_ENDED)  # what billing reads of it, no more
         while len(self.unbilled) > TOMBSTONES:  # a standby whose leader bills none of them: the oldest go
             self.unbilled.popitem(last=False)
 
@@ -612,6 +612,9 @@ class ClusterState:
 
     def pods_of(self, job_key: str) -> list[PodInfo]:
         return [self.pods[k] for k in self.by_job.get(job_key, ()) if k in self.pods]
+
+
+_ENDED = PodState("Succeeded")  # the state kept of a pod whose bill is due (billing reads its run, not its state)
 
 
 def offer_keys(node: Node) -> set[tuple[str, str]]:
