@@ -179,6 +179,9 @@ class World:
             cached = replica.state.pods.get(key)
             if cached is None or cached.phase != ((pod.get("status") or {}).get("phase") or "Pending"):
                 lagging.add((pod["metadata"].get("labels") or {}).get("superpod.dev/job-name"))
+        for key, cached in replica.state.pods.items():  # or a pod gone whose removal it never saw
+            if key not in self.store.objects.get(PODS, {}) and cached.job:
+                lagging.add(cached.job.split("/", 1)[1])
         self.injected, self.writing, self.writes_this_cycle = fault, replica, 0
         self.active_before = {key: (job.get("status") or {}).get("attempt") for key, job in replica.state.jobs.items()
                               if (job.get("status") or {}).get("phase") in ("Starting", "Running")}
