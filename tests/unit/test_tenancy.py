@@ -8,10 +8,10 @@ import json
 
 import pytest
 
-from superpod.api.podgang import NOMINATED, QUEUE_LABEL, nomination_of
+from superpod.api.podgang import NOMINATED, POD_GROUP_LABEL, QUEUE_LABEL, nomination_of
 from superpod.api.times import rfc3339
 from superpod.controller import podgangs
-from superpod.k8s.api import GPUQUEUES, NODES, PODS, TRAININGJOBS, ApiError
+from superpod.k8s.api import GPUQUEUES, NODES, PODGROUPS, PODS, TRAININGJOBS, ApiError
 from superpod.sim.kubelet import TERMINATE_AFTER
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit
@@ -291,3 +291,25 @@ def test_a_gang_whose_status_a_crash_left_unwritten_counts_against_its_queue():
     c.settle(4)
     assert phase(c, "a", "first") in ("Starting", "Running")
     assert not any(stored(c, f"g-{i}")["spec"].get("nodeName") for i in range(2)), "8 + 16 GPUs > the limit of 16"
+
+
+def test_a_whole_pod_group_gang_with_an_extra_member_waiting_is_not_evicted():
+    """Found by review: a running PodGroup gang (minMember 2) whose owner added a third, optional member was taken
+    for a partly bound gang, and its two running pods were evicted after 600 s; whole again it never fit."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)  # 16 GPUs
+    run(c.admin.create(PODGROUPS, {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                                   "metadata": {"name": "pg", "namespace": "team-a"}, "spec": {"minMember": 2}}))
+
+    def member(name: str) -> dict:
+        body = pod(name, gpus=8)
+        body["metadata"]["labels"][POD_GROUP_LABEL] = "pg"
+        return body
+
+    create(c, member("w-0"), member("w-1"))
+    c.settle(4)
+    assert stored(c, "w-0")["spec"].get("nodeName") and stored(c, "w-1")["spec"].get("nodeName")
+    create(c, member("w-2"))  # an extra member: no room for it now
+    for _ in range(12):
+        c.settle(1, seconds=60)
+    assert not stored(c, "w-0")["metadata"].get("deletionTimestamp"), "a whole gang is not incomplete"
+    assert "GangIncomplete" not in [reason for reason, _ in c.events("w-0")]

@@ -165,9 +165,7 @@ class PodGangs:
         """A gang whose pods may have changed: ready to place (its view), or why it waits (a plan telling its pods,
         and the words), or nothing to do."""
         live, bound, waiting = self._members(state, key)
-        if bound and waiting:
-            self.incomplete.setdefault(key, now)
-        else:
+        if not (bound and waiting):
             self.incomplete.pop(key, None)
         if not waiting:
             return None, None, ""
@@ -182,6 +180,10 @@ class PodGangs:
             if group.by == "label" and len(live) > size:
                 raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{GANG_SIZE}]",
                                    f"says {size}, but {len(live)} of its pods exist")
+            if bound and len(bound) < size:  # the rest of a gang its bound part cannot run without
+                self.incomplete.setdefault(key, now)
+            else:  # (a PodGroup's members past its minMember are extras: the bound part is a whole gang)
+                self.incomplete.pop(key, None)
             if not bound and len(waiting) < size:
                 # The words do not count the pods: each pod is told once, not once per pod that appears after it.
                 why = f"waiting for all {size} pods of the gang to exist"
