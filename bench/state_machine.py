@@ -47,6 +47,8 @@ def main() -> int:
             print(f"  {n:8d}  {what}")
     if failed:
         print(f"FAILED: {failed}")
+        for note in getattr(failed, "__notes__", ()):  # hypothesis' shrunk steps
+            print(note)
         return 1
     return 0
 

@@ -313,3 +313,21 @@ def test_a_whole_pod_group_gang_with_an_extra_member_waiting_is_not_evicted():
         c.settle(1, seconds=60)
     assert not stored(c, "w-0")["metadata"].get("deletionTimestamp"), "a whole gang is not incomplete"
     assert "GangIncomplete" not in [reason for reason, _ in c.events("w-0")]
+
+
+def test_pods_whose_training_job_is_gone_count_against_the_queue_until_they_are():
+    """Found by the two-tenant machine: pods a stale view placed for a job deleted meanwhile (or that the garbage
+    collector has yet to delete) held GPUs no queue counted, and another gang was admitted past the limit."""
+    c = MemoryCluster(nodes=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, limit=16)))
+    c.settle(1)
+    submit(c, "a", "first")
+    c.settle(3)
+    c.store._owned.clear()  # the garbage collector has not come to its pods yet
+    c.store.delete_now(TRAININGJOBS, "team-a/first")
+    c.settle(2)
+    [left] = c.pods("first")
+    assert not left["metadata"].get("deletionTimestamp"), "the dangerous moment: its pod holds 8 GPUs, no job"
+    create(c, *[pod(f"g-{i}", "g", 2, index=i) for i in range(2)])
+    c.settle(4)
+    assert not any(stored(c, f"g-{i}")["spec"].get("nodeName") for i in range(2)), "8 + 16 GPUs > the limit of 16"

@@ -30,7 +30,7 @@ from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings, judge, record_deleted, requeue, revisit_at
 from superpod.controller.metering import Meter
 from superpod.controller.mig import MigFlow
-from superpod.controller.podbills import PodBills, gang_labels
+from superpod.controller.podbills import PodBills, gang_labels, own_request
 from superpod.controller.queues import QueueBook
 from superpod.controller.snapshot import SnapshotCache
 from superpod.controller.state import ClusterState
@@ -250,17 +250,21 @@ class Controller:
                                 "operator's log says more")
 
     def _unrecorded_holdings(self, placed: dict) -> list[JobRequest]:
-        """TrainingJobs whose live pods hold GPUs though their status records no placement of them (a replica
-        stopped between a gang's pods and its deferred status write: the next leader writes it a cycle later), as
-        requests of that many replicas: the queues count them too, or the cycle that finds them over-admits."""
+        """TrainingJob pods that hold GPUs though no placement in force records them, so the queues count them too
+        (else the cycle that finds them over-admits): those of a job whose status does not record them yet (a
+        replica stopped between a gang's pods and its deferred status write: the next leader writes it a cycle
+        later), as that many replicas of the job; those whose job is gone or was made again (pods a stale view
+        placed, or the garbage collector has yet to delete), each by its own request."""
         out = []
         for key in self.state.by_job.keys() - placed.keys():
-            if is_gang_key(key) or not isinstance(request := getattr(self.reader.by_key.get(key), "request", None),
-                                                  JobRequest):
+            if is_gang_key(key):
                 continue
-            held = sum(1 for pod in self.state.pods_of(key) if pod.holds is not None and not pod.deleting)
-            if held:
-                out.append(replace(request, replicas=held))
+            pods = [pod for pod in self.state.pods_of(key) if pod.holds is not None and not pod.deleting]
+            view = self.reader.by_key.get(key)
+            mine = [pod for pod in pods if view is not None and pod.owner == view.uid]
+            if mine and isinstance(view.request, JobRequest):
+                out.append(replace(view.request, replicas=len(mine)))
+            out += [own_request(pod) for pod in pods if pod not in mine and pod.gpus is not None]
         return out
 
     def _may_park(self) -> bool:
