@@ -154,6 +154,15 @@ def service_account_client(api: client.ApiClient, namespace: str, name: str) -> 
     return token, client.ApiClient(config)
 
 
+def once_allowed(call):
+    """`call`'s answer, or None while RBAC refuses it (aggregation and new bindings take effect within moments)."""
+    try:
+        return call()
+    except ApiException as e:
+        assert e.status == 403, e.body
+        return None
+
+
 def ensure_topology(api: client.ApiClient) -> None:
     custom = client.CustomObjectsApi(api)
     try:

@@ -15,6 +15,7 @@ from tests.integration.operator_env import (
     REPO,
     Jobs,
     OperatorProcess,
+    once_allowed,
     service_account_client,
     sim_cluster,
     training_job,
@@ -132,13 +133,6 @@ def test_install_run_as_the_chart_service_account_upgrade_uninstall(cluster, ins
     _, as_tenant = service_account_client(cluster.api, jobs.ns, "researcher")
     tenant_jobs, tenant_custom = Jobs(as_tenant, jobs.ns), client.CustomObjectsApi(as_tenant)
 
-    def once_allowed(call):
-        """`call`'s answer, or None while RBAC refuses it (aggregation and bindings take effect within moments)."""
-        try:
-            return call()
-        except ApiException as e:
-            assert e.status == 403, e.body
-            return None
     wait_for(lambda: once_allowed(lambda: tenant_jobs.create(training_job("by-tenant", sim, 1, gpus=8))), 30,
              "a TrainingJob created by a ServiceAccount bound to the built-in edit role")
     tenant_jobs.patch("by-tenant", {"spec": {"maxRestarts": 1}})

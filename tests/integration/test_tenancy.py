@@ -21,7 +21,16 @@ from kubernetes.client.rest import ApiException
 
 from superpod.api.times import rfc3339
 from superpod.sim.presets import SIM_LABEL
-from tests.integration.operator_env import GROUP, REPO, VERSION, Jobs, service_account_client, sim_cluster, training_job
+from tests.integration.operator_env import (
+    GROUP,
+    REPO,
+    VERSION,
+    Jobs,
+    once_allowed,
+    service_account_client,
+    sim_cluster,
+    training_job,
+)
 from tests.integration.wait import wait_for
 
 CHART = str(REPO / "charts" / "superpod-scheduler")
@@ -88,15 +97,6 @@ def refused(call, status: int) -> str:
         call()
     assert e.value.status == status, e.value.body
     return json.loads(e.value.body)["message"]
-
-
-def once_allowed(call):
-    """`call`'s answer, or None while RBAC refuses it (aggregation and new bindings take effect within moments)."""
-    try:
-        return call()
-    except ApiException as e:
-        assert e.status == 403, e.body
-        return None
 
 
 def gpus_bound(admin: client.ApiClient, namespace: str) -> int:

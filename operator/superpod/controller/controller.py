@@ -259,12 +259,16 @@ class Controller:
         for key in self.state.by_job.keys() - placed.keys():
             if is_gang_key(key):
                 continue
-            pods = [pod for pod in self.state.pods_of(key) if pod.holds is not None and not pod.deleting]
-            view = self.reader.by_key.get(key)
-            mine = [pod for pod in pods if view is not None and pod.owner == view.uid]
+            view, mine = self.reader.by_key.get(key), 0
+            for pod in self.state.pods_of(key):
+                if pod.holds is None or pod.deleting:
+                    continue
+                if view is not None and pod.owner == view.uid:
+                    mine += 1
+                elif pod.gpus is not None:
+                    out.append(own_request(pod))
             if mine and isinstance(view.request, JobRequest):
-                out.append(replace(view.request, replicas=len(mine)))
-            out += [own_request(pod) for pod in pods if pod not in mine and pod.gpus is not None]
+                out.append(replace(view.request, replicas=mine))
         return out
 
     def _may_park(self) -> bool:
@@ -362,10 +366,10 @@ class Controller:
         gangs = self.room.gangs
         for request in gangs.placed(self.state):
             queue = gang_labels(self.queues, request.key, request)[0]
-            if queue in self.queues.draining and gangs.victim_pods(self.state, request.key):
-                plans[request.key] = gangs.drain(
+            if queue in self.queues.draining and (plan := gangs.drain(
                     self.state, request.key, f"stopped: queue {queue}'s budget is spent and it drains (HoldAndDrain); "
-                    "made again, it waits for the budget to renew", now)
+                    "made again, it waits for the budget to renew", now)):
+                plans[request.key] = plan
         return plans
 
     def _judge_unless_steady(self, view: JobView, seen: tuple[int, int], now: float) -> list[Plan]:

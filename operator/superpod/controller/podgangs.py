@@ -316,9 +316,11 @@ class PodGangs:
             plans.append(_evict(key, pods, "GangIncomplete", Reason.GANG_INCOMPLETE, why, now))
         return plans
 
-    def drain(self, state: ClusterState, key: str, why: str, now: float) -> Plan:
-        """Evict every bound pod of a gang whose queue's budget is spent and drains (HoldAndDrain)."""
-        return _evict(key, self._bound(state, key), str(Reason.BUDGET_EXHAUSTED), Reason.BUDGET_EXHAUSTED, why, now)
+    def drain(self, state: ClusterState, key: str, why: str, now: float) -> Plan | None:
+        """Evict every bound pod of a gang whose queue's budget is spent and drains (HoldAndDrain); None when none
+        is left to evict."""
+        pods = self._bound(state, key)
+        return _evict(key, pods, str(Reason.BUDGET_EXHAUSTED), Reason.BUDGET_EXHAUSTED, why, now) if pods else None
 
     def _bound(self, state: ClusterState, key: str) -> list[dict]:
         return [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
