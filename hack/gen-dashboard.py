@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+from generated import write_or_check
 
 from superpod.controller.dashboard import dashboard
 
@@ -13,17 +14,7 @@ PATH = Path(__file__).resolve().parents[1] / "charts/superpod-scheduler/dashboar
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--check", action="store_true", help="exit 1 if the dashboard differs from what would be written")
-    args = ap.parse_args()
-    text = json.dumps(dashboard(), indent=2) + "\n"
-    if args.check:
-        if not PATH.exists() or PATH.read_text() != text:
-            print(f"stale generated file (run `python hack/gen-dashboard.py`): {PATH}", file=sys.stderr)
-            return 1
-        return 0
-    PATH.write_text(text)
-    return 0
+    return write_or_check(__doc__, PATH, lambda: json.dumps(dashboard(), indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -36,7 +36,11 @@ def test_lint_and_template_are_clean(cluster):
     kinds = sorted(d["kind"] for d in yaml.safe_load_all(out) if d)
     assert kinds == sorted(["ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
                             "Deployment", "ClusterTopology", "ServiceMonitor", "ConfigMap", "ClusterRole",
-                            "ClusterRole", "ClusterRole"])
+                            "ClusterRole", "ClusterRole", "ValidatingAdmissionPolicy",
+                            "ValidatingAdmissionPolicyBinding"])
+    policy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ValidatingAdmissionPolicy")
+    exempt = " ".join(c["expression"] for c in policy["spec"]["matchConditions"])
+    assert f"'system:serviceaccount:{NS}:{RELEASE}'" in exempt, "the operator's own pods are not refused"
     board = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "ConfigMap")
     assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
     assert json.loads(board["data"]["superpod-scheduler.json"])["uid"] == "superpod-scheduler"
@@ -62,8 +66,9 @@ def test_lint_and_template_are_clean(cluster):
     assert grants(f"{RELEASE}-tenant") == {"gpuqueues": {"get", "list", "watch"},
                                            "clustertopologies": {"get", "list", "watch"}}
     bare = cluster.helm("template", RELEASE, CHART, "-n", NS, "--kube-version", "1.37.2",
-                        "--set", "tenantRoles.create=false").stdout
+                        "--set", "tenantRoles.create=false", "--set", "tenantPolicy.enabled=false").stdout
     assert [d["metadata"]["name"] for d in yaml.safe_load_all(bare) if d and d["kind"] == "ClusterRole"] == [RELEASE]
+    assert not [d for d in yaml.safe_load_all(bare) if d and d["kind"].startswith("ValidatingAdmission")]
     deploy = next(d for d in yaml.safe_load_all(out) if d and d["kind"] == "Deployment")
     sc = deploy["spec"]["template"]["spec"]["containers"][0]["securityContext"]
     assert sc["readOnlyRootFilesystem"] and not sc["allowPrivilegeEscalation"] and sc["capabilities"]["drop"] == ["ALL"]

@@ -128,8 +128,11 @@ def assert_the_fleet_holds(fleet: Fleet, attack: str) -> None:
 def fleet(cluster, operator):
     run = uuid.uuid4().hex[:6]
     roles = cluster.helm("template", f"tenancy-{run}", CHART, "--kube-version", "1.37.2",
-                         "--show-only", "templates/tenant-rbac.yaml").stdout
-    cluster.kubectl("apply", "-f", "-", input=roles)  # the chart's aggregated roles, as `helm install` leaves them
+                         "--show-only", "templates/tenant-rbac.yaml", "--show-only",
+                         "templates/tenant-pod-policy.yaml").stdout
+    # the chart's aggregated roles and its tenant pod policy, as `helm install` leaves them (the operator here runs
+    # as the cluster's admin, which the policy exempts as it does the operator's ServiceAccount)
+    cluster.kubectl("apply", "-f", "-", input=roles)
     core, rbac, custom = (client.CoreV1Api(cluster.api), client.RbacAuthorizationV1Api(cluster.api),
                           client.CustomObjectsApi(cluster.api))
     namespaces = [f"team-a-{run}", f"team-b-{run}"]
@@ -276,6 +279,52 @@ def test_a_forged_nomination_annotation_holds_no_node(fleet):
     print(f"\nsquatter: {said}")
     assert_the_fleet_holds(fleet, "nomination")
     assert not fleet.a.pod("squatter").spec.node_name
+
+
+def test_a_tenant_can_neither_place_gpus_itself_nor_pass_a_pod_off_as_a_replica(fleet):
+    """A pod that skips the scheduler (spec.nodeName, another scheduler) holds GPUs no queue admitted; a pod that
+    carries a TrainingJob's owner reference or its replica labels is counted and billed as that job's replica. The
+    chart's admission policy refuses both, through the tenant's own credentials; what is not ours still passes."""
+    a = fleet.a
+    a.jobs.create(training_job("mine", fleet.sim, 1, gpus=8))
+    a.jobs.wait_phase("mine", "Running", 30)
+    [replica] = a.jobs.pods("mine")
+    node = replica.spec.node_name
+    job = Jobs(fleet.admin, a.namespace).get("mine")["metadata"]
+    owner = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "name": "mine", "uid": job["uid"],
+             "controller": True}
+
+    def pod(name: str, gpus: int = 8, labels: dict | None = None, owners: list | None = None, **spec) -> dict:
+        body = gang_pod(name, fleet.sim, gpus)
+        body["metadata"].update(labels=labels or {}, ownerReferences=owners or [])
+        body["spec"].update(spec)
+        if not gpus:
+            body["spec"]["containers"][0]["resources"] = {}
+        return body
+
+    replica_labels = dict(replica.metadata.labels)
+    attacks = {
+        "may not set spec.nodeName": pod("pinned", nodeName=node),
+        f"must name spec.schedulerName: {SCHEDULER}": pod("elsewhere", schedulerName="default-scheduler"),
+        "may not be given a TrainingJob owner reference": pod("impostor", owners=[owner]),
+        "mark a TrainingJob's pods": pod("lookalike", labels=replica_labels),
+    }
+    for words, body in attacks.items():
+        said = refused(lambda b=body: a.core.create_namespaced_pod(a.namespace, b), 422)
+        assert words in said, said
+    relabels = {"superpod.dev/attempt": "7", "superpod.dev/job-name": "someone-else"}
+    for label, value in relabels.items():  # the operator's replica, moved out of its attempt or job
+        said = refused(lambda k=label, v=value: a.core.patch_namespaced_pod(
+            replica.metadata.name, a.namespace, {"metadata": {"labels": {k: v}}}), 422)
+        assert "mark a TrainingJob's pods" in said, said
+    said = refused(lambda: a.core.patch_namespaced_pod(replica.metadata.name, a.namespace, {"metadata": {
+        "ownerReferences": [owner, {**owner, "name": "other", "uid": str(uuid.uuid4()), "controller": False}]}}), 422)
+    assert "may not be given a TrainingJob owner reference" in said, said
+    # what the policy leaves alone: a pod without GPUs placed by hand, a label of its own on the replica
+    a.core.create_namespaced_pod(a.namespace, pod("cpu-only", gpus=0, nodeName=node, schedulerName="default-scheduler"))
+    a.core.patch_namespaced_pod(replica.metadata.name, a.namespace, {"metadata": {"labels": {"team": "a"}}})
+    assert a.jobs.phase("mine") == "Running"
+    assert_the_fleet_holds(fleet, "placement")
 
 
 def test_relabelling_a_bound_pods_queue_does_not_lift_its_tenants_limit(fleet):

@@ -16,6 +16,8 @@ from superpod.controller.state import ENDED_KEPT, MIG_EXPECT, ClusterState
 from superpod.k8s.api import NODES, PODS, SERVICES, TRAININGJOBS, WATCHED
 from superpod.k8s.memory import MemoryAPI
 
+REPLICA = {JOB_LABEL: "j", ATTEMPT_LABEL: "1", INDEX_LABEL: "0"}  # the labels of pod_name("j", 1, 0)
+
 
 def pod(name: str, rv: int, uid: str = "u1", node: str = "n1", phase: str = "Running", **labels) -> dict:
     owners = [{"kind": "TrainingJob", "name": "j", "uid": "j1", "controller": True}]
@@ -57,13 +59,13 @@ def test_a_late_job_event_never_takes_a_job_back_to_before_our_own_write():
 def test_a_late_or_repeated_pod_event_never_drops_a_live_pod():
     """Defect: a racing on_pod could drop a live pod from its job and restart a healthy gang."""
     s = ClusterState()
-    s.apply(PODS, "ADDED", pod("p", 3, **{"superpod.dev/job-name": "j"}), 0)
-    s.apply(PODS, "MODIFIED", pod("p", 6, **{"superpod.dev/job-name": "j"}), 0)
-    s.apply(PODS, "ADDED", pod("p", 3, **{"superpod.dev/job-name": "j"}), 0)  # a repeat from an older list
-    assert [p.key for p in s.pods_of("ns/j")] == ["ns/p"]
-    old = pod("p", 2, uid="u0", **{"superpod.dev/job-name": "j"})
+    s.apply(PODS, "ADDED", pod("j-a1-0", 3, **REPLICA), 0)
+    s.apply(PODS, "MODIFIED", pod("j-a1-0", 6, **REPLICA), 0)
+    s.apply(PODS, "ADDED", pod("j-a1-0", 3, **REPLICA), 0)  # a repeat from an older list
+    assert [p.key for p in s.pods_of("ns/j")] == ["ns/j-a1-0"]
+    old = pod("j-a1-0", 2, uid="u0", **REPLICA)
     assert not s.apply(PODS, "DELETED", old, 0), "the deletion of an earlier pod of that name"
-    assert [p.key for p in s.pods_of("ns/j")] == ["ns/p"]
+    assert [p.key for p in s.pods_of("ns/j")] == ["ns/j-a1-0"]
 
 
 def test_a_pod_is_a_jobs_only_if_a_trainingjob_controls_it():
@@ -360,24 +362,24 @@ def test_a_pod_deleted_before_it_finished_runs_until_its_gpus_are_free():
     being deleted still runs; once gone it ran until its containers stopped (the kubelet's last status names it),
     else until its removal was seen, at most to the end of its grace period."""
     s = ClusterState()
-    running = pod("p-a1-0", 1, **{"superpod.dev/job-name": "j", "superpod.dev/attempt": "1"})
+    running = pod("j-a1-0", 1, **REPLICA)
     running["status"].update(startTime="2026-01-01T00:00:00Z")
     s.apply(PODS, "ADDED", running, 0.0)
     deleting = copy.deepcopy(running)
     deleting["metadata"].update(resourceVersion="2", deletionTimestamp="2026-01-01T00:02:00Z",
                                 deletionGracePeriodSeconds=60)  # asked at 00:01:00
     s.apply(PODS, "MODIFIED", deleting, 0.0)
-    assert s.pods["ns/p-a1-0"].run.end is None, "terminating: it still holds its GPUs"
+    assert s.pods["ns/j-a1-0"].run.end is None, "terminating: it still holds its GPUs"
     stopped = copy.deepcopy(deleting)
     stopped["metadata"]["resourceVersion"] = "3"
     stopped["status"]["containerStatuses"] = [{"name": "c", "state": {"terminated": {
         "exitCode": 143, "finishedAt": "2026-01-01T00:01:30Z"}}}]
     s.apply(PODS, "DELETED", stopped, 0.0)
-    start = s.ended["ns/p-a1-0"][2].start
-    assert s.ended["ns/p-a1-0"][2].end - start == 90, "its containers stopped 90 s after its start"
+    start = s.ended["ns/j-a1-0"][2].start
+    assert s.ended["ns/j-a1-0"][2].end - start == 90, "its containers stopped 90 s after its start"
     for seen, billed in ((start + 100, 100), (start + 500, 120)):  # no container states: seen, at most the deadline
         s = ClusterState()
         s.apply(PODS, "ADDED", running, 0.0)
         s.apply(PODS, "MODIFIED", deleting, 0.0)
         s.apply(PODS, "DELETED", {**deleting, "metadata": {**deleting["metadata"], "resourceVersion": "3"}}, seen)
-        assert s.ended["ns/p-a1-0"][2].end - start == billed
+        assert s.ended["ns/j-a1-0"][2].end - start == billed

@@ -11,7 +11,7 @@ import pytest
 from superpod.api.podgang import NOMINATED, POD_GROUP_LABEL, QUEUE_LABEL, nomination_of
 from superpod.api.times import rfc3339
 from superpod.controller import podgangs
-from superpod.k8s.api import GPUQUEUES, NODES, PODGROUPS, PODS, TRAININGJOBS, ApiError
+from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODGROUPS, PODS, TRAININGJOBS, ApiError
 from superpod.sim.kubelet import TERMINATE_AFTER
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit
@@ -331,3 +331,66 @@ def test_pods_whose_training_job_is_gone_count_against_the_queue_until_they_are(
     create(c, *[pod(f"g-{i}", "g", 2, index=i) for i in range(2)])
     c.settle(4)
     assert not any(stored(c, f"g-{i}")["spec"].get("nodeName") for i in range(2)), "8 + 16 GPUs > the limit of 16"
+
+
+@pytest.mark.parametrize("owned", [True, False], ids=["owner-reference", "labels-only"])
+def test_a_pod_passing_for_a_training_jobs_replica_is_counted_and_billed_as_itself(owned):
+    """Found by review: a tenant's GPU pod placed by spec.nodeName with its running job's replica labels (and owner
+    reference) was taken for that replica: its 8 GPUs counted in no queue (a second job was let in past the limit)
+    and billed to nobody. The chart's admission policy refuses such a pod; where it is not installed, the operator
+    still takes only the pod named as the replica for it."""
+    c = MemoryCluster(nodes=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, limit=16)))
+    c.settle(1)
+    submit(c, "a", "j")
+    c.settle(3)
+    [replica] = c.pods("j")
+    impostor = pod("sidecar", gpus=8)
+    impostor["metadata"]["labels"] = dict(replica["metadata"]["labels"])
+    if owned:
+        impostor["metadata"]["ownerReferences"] = replica["metadata"]["ownerReferences"]
+    free = sorted(set(c.store.objects[NODES]) - {replica["spec"]["nodeName"]})[0]
+    impostor["spec"].update(schedulerName="default-scheduler", nodeName=free)
+    create(c, impostor)
+    c.settle(3)
+    assert stored(c, "sidecar")["status"]["phase"] == "Running", "the dangerous moment: it holds 8 GPUs"
+    assert queue_status(c, "a")["allocated"] == 16
+    submit(c, "a", "k")
+    c.settle(3)
+    assert phase(c, "a", "k") == "Queued", "8 + 8 + 8 GPUs > the limit of 16"
+    c.settle(1, seconds=100)
+    c.kubelet.finish("team-a/sidecar", 0)
+    c.settle(3)
+    uid = stored(c, "sidecar")["metadata"]["uid"]
+    [record] = [r["spec"] for r in c.store.objects.get(GPUUSAGES, {}).values() if r["metadata"]["name"] == f"{uid}-pod"]
+    assert (record["queue"], record["job"]) == ("a", "sidecar") and record["gpuSeconds"] >= 8 * 100, record
+    assert phase(c, "a", "j") == "Running" and phase(c, "a", "k") == "Running"
+
+
+def test_a_replica_made_ahead_under_its_name_is_adopted_only_if_it_asks_for_what_the_replica_does():
+    """Found by review: a pod made ahead of the operator under the replica's name, with its owner reference and labels,
+    on the node the replica goes to, was adopted as the replica whatever it asked for: 4 GPUs held, counted and
+    billed as the job's 1. Now the write fails and is rolled back (the pod under the replica's name goes), and the
+    operator's own replica is made."""
+    c = MemoryCluster(nodes=1)
+    c.submit(training_job("j", 1, 1))
+    made_ahead: list[str] = []
+
+    def ahead_of_the_operator(verb, kind, what, writer):
+        if verb == "create" and kind is PODS and what["metadata"]["name"] == "j-a1-0" and not made_ahead:
+            ahead = json.loads(json.dumps(what))  # the replica's owner, labels and node, and 4 GPUs
+            ahead["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "4"}}
+            ahead["metadata"].update(uid="made-ahead", creationTimestamp=rfc3339(c.now))
+            ahead["status"] = {"phase": "Pending"}
+            c.store._store(PODS, ahead, "create")
+            made_ahead.append(ahead["metadata"]["uid"])
+        return None
+    c.store.fault = ahead_of_the_operator
+    c.settle(4)
+    assert made_ahead, "the dangerous moment: the operator's create met the pod made ahead"
+    assert "pod team-a/j-a1-0 exists and is not this attempt's live pod" in message(c, "a", "j")
+    c.settle(4, seconds=10)  # its retry, once the pod made ahead is gone
+    assert phase(c, "a", "j") == "Running"
+    [replica] = c.pods("j")
+    assert replica["metadata"]["uid"] != "made-ahead", "the pod made ahead was taken for the replica"
+    assert replica["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"

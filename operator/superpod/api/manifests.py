@@ -32,6 +32,15 @@ def pod_name(job_name: str, attempt: int, index: int) -> str:
     return f"{job_name}-a{attempt}-{index}"
 
 
+def is_replica(name: str, labels: dict) -> bool:
+    """Whether a pod is named as the replica its labels say it is: names are unique in a namespace, so of the pods
+    carrying one job's owner reference and labels, only the operator's has the replica's name while it lives."""
+    try:
+        return name == pod_name(str(labels[JOB_LABEL]), int(labels[ATTEMPT_LABEL]), int(labels[INDEX_LABEL]))
+    except (KeyError, ValueError):
+        return False
+
+
 def gang_digest(spec: dict) -> str:
     """A digest of the spec fields that define the gang: pods whose digest is the job's were made from its spec as
     it is (a spec edited since, its priority aside, makes other pods)."""

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 
 import yaml
 
+from superpod.api.convert import pod_resources
 from superpod.api.manifests import ATTEMPT_LABEL, SCHEDULER_NAME
+from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339
 from superpod.controller.actions import (
     BindPods,
@@ -247,8 +249,9 @@ class Applier:
                        f"{first.message}; rolled back")
 
     async def _adopt(self, pod: dict) -> None:
-        """A pod of this name exists: ours (written before a crash) if its owner, attempt and node match, else an
-        error."""
+        """A pod of this name exists: ours (written before a crash) if its owner, attempt, node and requests match
+        (a pod made ahead by someone else under the replica's name is then the replica it poses as, GPU for GPU),
+        else an error."""
         meta = pod["metadata"]
         found = await self.api.get(PODS, meta["name"], meta["namespace"])
         owner = meta["ownerReferences"][0]["uid"]
@@ -256,12 +259,12 @@ class Applier:
         if not theirs.get("deletionTimestamp") and any(o.get("uid") == owner for o in theirs.get("ownerReferences")
                                                        or []) and (
                 (theirs.get("labels") or {}).get(ATTEMPT_LABEL) == meta["labels"][ATTEMPT_LABEL]) and (
-                found["spec"].get("nodeName") == pod["spec"].get("nodeName")):
+                found["spec"].get("nodeName") == pod["spec"].get("nodeName")) and _requests(found) == _requests(pod):
             self._see(PODS, found)
             return
         raise ApiError(409, "AlreadyExists", f"pod {meta['namespace']}/{meta['name']} exists and is not this "
                        "attempt's live pod on its node (being deleted, of an earlier job of the same name, "
-                       "or placed elsewhere)")
+                       "placed elsewhere, or asking for other resources)")
 
     async def _delete_pods(self, step: DeletePods) -> None:
         async def delete(key: str, uid: str) -> None:
@@ -406,3 +409,9 @@ def _configs(current: dict | None, step: MergeMigConfigs) -> dict:
         return {}
     return configs
 
+
+def _requests(pod: dict) -> tuple | None:
+    try:
+        return pod_resources(pod)
+    except ConvertError:
+        return None

@@ -24,7 +24,7 @@ from superpod.api.convert import (
     record_from_k8s,
     topology_from_k8s,
 )
-from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME
+from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME, is_replica
 from superpod.api.podgang import QUEUE_LABEL, Grouping, gang_name, grouping, is_gang_key, nomination_of
 from superpod.api.resources import ConvertError
 from superpod.api.status import read_status
@@ -630,16 +630,18 @@ def offer_keys(node: Node) -> set[tuple[str, str]]:
 
 
 def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None = None) -> PodInfo:
-    """What the cache keeps of a pod. A pod a TrainingJob controls is its job's; a pod another controller made for
-    this scheduler (spec.schedulerName) is its gang's (api/podgang.py), bound or not. `held`: what the pod held
-    before, kept as the same object when it holds the same (the snapshot compares holdings by identity first: an
-    equal copy from each status update of each pod was compared again every cycle)."""
+    """What the cache keeps of a pod. A pod a TrainingJob controls, named as the replica its labels say, is its job's
+    (a pod that only carries a job's owner reference and labels is not); a pod another controller made for this
+    scheduler (spec.schedulerName) is its gang's (api/podgang.py), bound or not. `held`: what the pod held before,
+    kept as the same object when it holds the same (the snapshot compares holdings by identity first: an equal copy
+    from each status update of each pod was compared again every cycle)."""
     meta = obj.get("metadata") or {}
     labels = meta.get("labels") or {}
     ns = meta.get("namespace", "default")
+    replica = is_replica(str(meta.get("name")), labels)
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or []
-                  if o.get("controller") and o.get("kind") == "TrainingJob"), None)
-    job = f"{ns}/{labels.get(JOB_LABEL)}" if owner and labels.get(JOB_LABEL) else None
+                  if o.get("controller") and o.get("kind") == "TrainingJob"), None) if replica else None
+    job = f"{ns}/{labels.get(JOB_LABEL)}" if owner else None
     if owner is None and (obj.get("spec") or {}).get("schedulerName") == scheduler_name:
         job = grouping(obj).key(ns)
     status = obj.get("status") or {}
@@ -657,12 +659,13 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None =
         owner=owner, attempt=_int(labels.get(ATTEMPT_LABEL)), index=_int(labels.get(INDEX_LABEL)), holds=holds,
         state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status, meta),
         gang_spec=(meta.get("annotations") or {}).get(GANG_ANNOTATION) if owner else None,
-        gpus=_gpus(obj, holds, state.phase, labels),
+        gpus=_gpus(obj, holds, state.phase, labels, replica),
     )
 
 
-def _gpus(obj: dict, holds: Pod | None, phase: str, labels: dict) -> PodGpus | None:
-    """What billing reads of a bound pod that asks for GPUs (None: unbound, or no GPUs)."""
+def _gpus(obj: dict, holds: Pod | None, phase: str, labels: dict, replica: bool) -> PodGpus | None:
+    """What billing reads of a bound pod that asks for GPUs (None: unbound, or no GPUs). `replica`: it is named as
+    its labels say a TrainingJob's replica is (else its job-name label is not read)."""
     spec = obj.get("spec") or {}
     if holds is not None:
         requests = holds.requests
@@ -679,7 +682,7 @@ def _gpus(obj: dict, holds: Pod | None, phase: str, labels: dict) -> PodGpus | N
     selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
     product = selector.get(PRODUCT_LABEL)
     return PodGpus(units, requests, str(product) if product is not None else None, labels.get(QUEUE_LABEL) or None,
-                   labels.get(JOB_LABEL) or None)
+                   (labels.get(JOB_LABEL) or None) if replica else None)
 
 
 def removed_run(pod: PodInfo, obj: dict | None, now: float) -> Run:
