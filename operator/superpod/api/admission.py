@@ -8,8 +8,9 @@ whether it is a TrainingJob's replica. The API server keeps both the operator's 
 - what marks a pod as a TrainingJob's replica — a TrainingJob owner reference, the job-name, attempt and replica-index
   labels — is never given to a pod, nor changed, by anyone but the operator (a pod passing for a replica would be
   billed and counted as one GPU-for-GPU, whatever it holds).
-The operator's ServiceAccount, cluster admins (system:masters) and kubelets (mirror pods) are exempt. The chart
-applies it to every namespace but the system's, the release's and those in `tenantPolicy.exemptNamespaces`."""
+Exempt: whoever may bind pods in the namespace (pods/binding: the operator, kube-scheduler, cluster admins — who may
+place a pod anywhere already), and kubelets (mirror pods). The chart applies it to every namespace but the system's,
+the release's and those in `tenantPolicy.exemptNamespaces`."""
 
 from __future__ import annotations
 
@@ -20,9 +21,8 @@ from superpod.api.models import GROUP
 
 GPU_PREFIX = "nvidia.com/"  # whole GPUs and MIG slices
 REPLICA_LABELS = (JOB_LABEL, ATTEMPT_LABEL, INDEX_LABEL)
-EXEMPT_GROUPS = ("system:masters", "system:nodes")
-SCHEDULER = "{{ .Values.schedulerName }}"  # Helm fills these in
-OPERATOR = 'system:serviceaccount:{{ .Release.Namespace }}:{{ include "superpod.name" . }}'
+EXEMPT_GROUPS = ("system:nodes",)
+SCHEDULER = "{{ .Values.schedulerName }}"  # Helm fills it in
 
 
 @dataclass(frozen=True)
@@ -44,10 +44,12 @@ def _job_owners(obj: str) -> str:
             f"'TrainingJob' && o.apiVersion.startsWith('{GROUP}/')).map(o, o.uid) : []")
 
 
-MATCH = (
-    ("not-the-operator", f"request.userInfo.username != '{OPERATOR}'"),
-    ("not-an-admin-nor-a-kubelet", f"!(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in "
-                                   f"{_quoted(EXEMPT_GROUPS)}))"),
+MATCH = (  # who it applies to: not who may bind pods in the namespace (the operator, kube-scheduler, cluster admins
+    # of any kind), nor kubelets (mirror pods)
+    ("not-one-that-binds-pods", "!authorizer.group('').resource('pods').subresource('binding')"
+                                ".namespace(request.namespace).check('create').allowed()"),
+    ("not-a-kubelet", f"!(has(request.userInfo.groups) && request.userInfo.groups.exists(g, g in "
+                      f"{_quoted(EXEMPT_GROUPS)}))"),
 )
 
 VARIABLES = (
