@@ -317,9 +317,26 @@ def test_a_tenant_can_neither_place_gpus_itself_nor_pass_a_pod_off_as_a_replica(
         said = refused(lambda k=label, v=value: a.core.patch_namespaced_pod(
             replica.metadata.name, a.namespace, {"metadata": {"labels": {k: v}}}), 422)
         assert "mark a TrainingJob's pods" in said, said
-    said = refused(lambda: a.core.patch_namespaced_pod(replica.metadata.name, a.namespace, {"metadata": {
-        "ownerReferences": [owner, {**owner, "name": "other", "uid": str(uuid.uuid4()), "controller": False}]}}), 422)
-    assert "may not be given a TrainingJob owner reference" in said, said
+    for owners in ([owner, {**owner, "name": "other", "uid": str(uuid.uuid4()), "controller": False}],
+                   [{**owner, "controller": False}], [{**owner, "apiVersion": "elsewhere.example/v1"}]):
+        said = refused(lambda o=owners: a.core.patch_namespaced_pod(replica.metadata.name, a.namespace, {
+            "metadata": {"ownerReferences": o}}), 422)
+        assert "may not be given a TrainingJob owner reference, nor have one changed" in said, said
+    # through a controller the tenant drives: the DaemonSet controller may bind pods, and is not exempt for that
+    daemons = {"apiVersion": "apps/v1", "kind": "DaemonSet", "metadata": {"name": "grab"}, "spec": {
+        "selector": {"matchLabels": {"app": "grab"}}, "template": {
+            "metadata": {"labels": {"app": "grab"}},
+            "spec": {"tolerations": [{"operator": "Exists"}], "containers": [
+                {"name": "c", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}}
+    client.AppsV1Api(a.api).create_namespaced_daemon_set(a.namespace, daemons)
+
+    def refused_to_the_controller() -> str:
+        events = a.core.list_namespaced_event(a.namespace, field_selector="involvedObject.name=grab").items
+        return next((e.message for e in events if e.reason == "FailedCreate"), "")
+    said = wait_for(refused_to_the_controller, 30, "the DaemonSet controller's pod refused")
+    assert "must name spec.schedulerName" in said, said
+    assert not [p for p in a.core.list_namespaced_pod(a.namespace).items if p.metadata.name.startswith("grab-")]
+    client.AppsV1Api(a.api).delete_namespaced_daemon_set("grab", a.namespace)
     # what the policy leaves alone: a pod without GPUs placed by hand, a label of its own on the replica
     a.core.create_namespaced_pod(a.namespace, pod("cpu-only", gpus=0, nodeName=node, schedulerName="default-scheduler"))
     a.core.patch_namespaced_pod(replica.metadata.name, a.namespace, {"metadata": {"labels": {"team": "a"}}})

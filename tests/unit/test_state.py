@@ -20,7 +20,8 @@ REPLICA = {JOB_LABEL: "j", ATTEMPT_LABEL: "1", INDEX_LABEL: "0"}  # the labels o
 
 
 def pod(name: str, rv: int, uid: str = "u1", node: str = "n1", phase: str = "Running", **labels) -> dict:
-    owners = [{"kind": "TrainingJob", "name": "j", "uid": "j1", "controller": True}]
+    owners = [{"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob", "name": "j", "uid": "j1",
+               "controller": True}]
     return {"kind": "Pod", "metadata": {"name": name, "namespace": "ns", "uid": uid, "resourceVersion": str(rv),
                                         "labels": labels, "ownerReferences": owners},
             "spec": {"nodeName": node, "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": 8}}}]},
@@ -271,8 +272,8 @@ def owned_pod(job_name: str, job_uid: str, attempt: int, index: int, rv: int, ph
     """A TrainingJob's pod, as the operator names and labels it."""
     labels = {JOB_LABEL: job_name, ATTEMPT_LABEL: str(attempt), INDEX_LABEL: str(index)}
     obj = pod(pod_name(job_name, attempt, index), rv, uid=f"{job_uid}-a{attempt}-{index}", phase=phase, **labels)
-    obj["metadata"]["ownerReferences"] = [{"kind": "TrainingJob", "name": job_name, "uid": job_uid,
-                                           "controller": True}]
+    obj["metadata"]["ownerReferences"] = [{"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob",
+                                           "name": job_name, "uid": job_uid, "controller": True}]
     obj["status"]["startTime"] = "2026-01-01T00:00:00Z"
     return obj
 

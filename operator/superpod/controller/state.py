@@ -25,6 +25,7 @@ from superpod.api.convert import (
     topology_from_k8s,
 )
 from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME, is_replica
+from superpod.api.models import GROUP
 from superpod.api.podgang import QUEUE_LABEL, Grouping, gang_name, grouping, is_gang_key, nomination_of
 from superpod.api.resources import ConvertError
 from superpod.api.status import read_status
@@ -639,8 +640,9 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None =
     labels = meta.get("labels") or {}
     ns = meta.get("namespace", "default")
     replica = is_replica(str(meta.get("name")), labels)
-    owner = next((o.get("uid") for o in meta.get("ownerReferences") or []
-                  if o.get("controller") and o.get("kind") == "TrainingJob"), None) if replica else None
+    owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller") and o.get("kind") ==
+                  "TrainingJob" and str(o.get("apiVersion")).startswith(f"{GROUP}/") and o.get("name") ==
+                  labels.get(JOB_LABEL)), None) if replica else None
     job = f"{ns}/{labels.get(JOB_LABEL)}" if owner else None
     if owner is None and (obj.get("spec") or {}).get("schedulerName") == scheduler_name:
         job = grouping(obj).key(ns)
