@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from superpod.core.cycle import schedule
-from superpod.core.queues import ANY, Budget, FairQueues, Queue, QueueTree, Quota, Usage, capacity, units
+from superpod.core.queues import ANY, Budget, FairQueues, Queue, QueueTree, Quota, Usage, capacity
 from tests.unit.builders import TOPO, job, node, snapshot
 
 
@@ -32,7 +32,7 @@ def placed_by_queue(decisions) -> dict[str, float]:
     out: dict[str, float] = {}
     for d in decisions:
         if d.placed:
-            out[d.job.namespace] = out.get(d.job.namespace, 0) + units(d.job)
+            out[d.job.namespace] = out.get(d.job.namespace, 0) + d.job.total_units
     return out
 
 
@@ -186,7 +186,7 @@ def test_no_admission_exceeds_a_limit_or_starves_a_guarantee(data):
         for q in leaves:
             quota = q.quotas[0]
             unused = max(0, quota.guaranteed - after[q.name])
-            wanted = sum(units(d.job) for d in decisions
+            wanted = sum(d.job.total_units for d in decisions
                          if d.job.namespace == q.name and not d.placed and fair.inside[d.job.key])
             lendable = max(0, unused - wanted)
             kept += unused - (lendable if quota.lending_limit is None else min(lendable, quota.lending_limit))

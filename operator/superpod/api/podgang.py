@@ -5,7 +5,7 @@ scheduler-plugins coscheduling label scheduling.x-k8s.io/pod-group (its size: th
 alone. Topology comes from the annotations superpod.dev/topology-required, -preferred, slice-size and
 slice-required, as in a TrainingJob's spec.topology; ranks from superpod.dev/rank, else a JobSet's job index and the
 Job completion index (or a StatefulSet's pod index), else the pod name. The gang's members must agree on everything
-placement reads."""
+placement reads but their requests: each is booked at its own (an MPIJob's launcher beside its workers)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from superpod.api.convert import affinity_of, describe, resources_of, submitted_at, tolerations_of
 from superpod.api.resources import ConvertError, pod_requests
-from superpod.core.request import PRODUCT_LABEL, JobRequest
+from superpod.core.request import PRODUCT_LABEL, JobRequest, Requests, gpu_units
 
 GANG_LABEL = "superpod.dev/gang"
 GANG_SIZE = "superpod.dev/gang-size"
@@ -124,11 +124,12 @@ def gang_size(key: str, pods: list[dict], pod_group: dict | None, by: str) -> in
     return size
 
 
-def gang_request(key: str, pods: list[dict], replicas: int | None = None,
-                 extra_selector: tuple[tuple[str, str], ...] = (), check: bool = True) -> JobRequest:
-    """The core request for placing `pods` (members of one gang, in rank order) together. Each replica is booked
-    at the largest request of any member; the members must agree on their node filters and topology (`check`;
-    without it the first pod's count, e.g. for what bound pods hold). Raises ConvertError."""
+def gang_request(key: str, pods: list[dict], extra_selector: tuple[tuple[str, str], ...] = (),
+                 check: bool = True) -> JobRequest:
+    """The core request for placing `pods` (members of one gang) together, each member booked at its own requests:
+    the most common request as the identical members, the others each on its own, ranked as `in_slot_order` orders
+    the pods. The members must agree on their node filters and topology (`check`; without it the first pod's, e.g.
+    for what bound pods hold). Raises ConvertError."""
     first = pods[0]
     where = f"gang {gang_name(key)}"
     filters = [_filters(pod) for pod in (pods if check else pods[:1])]
@@ -137,22 +138,41 @@ def gang_request(key: str, pods: list[dict], replicas: int | None = None,
             field = next(name for name, a, b in zip(_FILTER_FIELDS, seen, filters[0], strict=True) if a != b)
             raise ConvertError(where, field, f"pods {first['metadata']['name']} and {pod['metadata']['name']} "
                                "differ: a gang's pods must agree on what placement reads")
-    booked: dict[str, int] = {}
-    for pod in pods:
-        spec = pod.get("spec") or {}
-        for resource, amount in pod_requests(spec, lambda field, raw, p=pod: resources_of(p, field, raw)).items():
-            booked[resource] = max(booked.get(resource, 0), amount)
+    identical, others = _members(pods)
     selector, affinity, tolerations, topology = filters[0]
     namespace, name = key.split("/", 1)
     priorities = [(pod.get("spec") or {}).get("priority") for pod in pods]
     labels = (first.get("metadata") or {}).get("labels") or {}
     return JobRequest(
-        namespace=namespace, name=name, replicas=len(pods) if replicas is None else replicas,
-        requests=tuple(sorted(booked.items())), gpu_product=dict(selector).get(PRODUCT_LABEL),
+        namespace=namespace, name=name, replicas=len(identical[1]),
+        requests=identical[0], others=tuple(requests for requests, _ in others),
+        gpu_product=dict(selector).get(PRODUCT_LABEL),
         node_selector=tuple(sorted({*selector, *extra_selector})), affinity=affinity, tolerations=tolerations,
         required=topology[0], preferred=topology[1], slice_size=topology[2], slice_required=topology[3],
         priority=max((p for p in priorities if isinstance(p, int)), default=0),
         submitted=min(submitted_at(pod) for pod in pods), queue=labels.get(QUEUE_LABEL) or None)
+
+
+def in_slot_order(pods: list[dict]) -> list[dict]:
+    """The pods as their gang's request ranks its members (a placement's slots): the identical members, then each
+    other one, each part in the order given. Raises ConvertError."""
+    identical, others = _members(pods)
+    return identical[1] + [pod for _, pod in others]
+
+
+def _members(pods: list[dict]) -> tuple[tuple[Requests, list[dict]], list[tuple[Requests, dict]]]:
+    """((the identical members' requests, their pods), [(requests, pod)] of the others), each in the order given.
+    The identical members: those of the most common request (a tie goes to the larger: more GPUs, then the rest)."""
+    by_request: dict[Requests, list[dict]] = {}
+    owned = []
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        found = pod_requests(spec, lambda field, raw, p=pod: resources_of(p, field, raw))
+        requests = tuple(sorted((resource, amount) for resource, amount in found.items() if amount))
+        by_request.setdefault(requests, []).append(pod)
+        owned.append((requests, pod))
+    common = max(by_request, key=lambda requests: (len(by_request[requests]), gpu_units(requests), requests))
+    return (common, by_request[common]), [(requests, pod) for requests, pod in owned if requests != common]
 
 
 _FILTER_FIELDS = ("spec.nodeSelector", "spec.affinity.nodeAffinity", "spec.tolerations", "metadata.annotations")

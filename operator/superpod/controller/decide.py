@@ -150,7 +150,7 @@ def unservable(snap: Snapshot, offered: Offered, job: JobRequest) -> str | None:
     if job.gpu_product and job.gpu_product not in offered.products:
         return (f"no node has GPU product {job.gpu_product!r} (nvidia.com/gpu.product here: "
                 f"{', '.join(sorted(offered.products)) or 'none'})")
-    for resource, amount in job.requests:
+    for resource, amount in job.total_requests.items():  # every member's
         if resource in ALWAYS_THERE or not amount or resource in offered.resources:
             continue
         if resource.startswith(MIG_PREFIX):  # slices can be made by repartitioning, if some GPU here offers them

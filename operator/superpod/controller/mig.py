@@ -174,8 +174,8 @@ class MigFlow:
         mig_products = {j.gpu_product for j in waiting if j.mig_profile}
         need: dict[str | None, int] = {}
         for j in waiting:
-            if j.gpus and not j.mig_profile:
-                need[j.gpu_product] = need.get(j.gpu_product, 0) + j.gpus * j.replicas
+            if j.total_requests.get(GPU) and not j.mig_profile:
+                need[j.gpu_product] = need.get(j.gpu_product, 0) + j.total_requests[GPU]
         for wanted, gpus in need.items():
             if None in mig_products or wanted in mig_products:
                 continue

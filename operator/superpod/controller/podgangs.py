@@ -30,6 +30,7 @@ from superpod.api.podgang import (
     gang_request,
     gang_size,
     grouping,
+    in_slot_order,
     is_gang_key,
     nomination_of,
     rank_of,
@@ -38,7 +39,6 @@ from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339
 from superpod.controller.actions import BindPods, DeletePods, Emit, Plan, SetPodCondition, pod_ref
 from superpod.controller.state import ClusterState
-from superpod.core.accounting import gpu_units
 from superpod.core.model import Pod, Snapshot
 from superpod.core.phases import POD_FINISHED, Phase, Reason
 from superpod.core.preempt import Running
@@ -63,8 +63,9 @@ class GangStatus:
 
 @dataclass(frozen=True)
 class GangView:
-    """A pod gang as one cycle sees it: the pods to place now, in rank order, and their core request. It answers
-    the cycle as a TrainingJob's JobView does (wait, invalid, fault), with pod conditions instead of a status."""
+    """A pod gang as one cycle sees it: the pods to place now, in the order of their request's ranks (its identical
+    members, then the others: in_slot_order), and their core request. It answers the cycle as a TrainingJob's
+    JobView does (wait, invalid, fault), with pod conditions instead of a status."""
 
     key: str
     members: tuple[dict, ...]
@@ -111,7 +112,7 @@ class GangView:
         return Plan(f"error:{self.key}", [self.emit("Warning", Reason.INTERNAL_ERROR, what)])
 
     def bind(self, assignments: dict[str, list[int]]) -> Plan:
-        nodes = {index: node for node, ranks in assignments.items() for index in ranks}
+        nodes = {index: node for node, ranks in assignments.items() for index in ranks}  # member i: slot i
         bindings = tuple((_key(pod), pod["metadata"].get("uid") or "", nodes[i]) for i, pod in enumerate(self.members))
         said = (f"bound {len(bindings)} pod(s) of gang {gang_name(self.key)} to {len(assignments)} node(s): "
                 f"{', '.join(sorted(assignments)[:8])}{' ...' if len(assignments) > 8 else ''}")
@@ -191,10 +192,11 @@ class PodGangs:
             request = gang_request(key, waiting, extra_selector=_inside(state, list(bound.values()), waiting))
             if bound:  # the rest of a gang: slices are the whole gang's, not this remainder's
                 request = replace(request, slice_size=None, slice_required=None)
+            members = in_slot_order(waiting)  # member i goes to the placement's slot i, where its request fits
         except (ConvertError, LookupError) as e:
             why = str(e).strip('"')
             return None, view.wait("", why, now), why
-        return GangView(key, tuple(waiting), request), None, ""
+        return GangView(key, tuple(members), request), None, ""
 
     def _members(self, state: ClusterState, key: str) -> tuple[list[dict], dict[str, str], list[dict]]:
         """A gang's live pods (not finished, not being deleted); those bound or assumed bound (pod key -> node); the
@@ -241,7 +243,7 @@ class PodGangs:
                 continue  # (a gang whose pods all terminate already gives its nodes back)
             pods = sorted(k for k in state.by_job.get(request.key, ()) if k in snap.pods)
             started = min((state.pods[k].run.start or now for k in pods if k in state.pods), default=now)
-            gpus = gpu_units(request.requests) * request.replicas
+            gpus = request.total_units
             least, ran = min_runtime(request), now - started
             protected = f"it has run {ran:.0f}s of its queue's minRuntimeSeconds {least}" if ran < least else ""
             out.append(Running(request, gpus, gpus * max(0.0, ran), tuple(pods), protected))

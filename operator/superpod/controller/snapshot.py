@@ -91,7 +91,7 @@ class SnapshotCache:
             else:
                 request, uid, attempt, nodes = placed[job_key]
                 seen = {p.index for p in state.pods_of(job_key) if p.owner == uid and p.attempt == attempt}
-                after = (stamp, [Pod(assumed_key(job_key, index), node, request.requests)
+                after = (stamp, [Pod(assumed_key(job_key, index), node, request.member_requests(index))
                                  for index, node in nodes.items() if index not in seen])
             for pod in before[1] if before is not None else ():
                 held.pop(pod.key, None)

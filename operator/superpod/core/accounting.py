@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from superpod.core.request import GPU, MIG_PREFIX
+from superpod.core.request import gpu_units  # noqa: F401 - re-exported: billing reads it here
 
 
 @dataclass(frozen=True)
@@ -20,17 +20,6 @@ class Run:
         if self.start is None:
             return 0.0
         return max(0.0, (now if self.end is None else self.end) - self.start)
-
-
-def gpu_units(requests: Iterable[tuple[str, int]]) -> float:
-    """Whole GPUs a replica holds: nvidia.com/gpu, plus each MIG slice as its share of the GPU's 7 compute slices."""
-    units = 0.0
-    for resource, amount in requests:
-        if resource == GPU:
-            units += amount
-        elif resource.startswith(MIG_PREFIX):
-            units += amount * int(resource[len(MIG_PREFIX):].split("g", 1)[0]) / 7
-    return units
 
 
 def gpu_seconds(runs: Iterable[Run], units_per_replica: float, now: float) -> float:

@@ -11,6 +11,7 @@ a job back, `group` and `blocking` make reservations per queue.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
@@ -178,13 +179,15 @@ def _reservation(sv: Solver) -> Reservation | None:
             i = max((i for i in nodes if sv.idle_slots(i) >= replicas), key=sv.slots)
             return Reservation(job, nodes=frozenset([i]), label=f"node {snap.nodes[i].name}")
         kids = [((sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True)) for i in nodes]
-        picked = _enough(kids, replicas)
+        picked = _enough(kids, replicas, (lambda ids: sv.covers(sv.idle_capacity(ids))) if sv.others else None)
         if picked is None or len(picked) == len(kids):
             return whole
         label = _many("node", [snap.nodes[i].name for i in sorted(picked)], snap.domain_label(chosen))
         return Reservation(job, nodes=frozenset(picked), label=label)
     kids = [((sv.room(c), sv.free_primary(c)), c, sv.room(c, idle=True)) for c in snap.child_domains[chosen]]
-    picked = _enough(kids, replicas)
+    others = (lambda ids: sv.covers(sv.idle_capacity(i for c in ids for i in snap.nodes_under(c)))) if sv.others \
+        else None
+    picked = _enough(kids, replicas, others)
     if picked is None or len(picked) == len(kids):
         return whole
     if len(picked) == 1:
@@ -203,15 +206,17 @@ def _many(what: str, names: list[str], where: str) -> str:
     return f"{what}{'s' if len(names) > 1 else ''} {', '.join(names)} ({where})"
 
 
-def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int) -> list[int] | None:
-    """((room now, free), id, room when idle): ids closest to fitting first, until their idle room reaches `need`."""
+def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int,
+            others: Callable[[list[int]], bool] | None = None) -> list[int] | None:
+    """((room now, free), id, room when idle): ids closest to fitting first, until their idle room reaches `need`
+    identical members and, for a gang with other members, `others(ids)` says their capacity holds the whole gang."""
     out, acc = [], 0
     for _, k, idle in sorted(kids, key=lambda x: (-x[0][0], -x[0][1], x[1])):
         if idle <= 0:
             continue
         out.append(k)
         acc += idle
-        if acc >= need:
+        if acc >= need and (others is None or others(out)):
             return out
     return None
 

@@ -19,7 +19,6 @@ _FILTER_WORDS = {
 
 
 def demand(snap: Snapshot, job: JobRequest) -> str:
-    req = job.per_replica
     unit = "replicas"
     if job.gpus:
         ok = [n for n, good in zip(snap.nodes, snap.view(job).eligible, strict=True) if good]
@@ -27,18 +26,29 @@ def demand(snap: Snapshot, job: JobRequest) -> str:
         product = job.gpu_product or (products.pop() if len(products) == 1 else None)
         if {n.allocatable.get(GPU, 0) for n in ok} == {job.gpus}:
             unit = "nodes"
-        what = f"{product} " if product else ""
-        each = f"{job.gpus} free {what}GPU{'s' if job.gpus > 1 else ''}"
     else:
-        mig = [r[len(MIG_PREFIX) :] for r in req if r.startswith(MIG_PREFIX)]
-        each = f"a free MIG {mig[0]} slice" if mig else _fmt_cpu_mem(req)
+        product = job.gpu_product
     word = unit if job.replicas != 1 else unit[:-1]
-    text = f"needs {job.replicas} {word} {'with' if unit == 'nodes' else 'of'} {each}"
+    text = f"needs {job.replicas} {word} {'with' if unit == 'nodes' else 'of'} {_each(job.requests, product)}"
+    others = Counter(job.others)
+    if others:  # the members that differ, each of its own request
+        text += " and " + ", ".join(f"{count} {'pod' if count == 1 else 'pods'} of {_each(requests, product)}"
+                                    for requests, count in sorted(others.items(), key=lambda x: (-x[1], x[0])))
     if job.required:
         text += f" inside one {job.required}"
     if job.slice_size and job.slice_required:
         text += f", in slices of {job.slice_size} per {job.slice_required}"
     return text
+
+
+def _each(requests: tuple[tuple[str, int], ...], product: str | None) -> str:
+    """What one member of these requests needs free, in words."""
+    req = dict(requests)
+    gpus = req.get(GPU, 0)
+    if gpus:
+        return f"{gpus} free {f'{product} ' if product else ''}GPU{'s' if gpus > 1 else ''}"
+    mig = [r[len(MIG_PREFIX) :] for r in req if r.startswith(MIG_PREFIX)]
+    return f"a free MIG {mig[0]} slice" if mig else _fmt_cpu_mem(req)
 
 
 def _fmt_cpu_mem(req: dict[str, int]) -> str:
@@ -95,7 +105,8 @@ def explain_solver(sv: Solver) -> str:
     nodes = range(len(snap.nodes))
     if sv.required_level == sv.node_level:  # required: one node
         best = max(nodes, key=lambda i: (sv.slots(i), snap.nodes[i].name))
-        where = f"the best node has room for {sv.slots(best)} ({snap.nodes[best].name})"
+        now = sv.slots(best)
+        where = f"the best node has room for {now} ({snap.nodes[best].name})"
         ever = max((sv.idle_slots(i) for i in nodes), default=0)
         ever_domain = 0
     else:
@@ -112,4 +123,6 @@ def explain_solver(sv: Solver) -> str:
         else:
             scope = f"the largest {level} holds" if level else "the whole cluster holds"
         return "; ".join([head, f"{scope} only {ever} even when idle", *tail])
+    if job.others and now >= job.replicas:  # the identical members fit: the others found no room beside them
+        where += f", but not for its {len(job.others)} other member{'s' if len(job.others) > 1 else ''} beside them"
     return "; ".join([head, where, *tail])

@@ -289,10 +289,11 @@ class Snapshot:
         return True
 
     def assume(self, job: JobRequest, assignments: dict[str, list[int]]) -> None:
-        """Reserve capacity for a placed gang (pod keys `<ns>/<name>#<replica>`) before the pods exist."""
+        """Reserve capacity for a placed gang (pod keys `<ns>/<name>#<rank>`, each member's own requests) before the
+        pods exist."""
         for node, ranks in assignments.items():
             for r in ranks:
-                self.add_pod(Pod(f"{job.key}#{r}", node, job.requests))
+                self.add_pod(Pod(f"{job.key}#{r}", node, job.member_requests(r)))
                 self.assumed.add(f"{job.key}#{r}")
 
     def forget(self, job: JobRequest) -> None:

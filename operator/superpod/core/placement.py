@@ -18,17 +18,28 @@ Exactness has one limit: a combination step whose work (sum of child capacities 
 only the largest children (a few more than the fewest that could hold the gang). That happens only for gangs far
 larger than any single domain (e.g. 300 x 8 GPUs over fragmented spines is still exact); the placement is feasible
 and says `exact=False`.
+
+A gang whose members differ (a pod gang's launcher or parameter server: JobRequest.others) is placed in two steps.
+Its identical members are placed exactly as above, with every topology rule; then each other member, largest first,
+goes to a node with room after them, inside the same required domain (the same node, when a node is required): the
+node that adds the fewest domains at each level, coarsest first (the tightest domain the identical members got, then
+the next level up), then the tightest fit of its own primary resource. A required domain (or node) whose best
+placement leaves the others no room is passed over for the next best. Slices count identical members only. This is
+exact for the identical members, greedy for the others (their nodes are not weighed against the identical members'
+placement); when the others find no room at all, the gang is placed as if every member asked for the largest request
+(JobRequest.at_largest), so a gang that booking places is always placed.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add
 
 from superpod.core.model import Snapshot, View
-from superpod.core.request import GPU, JobRequest
+from superpod.core.request import GPU, JobRequest, gpu_units, primary_of
 
 INF = 1 << 1000  # anything >= INF is infeasible; finite costs stay far below (48 bits x 2 x levels)
 BASE_BITS = 48
@@ -66,7 +77,7 @@ def validate(snap: Snapshot, job: JobRequest) -> str | None:
             return f"topology.sliceSize must be at least 1, got {job.slice_size}"
         if job.replicas % job.slice_size:
             return f"replicas ({job.replicas}) must be a multiple of topology.sliceSize ({job.slice_size})"
-    if any(amount < 0 for _, amount in job.requests):
+    if any(amount < 0 for requests in (job.requests, *job.others) for _, amount in requests):
         return "resource requests must not be negative"
     return None
 
@@ -88,6 +99,7 @@ class Solver:
     ):
         self.snap = snap
         self.job = job
+        self.exclude = exclude
         self.view: View = snap.view(job)
         self.replicas = job.replicas
         self.finest_level = len(snap.levels)
@@ -103,6 +115,8 @@ class Solver:
         self.gpus_per_replica = job.gpus
         self.primary = job.primary
         self.primary_per_replica = dict(self.requests).get(self.primary, 0)  # requests are positive
+        # the other members' requests, by rank after the identical ones
+        self.others = [[(r, v) for r, v in requests if v > 0] for requests in job.others] if job.others else []
         depth = self.node_level
         self.count_weight = [0] + [1 << (BASE_BITS * (2 * depth - i)) for i in range(1, depth + 1)]  # per level
         self.free_weight = [0] + [1 << (BASE_BITS * (depth - i)) for i in range(1, depth + 1)]  # per level
@@ -117,11 +131,16 @@ class Solver:
         self.exact = True  # False if a combination step had to drop children to stay within `budget`
 
     # -- questions (also asked by explain and cycle) --------------------------------------------------------
+    def is_open(self, node: int) -> bool:
+        """Whether the gang may use `node`: it passes the job's filters and is not excluded."""
+        return self.view.eligible[node] and node not in self.excluded_nodes and not (
+            self.excluded_domains and self.snap.ancestors[node][-1] in self.excluded_domains)
+
     def slots(self, node: int) -> int:
         """Replicas that fit on `node` now (0 if filtered out or excluded), capped at the gang size."""
         k = self._slots.get(node)
         if k is None:
-            if (
+            if (  # is_open, inlined: asked for every node a search looks at
                 not self.view.eligible[node]
                 or node in self.excluded_nodes
                 or (self.excluded_domains and self.snap.ancestors[node][-1] in self.excluded_domains)
@@ -139,11 +158,7 @@ class Solver:
 
     def idle_slots(self, node: int) -> int:
         """Replicas that would fit on `node` if no pod ran on it (0 if filtered out or excluded)."""
-        if (
-            not self.view.eligible[node]
-            or node in self.excluded_nodes
-            or self.snap.ancestors[node][-1] in self.excluded_domains
-        ):
+        if not self.is_open(node):
             return 0
         alloc = self.snap.nodes[node].allocatable
         return min([self.replicas] + [alloc.get(r, 0) // v for r, v in self.requests])
@@ -185,13 +200,28 @@ class Solver:
         return arg, max(best, 0)
 
     def could_ever_hold(self, domain: int) -> bool:
-        """Whether `domain` alone could hold the gang if no pod ran (on one of its nodes, if one node is required)."""
+        """Whether `domain` alone could hold the gang if no pod ran (on one of its nodes, if one node is required;
+        the other members: if its open nodes' allocatable covers the whole gang's requests)."""
         gang = self.replicas
         if self._idle_bound(domain) < gang or self.room(domain, idle=True) < gang:
+            return False
+        if self.others and not self.covers(self.idle_capacity(self.snap.nodes_under(domain))):
             return False
         if self.required_level == self.node_level:
             return any(self.idle_slots(i) >= gang for i in self.snap.nodes_under(domain))
         return True
+
+    def idle_capacity(self, nodes: Iterable[int]) -> Counter:
+        """The allocatable of those of `nodes` the gang may use, summed."""
+        total: Counter = Counter()
+        for i in nodes:
+            if self.is_open(i):
+                total.update(self.snap.nodes[i].allocatable)
+        return total
+
+    def covers(self, capacity: Counter) -> bool:
+        """Whether `capacity` holds every resource the whole gang asks for."""
+        return all(capacity[resource] >= amount for resource, amount in self.job.total_requests.items())
 
     def domains_at(self, level: int) -> list[int]:
         """The domains of `level` not excluded."""
@@ -551,20 +581,39 @@ def place(snap: Snapshot, job: JobRequest, exclude: frozenset[int] = frozenset()
 
 def solve(sv: Solver) -> Placement | None:
     """The best placement for the solver's job, or None when there is none (no validation: see place)."""
+    found = _best(sv)
+    if found is not None:
+        return placement_of(sv, *found)
+    largest = sv.job.at_largest()  # every slot fits every member: placed when today's booking is
+    if largest is sv.job or sv._capacity_bound(0) < sv.replicas or validate(sv.snap, largest) is not None:
+        return None
+    return solve(Solver(sv.snap, largest, sv.exclude, sv.budget, sv.excluded_nodes))
+
+
+def _best(sv: Solver) -> tuple[list[tuple[int, int]], int, dict[int, int]] | None:
+    """The best ([(node, identical replicas)], required domain or 0, {rank: node} of the other members) whose other
+    members find room (_place_others), or None."""
     snap, replicas = sv.snap, sv.replicas
     if sv._capacity_bound(0) < replicas:
         return None
-    best: tuple[int, list[tuple[int, int]], int] | None = None  # (cost, [(node, replicas)], domain required)
+    best: tuple[int, list[tuple[int, int]], int, dict[int, int]] | None = None  # (cost, parts, domain, others)
+
+    def consider(cost: int, parts: list[tuple[int, int]], domain: int) -> None:
+        nonlocal best
+        if best is None or cost < best[0]:
+            others = _place_others(sv, parts, domain)
+            if others is not None:
+                best = (cost, parts, domain, others)
+
     if sv.required_level == sv.node_level:
         for i in range(len(snap.nodes)):
             if sv.slots(i) >= replicas:
-                cost = sv._node_cost(i) + sum(sv._domain_cost(a) for a in snap.ancestors[i][1:])
-                if best is None or cost < best[0]:
-                    best = (cost, [(i, replicas)], snap.ancestors[i][-1])
+                consider(sv._node_cost(i) + sum(sv._domain_cost(a) for a in snap.ancestors[i][1:]), [(i, replicas)],
+                         snap.ancestors[i][-1])
     elif sv.required_level == 0:
         found = sv._best_in(0, replicas)
         if found is not None:
-            best = (found[0], found[1], 0)
+            consider(found[0], found[1], 0)
     else:
         candidates = []
         floor = sv._floor(sv.required_level, replicas)
@@ -581,12 +630,74 @@ def solve(sv: Solver) -> Placement | None:
                     continue
             found = sv._best_in(d, replicas)
             if found is not None:
-                cost = above + sv._domain_cost(d) + found[0]
-                if best is None or cost < best[0]:
-                    best = (cost, found[1], d)
-    if best is None:
-        return None
-    return placement_of(sv, best[1], best[2])
+                consider(above + sv._domain_cost(d) + found[0], found[1], d)
+    return best[1:] if best is not None else None
+
+
+def _place_others(sv: Solver, parts: list[tuple[int, int]], domain: int) -> dict[int, int] | None:
+    """Rank -> node of each other member, largest first, on a node with room after the identical members (`parts`)
+    inside `domain` (the required one, or 0), or on their node when one is required: the node adding the fewest
+    domains at each level, coarsest first, then the tightest fit of its primary resource. None if one finds none."""
+    if not sv.others:
+        return {}
+    snap = sv.snap
+    free: dict[int, dict[str, int]] = {}  # node -> free after the members placed on it so far
+
+    def take(node: int, requests: list[tuple[str, int]], times: int = 1) -> None:
+        left = free.setdefault(node, dict(snap.free[node]))
+        for resource, amount in requests:
+            left[resource] = left.get(resource, 0) - amount * times
+
+    for node, count in parts:
+        take(node, sv.requests, count)
+    domains = {d for node, _ in parts for d in snap.ancestors[node]}  # used by the gang so far
+    nodes = {node for node, _ in parts}
+    chosen: dict[int, int] = {}
+    for k in sorted(range(len(sv.others)), key=lambda k: (-gpu_units(sv.others[k]), -dict(sv.others[k]).get(
+            "cpu", 0), k)):
+        requests = sv.others[k]
+        primary = primary_of(tuple(requests))
+        best = None
+        for scope in _scopes(sv, parts, domain):
+            for i in scope:
+                left = free.get(i, snap.free[i])
+                if not sv.is_open(i) or any(left.get(r, 0) < v for r, v in requests):
+                    continue
+                new = tuple(d not in domains for d in snap.ancestors[i][1:]) + (i not in nodes,)
+                key = (new, left.get(primary, 0) - dict(requests).get(primary, 0), i)
+                if best is None or key < best:
+                    best = key
+            if best is not None:
+                break
+        if best is None:
+            return None
+        node = best[2]
+        chosen[sv.replicas + k] = node
+        take(node, requests)
+        domains.update(snap.ancestors[node])
+        nodes.add(node)
+    return chosen
+
+
+def _scopes(sv: Solver, parts: list[tuple[int, int]], domain: int) -> Iterable[list[int]]:
+    """The nodes to look at for another member, tightest first: the identical members' node when they are on one,
+    then the nodes of each domain from the deepest holding them all up to `domain` (the node, when one is required)."""
+    snap = sv.snap
+    if len(parts) == 1:
+        yield [parts[0][0]]
+        if sv.required_level == sv.node_level:
+            return
+    paths = [snap.ancestors[node] for node, _ in parts]
+    common = 0
+    for depth in range(len(paths[0])):
+        if any(path[depth] != paths[0][depth] for path in paths):
+            break
+        common = paths[0][depth]
+    while True:
+        yield snap.nodes_under(common)
+        if common == domain or common <= 0:
+            return
+        common = snap.domains[common].parent
 
 
 def could_ever_hold(sv: Solver, level: int) -> list[int]:
@@ -610,8 +721,10 @@ def _domains_above(snap: Snapshot, d: int) -> list[int]:
     return out
 
 
-def placement_of(sv: Solver, parts: list[tuple[int, int]], domain: int) -> Placement:
-    """The Placement of `parts` ([(node index, replicas)], ranks in that order); `domain` the required one or 0."""
+def placement_of(sv: Solver, parts: list[tuple[int, int]], domain: int,
+                 others: dict[int, int] | None = None) -> Placement:
+    """The Placement of `parts` ([(node index, replicas)], ranks in that order) and of `others` (rank -> node index);
+    `domain` the required one or 0."""
     snap = sv.snap
     assignments: dict[str, list[int]] = {}
     rank = 0
@@ -621,7 +734,11 @@ def placement_of(sv: Solver, parts: list[tuple[int, int]], domain: int) -> Place
         rank += count
         for level, d in enumerate(snap.ancestors[i][1:], start=1):
             used[level].add(d)
-    counts = tuple(len(u) for u in used[1:]) + (len(parts),)
+    for other, i in sorted(others.items()) if others else ():
+        assignments.setdefault(snap.nodes[i].name, []).append(other)
+        for level, d in enumerate(snap.ancestors[i][1:], start=1):
+            used[level].add(d)
+    counts = tuple(len(u) for u in used[1:]) + (len(assignments),)
     if domain:
         labels = (snap.domain_label(domain),)
     else:

@@ -7,6 +7,10 @@ sort first. Victims are whole gangs. Who may be a candidate (lower priority, bor
 the caller's rule; this module only chooses among them. Pure: the snapshot is changed only for the final placement
 and given back as it was.
 
+A gang whose members differ (JobRequest.others) is searched for its identical members; when its other members then
+find no room (placement.solve), it is searched again with every member at the largest request (today's booking), so
+it frees what that booking would and no more than it must when the others fit beside the identical ones.
+
 How. The preemptor lands inside one domain of its required level (the whole cluster when it requires none), so each
 such domain is searched on its own, with only the candidates that have pods on its eligible nodes; the best domain
 wins. Inside a domain, `Room` says how many replicas fit given a set of evicted gangs — the same count as
@@ -101,6 +105,8 @@ def choose(snap: Snapshot, job: JobRequest, candidates: list[Victim], exclude_no
     if best is None:
         return None
     placement = _place_without(snap, job, best[1], exclude_nodes)
+    if placement is None and job.others:  # its other members found no room: free room as if each took the largest
+        return choose(snap, job.at_largest(), candidates, exclude_nodes, budget, limits)
     return Preemption(tuple(sorted(best[1], key=lambda v: v.key)), placement, exact) if placement else None
 
 

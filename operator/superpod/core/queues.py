@@ -146,7 +146,7 @@ class QueueTree:
         for job in jobs:
             queue, flavor, problem = self.counted(job)
             if not problem:
-                out[(queue, flavor)] = out.get((queue, flavor), 0.0) + units(job)
+                out[(queue, flavor)] = out.get((queue, flavor), 0.0) + job.total_units
         return out
 
     def ancestors(self, name: str) -> list[str]:
@@ -199,11 +199,6 @@ def _problem(queue: Queue, given: dict[str, Queue]) -> str | None:
                 return (f"{quota.flavor}: the guarantees of {queue.parent}'s children ({siblings:g}) exceed "
                         f"{queue.parent}'s ({over.guaranteed if over else 0:g})")
     return None
-
-
-def units(job: JobRequest) -> float:
-    """GPU units the whole gang holds (a MIG slice g/7)."""
-    return job.replicas * gpu_units(job.requests)
 
 
 def capacity(nodes: Iterable[Node], flavors: Iterable[str]) -> dict[str, float]:
@@ -263,10 +258,10 @@ class FairQueues:
             queue, flavor, problem = self.where_of(job)
             inside = False
             if not problem:
-                after = claimed.get((queue, flavor), 0.0) + units(job)
+                after = claimed.get((queue, flavor), 0.0) + job.total_units
                 if after <= self.tree.queues[queue].quota(flavor).guaranteed:
                     claimed[(queue, flavor)], inside = after, True
-                    self.wanted[(queue, flavor)] = self.wanted.get((queue, flavor), 0.0) + units(job)
+                    self.wanted[(queue, flavor)] = self.wanted.get((queue, flavor), 0.0) + job.total_units
             self.inside[job.key] = inside
         for name, queue in self.tree.queues.items():
             if self.tree.children[name]:
@@ -298,7 +293,7 @@ class FairQueues:
                 job = lists[queue].pop()
                 out.append(job)
                 flavor = self.where[job.key][1]
-                share[queue] += units(job) / (self.capacity.get(flavor) or 1.0) / self.tree.queues[queue].weight
+                share[queue] += job.total_units / (self.capacity.get(flavor) or 1.0) / self.tree.queues[queue].weight
                 if lists[queue]:
                     heapq.heappush(heads, (share[queue], past, lists[queue][-1].fifo_key, queue))
         return out
@@ -335,7 +330,7 @@ class FairQueues:
             budget = self.tree.queues[spent].budget
             return (f"queue {spent} has spent its budget of {budget.gpu_hours:g} GPU-hours for this period"
                     f"{_renewal(self.usage.renews.get(spent))}")
-        need = units(job)
+        need = job.total_units
         for name in self.tree.ancestors(queue):
             quota = self.tree.queues[name].quota(flavor)
             if quota is None or quota.limit is None:
@@ -370,7 +365,7 @@ class FairQueues:
             return victim.priority < job.priority
         if not self.inside.get(job.key) or their_flavor != flavor:
             return False
-        return units(victim) <= self.reclaim_bound(job, victim)[1]
+        return victim.total_units <= self.reclaim_bound(job, victim)[1]
 
     def reclaim_bound(self, job: JobRequest, victim: JobRequest) -> tuple[str, float] | None:
         """For a gang of another queue: (that queue and flavor, the GPUs it holds beyond its guarantee), which its
@@ -405,7 +400,7 @@ class FairQueues:
                 continue
             quota = self.tree.queues[queue].quota(flavor)
             before = self._keeps(queue, quota)
-            amount = units(decision.job)
+            amount = decision.job.total_units
             self.placed[queue] = self.placed.get(queue, 0) + 1
             self.used[(queue, flavor)] = self.used.get((queue, flavor), 0.0) + amount
             self._add(queue, flavor, amount)

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -64,10 +65,37 @@ class Requirement:
         return False
 
 
+Requests = tuple[tuple[str, int], ...]  # one pod's requests, sorted by resource
+
+
+def gpu_units(requests: Iterable[tuple[str, int]]) -> float:
+    """Whole GPUs a pod holds: nvidia.com/gpu, plus each MIG slice as its share of the GPU's 7 compute slices."""
+    units = 0.0
+    for resource, amount in requests:
+        if resource == GPU:
+            units += amount
+        elif resource.startswith(MIG_PREFIX):
+            units += amount * int(resource[len(MIG_PREFIX):].split("g", 1)[0]) / 7
+    return units
+
+
+def primary_of(requests: Requests) -> str:
+    """The resource the best-fit measure counts for a pod of these requests: GPUs, else the MIG slice, else cpu."""
+    req = dict(requests)
+    if req.get(GPU, 0) > 0:
+        return GPU
+    for r, q in sorted(req.items()):
+        if r.startswith(MIG_PREFIX) and q > 0:
+            return r
+    return "cpu"
+
+
 @dataclass(frozen=True)
 class JobRequest:
     """A gang: `replicas` identical pods, each requesting `requests` (canonical units: cpu in millicores,
-    memory in bytes, GPUs and MIG slices as counts). Topology names are ClusterTopology level names."""
+    memory in bytes, GPUs and MIG slices as counts), and `others`: the requests of each member that differs (a pod
+    gang's launcher or parameter server; a TrainingJob has none). Members are ranked: the identical ones
+    0..replicas-1, then the others in order. Topology names are ClusterTopology level names."""
 
     namespace: str
     name: str
@@ -87,6 +115,7 @@ class JobRequest:
     queue: str | None = None  # spec.queue: the GPUQueue it names (None: its namespace's)
     service_class: str = "spot"  # reserved | spot (see core/queues.py)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # seam for queues (GPUQueue)
+    others: tuple[Requests, ...] = ()  # the members whose requests differ from `requests`, each its own
 
     @property
     def key(self) -> str:
@@ -98,7 +127,42 @@ class JobRequest:
 
     @property
     def gpus(self) -> int:
+        """GPUs of one identical member (see total_units for the whole gang's)."""
         return self.per_replica.get(GPU, 0)
+
+    @property
+    def size(self) -> int:
+        """Members of the gang: the identical ones and the others."""
+        return self.replicas + len(self.others)
+
+    def member_requests(self, rank: int) -> Requests:
+        """The requests of the member of this rank."""
+        return self.requests if rank < self.replicas else self.others[rank - self.replicas]
+
+    @cached_property
+    def total_requests(self) -> dict[str, int]:
+        """Every resource the whole gang asks for, summed over its members."""
+        total = {resource: amount * self.replicas for resource, amount in self.requests}
+        for requests in self.others:
+            for resource, amount in requests:
+                total[resource] = total.get(resource, 0) + amount
+        return total
+
+    @cached_property
+    def total_units(self) -> float:
+        """GPU units the whole gang holds (a MIG slice g/7): what queues count and preemption frees."""
+        return self.replicas * gpu_units(self.requests) + sum(gpu_units(requests) for requests in self.others)
+
+    def at_largest(self) -> JobRequest:
+        """The gang as `size` identical members each booked at the largest request of any member: what fits it
+        fits every member in any slot."""
+        if not self.others:
+            return self
+        largest = dict(self.requests)
+        for requests in self.others:
+            for resource, amount in requests:
+                largest[resource] = max(largest.get(resource, 0), amount)
+        return replace(self, replicas=self.size, requests=tuple(sorted(largest.items())), others=())
 
     @property
     def mig_profile(self) -> str | None:
@@ -107,14 +171,8 @@ class JobRequest:
 
     @property
     def primary(self) -> str:
-        """The resource the best-fit measure counts: GPUs, else the MIG slice, else cpu."""
-        req = self.per_replica
-        if req.get(GPU, 0) > 0:
-            return GPU
-        for r, q in sorted(req.items()):
-            if r.startswith(MIG_PREFIX) and q > 0:
-                return r
-        return "cpu"
+        """The resource the best-fit measure counts for an identical member (see primary_of)."""
+        return primary_of(self.requests)
 
     def filter_signature(self) -> tuple:
         return (self.gpu_product, self.node_selector, self.affinity, self.tolerations, self.avoid_nodes)
@@ -131,7 +189,7 @@ class JobRequest:
     @cached_property
     def _shape(self) -> Shape:  # the request is frozen: computed once
         return Shape.of((self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
-                         self.slice_size, self.slice_required))
+                         self.slice_size, self.slice_required, self.others))
 
 
 class Shape:
