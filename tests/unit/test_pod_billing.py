@@ -274,3 +274,26 @@ def test_a_pods_record_is_written_once_through_a_lost_answer_and_a_restart():
     assert record["metadata"]["name"] == f"{uid}-pod"
     assert math.isclose(record["spec"]["gpuSeconds"], ran(c)[uid], abs_tol=1e-6)
     assert not [w for w in c.store.writes if w.writer == "op-2" and w.kind == "gpuusages"]
+
+
+def test_a_pod_whose_training_job_is_gone_is_billed_though_nobody_deletes_it():
+    """Found by the machine's billing invariant: a TrainingJob deleted while the garbage collector had yet to come to
+    its running pod left that pod billed by nobody — its attempt's record ends at the deletion, and a pod is billed
+    on its own only once it is being deleted — so a pod that finished before the collector came was never billed."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16)))
+    c.settle(1)
+    submit(c, "a", "j")
+    c.settle(3)
+    c.settle(1, seconds=100)
+    [replica] = c.pods("j")
+    key = f"team-a/{replica['metadata']['name']}"
+    c.store._owned.clear()  # the garbage collector lags
+    c.store.delete_now(TRAININGJOBS, "team-a/j")
+    c.settle(2)
+    c.settle(1, seconds=200)
+    assert not c.store.peek(PODS, key)["metadata"].get("deletionTimestamp"), "the dangerous moment: it runs on"
+    c.kubelet.finish(key, 0)
+    c.settle(3)
+    truth = sum(ran(c).values())
+    assert math.isclose(billed(c)["a"], truth, abs_tol=8.0), (billed(c), truth)

@@ -296,8 +296,18 @@ class ClusterState:
             obj = {**obj, "status": self.jobs[key]["status"]}
         else:
             self.unsent.pop(key, None)
+        before = self.jobs.get(key)
         self.jobs[key] = obj
         self._edited(key)
+        if before is None or before["metadata"].get("uid") != obj["metadata"].get("uid"):
+            self._owner_changed(key)
+
+    def _owner_changed(self, key: str) -> None:
+        """The job of this name came, went or was made again: whether its pods are billed on their own may change."""
+        for pod_key in self.by_job.get(key, ()):
+            if (info := self.pods.get(pod_key)) is not None:
+                self._bill(pod_key, info)
+                self._unbill_ended(info)
 
     def forget_unsent(self) -> None:
         """The jobs as the API server has them: the statuses not sent are dropped (a new Lease term decides only on
@@ -431,6 +441,7 @@ class ClusterState:
             self.unsent.pop(key, None)
             self._edited(key)
             self._gone(uid)
+            self._owner_changed(key)
         elif kind is NODES:
             gone = self.nodes.pop(key, None)
             self._offer(gone.node if gone else None, -1)
@@ -493,14 +504,24 @@ class ClusterState:
         else:
             self.gang_nominations.pop(key, None)
         self._bill(key, info)
-        if info.gpus is not None and info.run.start is not None and info.run.end is not None and (
-                info.owner is None or info.deleting):
-            self._unbilled(info)  # finished: a TrainingJob's pod only once deleted (else its attempt bills it all)
+        self._unbill_ended(info)
+
+    def _unbill_ended(self, info: PodInfo) -> None:
+        """A finished pod billed on its own has its record due (a TrainingJob's live one: its attempt bills it all)."""
+        if info.gpus is not None and info.run.start is not None and info.run.end is not None and self._on_its_own(info):
+            self._unbilled(info)
+
+    def _on_its_own(self, info: PodInfo) -> bool:
+        """Billed by itself, not by an attempt: no TrainingJob owns it, it is being deleted, or its job is gone (or
+        was made again: the garbage collector has yet to come to it)."""
+        if info.owner is None or info.deleting:
+            return True
+        job = self.jobs.get(info.job or "")
+        return job is None or job["metadata"].get("uid") != info.owner
 
     def _bill(self, key: str, info: PodInfo | None) -> None:
-        """Keep `billable`: a pod holding GPUs that no TrainingJob owns, or that is being deleted."""
-        if info is not None and info.gpus is not None and info.holds is not None and (
-                info.owner is None or info.deleting):
+        """Keep `billable`: a pod holding GPUs billed on its own (`_on_its_own`)."""
+        if info is not None and info.gpus is not None and info.holds is not None and self._on_its_own(info):
             if self.billable.get(key) is not info:
                 self.billable[key] = info
                 self._bill_changed(key)
