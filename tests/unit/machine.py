@@ -77,7 +77,9 @@ class Truth:
     # groups a pod of which was removed unseen by some replica (its removal's event lost or superseded by a relist,
     # or the replica that saw it crashed before billing it): their bills may stop at the last time the pod names
     unseen: set[tuple[str, int]] = field(default_factory=set)
-    delayed: set[tuple[str, int]] = field(default_factory=set)  # attempts closed on a cache that lagged
+    delayed: set[tuple[str, int]] = field(default_factory=set)  # attempts closed on a cache that lagged, or whose
+    # pod's end was seen late
+    lagged: set[tuple[str, int]] = field(default_factory=set)  # attempts closed on a cache that lagged behind a pod
     cursor: int = 0
 
 
@@ -223,6 +225,7 @@ class World:
             job = self._job_by_uid(key[0])
             if job is not None and job["metadata"]["name"] in lagging:
                 self.truth.delayed.add(key)
+                self.truth.lagged.add(key)
 
     def _on_write(self, verb: str, kind, obj, writer: str) -> str | None:
         replica = self.writing
@@ -483,7 +486,7 @@ class World:
             group = (info["job"], info["attempt"]) if info else (spec["jobUid"], spec["attempt"])
             recorded[group] += spec["gpuSeconds"]
         for group, seconds in recorded.items():
-            if group not in self.truth.delayed and seconds > ran.get(group, 0.0) + BILLING_TOLERANCE:
+            if group not in self.truth.lagged and seconds > ran.get(group, 0.0) + BILLING_TOLERANCE:
                 raise Violation(f"bill group {group}: records bill {seconds:g} GPU-s, its pods ran {ran.get(group)}")
         if self.quiet is not None and self.quiet[1:] == (self.c.now, len(self.store.events)) and queues:
             self._billed_exactly(self.quiet[0], ran, recorded, queues)
@@ -505,8 +508,9 @@ class World:
     def _billed_exactly(self, replica: Replica, ran: dict, recorded: dict, queues: dict[str, str]) -> None:
         """Records plus what the replica's queues count as open (its last cycle's `QueueBook.open`: open attempts,
         and pods billed on their own not recorded), per queue, against what the queue's pods ran, within
-        BILLING_TOLERANCE in total. Groups a pod of which was removed unseen only never bill more than ran; those
-        closed on a lagging cache are left out (as in `_gpu_seconds`)."""
+        BILLING_TOLERANCE in total. Groups a pod of which was removed unseen only never bill more than ran; attempts
+        closed on a cache that lagged behind their pods are left out. (An end seen late alone does not matter here: a
+        pod's run ends at its containers' finish, or its removal's time, whenever that is seen.)"""
         now, records = self.c.now, self.store.objects.get(GPUUSAGES, {})
         namespace = {(info["job"], info["attempt"]): info["namespace"] for info in self.truth.pods.values()}
         by_record = {usage_name(*group): group for group in namespace}
@@ -531,7 +535,7 @@ class World:
         held: dict[str, float] = defaultdict(float)
         for group, seconds in ran.items():
             total = recorded.get(group, 0.0) + opened.get(group, 0.0)
-            if group in self.truth.delayed:
+            if group in self.truth.lagged:
                 self.checks["billing unchecked (an attempt closed on a lagging cache)"] += 1
             elif group in self.truth.unseen:
                 if total > seconds + BILLING_TOLERANCE:
