@@ -13,7 +13,12 @@ The invariants (checked after every step, `check`):
 - no write by a replica that does not hold the Lease;
 - GPU-seconds: a job's accounted attempts bill exactly what its pods ran when nothing of them was lost (no crash,
   no lost event); never more than that otherwise. Not checked: an attempt closed while the closing replica's cache
-  lagged behind its pods, its events late or lost (it bills a pod that had already stopped up to the decision)."""
+  lagged behind its pods, its events late or lost (it bills a pod that had already stopped up to the decision);
+- every GPU-second billed once, per queue (`_billing`): every GPUUsage record bills its namespace's queue, no bill
+  group's records bill more than its pods ran, and at a quiet cycle (`quiet`) each queue's records plus the leader's
+  open attempts and pods billed on their own equal what its pods ran, within BILLING_TOLERANCE;
+- with GPUQueues, a queue inside its guarantee gets its next job placed or its reclaim started within
+  GUARANTEE_CYCLES clear cycles (tests/unit/guarantees.py)."""
 
 from __future__ import annotations
 
