@@ -219,7 +219,9 @@ class Guarantees:
         store, now = self.world.store, self.world.c.now
         out: dict[str, list[Waiting]] = defaultdict(list)
         pods = store.objects.get(PODS, {}).values()
-        owners = {o.get("uid") for pod in pods if _live(pod) for o in pod["metadata"].get("ownerReferences") or []}
+        # jobs with pods still there: their own earlier attempts', or an earlier job's of the same name (the names)
+        leftovers = {(pod["metadata"]["namespace"], (pod["metadata"].get("labels") or {}).get("superpod.dev/job-name"))
+                     for pod in pods if _live(pod)}
         for job in store.objects.get(TRAININGJOBS, {}).values():
             meta, status = job["metadata"], job.get("status") or {}
             queue = queues.get(meta["namespace"])
@@ -232,7 +234,8 @@ class Guarantees:
                 continue
             if request.queue in (None, queue) and self._plain(request):
                 out[queue].append(Waiting(meta["namespace"] + "/" + meta["name"], request,
-                                          bool(status.get("nomination")), meta["uid"] in owners,
+                                          bool(status.get("nomination")),
+                                          (meta["namespace"], meta["name"]) in leftovers,
                                           self._possible(request)))
         members: dict[str, list[dict]] = defaultdict(list)
         for pod in pods:
