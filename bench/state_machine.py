@@ -38,7 +38,7 @@ def main() -> int:
         run_state_machine_as_test(machine_class, settings=settings(
             max_examples=args.examples, stateful_step_count=args.steps, deadline=None, database=None,
             suppress_health_check=list(HealthCheck)))
-    except AssertionError as e:
+    except (AssertionError, ExceptionGroup) as e:  # (hypothesis groups distinct failures)
         failed = e
     print(f"{SEEN['examples']} examples, {SEEN['steps']} steps (at most {args.steps} rules each) in "
           f"{time.monotonic() - started:.0f}s")
@@ -46,9 +46,10 @@ def main() -> int:
         if what not in ("examples", "steps"):
             print(f"  {n:8d}  {what}")
     if failed:
-        print(f"FAILED: {failed}")
-        for note in getattr(failed, "__notes__", ()):  # hypothesis' shrunk steps
-            print(note)
+        for error in getattr(failed, "exceptions", (failed,)):
+            print(f"FAILED: {error}")
+            for note in getattr(error, "__notes__", ()):  # hypothesis' shrunk steps
+                print(note)
         return 1
     return 0
 

@@ -13,7 +13,12 @@ The invariants (checked after every step, `check`):
 - no write by a replica that does not hold the Lease;
 - GPU-seconds: a job's accounted attempts bill exactly what its pods ran when nothing of them was lost (no crash,
   no lost event); never more than that otherwise. Not checked: an attempt closed while the closing replica's cache
-  lagged behind its pods, its events late or lost (it bills a pod that had already stopped up to the decision)."""
+  lagged behind its pods, its events late or lost (it bills a pod that had already stopped up to the decision);
+- every GPU-second billed once, per queue (`_billing`): every GPUUsage record bills its namespace's queue, no bill
+  group's records bill more than its pods ran, and at a quiet cycle (`quiet`) each queue's records plus the leader's
+  open attempts and pods billed on their own equal what its pods ran, within BILLING_TOLERANCE;
+- with GPUQueues, a queue inside its guarantee gets its next job placed or its reclaim started within
+  GUARANTEE_CYCLES clear cycles (tests/unit/guarantees.py)."""
 
 from __future__ import annotations
 
@@ -23,17 +28,23 @@ import copy
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 
-from superpod.api.resources import pod_requests, quantity
+from superpod.api.convert import POD_USAGE, pod_usage_name, usage_name
+from superpod.api.resources import quantity
 from superpod.api.times import timestamp
 from superpod.controller.controller import Controller
 from superpod.controller.judge import Settings
 from superpod.controller.state import ClusterState
-from superpod.core.accounting import gpu_units
+from superpod.core.accounting import gpu_seconds, gpu_units
 from superpod.k8s.api import GPUUSAGES, LEASES, NODES, PODS, TRAININGJOBS, WATCHED, ApiError
 from superpod.k8s.lease import LeaderLease
-from tests.unit.memory_cluster import MemoryCluster
+from tests.unit.guarantees import Guarantees, namespace_queues
+from tests.unit.memory_cluster import MemoryCluster, node_ready, requests_of, unwritten
 
 NAMESPACE = "superpod-system"
+# GPU-seconds a queue's bills may differ from what its pods ran, in total: records round to 1 ms of GPU-seconds and
+# GPU units to 1e-4; the machine's clock moves in whole seconds, so times add nothing (on a cluster, an end read
+# from a whole-second metadata time may add up to 1 s per pod)
+BILLING_TOLERANCE = 1.0
 
 
 class Crash(BaseException):
@@ -54,6 +65,7 @@ class Replica:
     controller: Controller
     cursor: int = 0  # watch events delivered so far
     was_leading: bool = False
+    lost: bool = False  # events were lost since its last full list: its cache may differ from the store
 
 
 @dataclass
@@ -62,10 +74,19 @@ class Truth:
 
     start: dict[str, float] = field(default_factory=dict)  # pod uid -> startTime
     end: dict[str, float] = field(default_factory=dict)  # pod uid -> when its GPUs were freed: finished, or removed
-    pods: dict[str, dict] = field(default_factory=dict)  # pod uid -> (job key, attempt, units)
+    # pod uid -> its bill group (job uid and attempt of a TrainingJob's pod; the pod's own uid and 0 for any other),
+    # GPU units and namespace, of every pod that requests GPUs
+    pods: dict[str, dict] = field(default_factory=dict)
     closed: dict[tuple[str, int], float] = field(default_factory=dict)  # (job uid, attempt) -> when accounted
-    tainted: set[tuple[str, int]] = field(default_factory=set)  # attempts with a crash or lost events
-    delayed: set[tuple[str, int]] = field(default_factory=set)  # attempts closed on a cache that lagged
+    tainted: set[tuple[str, int]] = field(default_factory=set)  # groups with a crash or lost events
+    # groups a pod of which was removed unseen by some replica (its removal's event lost or superseded by a relist,
+    # or the replica that saw it crashed before billing it): their bills may stop at the last time the pod names
+    unseen: set[tuple[str, int]] = field(default_factory=set)
+    delayed: set[tuple[str, int]] = field(default_factory=set)  # attempts closed on a cache that lagged, or whose
+    # pod's end was seen late
+    # groups that may be billed more than ran: an attempt closed on a cache that lagged behind its pods, or a pod
+    # whose removal was seen late and names no finish of its containers (billed until seen, at most its grace's end)
+    lagged: set[tuple[str, int]] = field(default_factory=set)
     cursor: int = 0
 
 
@@ -84,6 +105,8 @@ class World:
         self.injected: dict | None = None  # the fault of the cycle running now
         self.violations: list[str] = []  # seen while writing (checked after the step: the write goes on)
         self.writing: Replica | None = None
+        self.quiet: tuple[Replica, float, int] | None = None  # a clear cycle that wrote nothing: when, events then
+        self.guarantees = Guarantees(self)
 
     # ---- replicas -------------------------------------------------------------------------------------------------
     def _replica(self) -> Replica:
@@ -104,6 +127,7 @@ class World:
             items, version = _run(replica.controller.applier.api.list(kind))
             replica.state.resync(kind, items, version, self.c.now)
         replica.cursor = len(self.store.events)
+        replica.lost = False
 
     def crash(self, index: int) -> None:
         self.observe()
@@ -140,7 +164,8 @@ class World:
         """Lose events (a watch that broke and resumed past them)."""
         for ev in self.store.events[replica.cursor:][:count]:
             if ev.kind is PODS:
-                self._taint_pod(ev.obj)
+                self._taint_pod(ev.obj, ev.type)
+        replica.lost = replica.lost or replica.cursor < len(self.store.events)
         replica.cursor = min(len(self.store.events), replica.cursor + count)
 
     def repeat(self, replica: Replica, back: int) -> None:
@@ -153,10 +178,11 @@ class World:
         lost to this replica, as with dropped events."""
         for ev in self.store.events[replica.cursor:]:
             if ev.kind is PODS:
-                self._taint_pod(ev.obj)
+                self._taint_pod(ev.obj, ev.type)
         for kind in WATCHED:
             items, version = _run(replica.controller.applier.api.list(kind))
             replica.state.resync(kind, items, version, self.c.now)
+        replica.lost = False
 
     # ---- the operators' loops -------------------------------------------------------------------------------------
     def lease_step(self, replica: Replica) -> None:
@@ -187,6 +213,10 @@ class World:
                               if (job.get("status") or {}).get("phase") in ("Starting", "Running")}
         before = dict(self.truth.closed)
         decided_at = self.c.now
+        # A clear cycle: no fault, on a cache that has every event (the world let it see and write all)
+        clear = fault is None and not replica.lost and replica.cursor == len(self.store.events)
+        owed = self.guarantees.owed() if clear else {}
+        writes = len(self.store.writes)
         try:
             _run(replica.controller.cycle(decided_at))
         except* Crash:  # out of the applier's task group
@@ -194,10 +224,15 @@ class World:
         finally:
             self.injected, self.writing = None, None
         self.observe(decided_at)
+        if clear:
+            self.guarantees.served(owed)
+        if clear and len(self.store.writes) == writes:  # its figures of what is open hold until something changes
+            self.quiet = (replica, self.c.now, len(self.store.events))
         for key in set(self.truth.closed) - set(before):  # attempts closed in this cycle on a lagging cache
             job = self._job_by_uid(key[0])
             if job is not None and job["metadata"]["name"] in lagging:
                 self.truth.delayed.add(key)
+                self.truth.lagged.add(key)
 
     def _on_write(self, verb: str, kind, obj, writer: str) -> str | None:
         replica = self.writing
@@ -266,11 +301,12 @@ class World:
             if ev.kind is PODS:
                 uid = meta["uid"]
                 labels = meta.get("labels") or {}
-                if "superpod.dev/job-name" in labels and uid not in self.truth.pods:
+                if uid not in self.truth.pods and (units := gpu_units(requests_of(obj).items())):
                     owner = (meta.get("ownerReferences") or [{}])[0].get("uid")
-                    requests = pod_requests(obj["spec"], lambda f, q: {r: quantity(v, r) for r, v in q.items()})
-                    self.truth.pods[uid] = {"job": owner, "attempt": int(labels["superpod.dev/attempt"]),
-                                            "units": gpu_units(requests.items())}
+                    attempt = "superpod.dev/job-name" in labels and owner  # its attempt bills it first
+                    self.truth.pods[uid] = {"job": owner if attempt else uid,
+                                            "attempt": int(labels["superpod.dev/attempt"]) if attempt else 0,
+                                            "units": units, "namespace": meta["namespace"]}
                 status = obj.get("status") or {}
                 if status.get("startTime") and uid not in self.truth.start:
                     self.truth.start[uid] = timestamp(status["startTime"])
@@ -285,19 +321,33 @@ class World:
         self.truth.cursor = len(self.store.events)
 
     def _taint_open_attempts(self) -> None:
-        for info in self.truth.pods.values():
-            if (info["job"], info["attempt"]) not in self.truth.closed:
-                self.truth.tainted.add((info["job"], info["attempt"]))
+        """A crash: the attempts not closed, and the pods billed on their own not recorded (a pod that ended and is
+        gone, its record not written, is unknown to a replica that lists afresh)."""
+        records = self.store.objects.get(GPUUSAGES, {})
+        live = {pod["metadata"]["uid"] for pod in self.store.objects.get(PODS, {}).values()}
+        for uid, info in self.truth.pods.items():
+            group = (info["job"], info["attempt"])
+            unrecorded = pod_usage_name(uid) not in records
+            if group not in self.truth.closed and (info["attempt"] or unrecorded):
+                self.truth.tainted.add(group)
+            if uid not in live and unrecorded:  # what the replica knew of its run may be gone with it
+                self.truth.unseen.add(group)
 
     def _delay_pod(self, obj: dict) -> None:
+        """A pod's end seen late: an attempt closed meanwhile billed it until the close; a removal whose object names
+        no finish of its containers is billed until seen."""
         info = self.truth.pods.get(obj["metadata"].get("uid"))
-        if info:
+        if info and info["attempt"]:
             self.truth.delayed.add((info["job"], info["attempt"]))
+        if info and not _stamped(obj):
+            self.truth.lagged.add((info["job"], info["attempt"]))
 
-    def _taint_pod(self, obj: dict) -> None:
+    def _taint_pod(self, obj: dict, event: str) -> None:
         info = self.truth.pods.get(obj["metadata"].get("uid"))
         if info:
             self.truth.tainted.add((info["job"], info["attempt"]))
+            if event == "DELETED":
+                self.truth.unseen.add((info["job"], info["attempt"]))
 
     def _job_by_uid(self, uid: str) -> dict | None:
         return next((j for j in self.store.objects.get(TRAININGJOBS, {}).values() if j["metadata"]["uid"] == uid),
@@ -313,29 +363,12 @@ class World:
         self._one_attempt()
         self._gpu_seconds()
         self._usage_records()
+        self._billing()
         if settled:
             self._whole_gangs()
 
     def _capacity(self) -> None:
-        used: dict[str, Counter] = defaultdict(Counter)
-        pods = self.store.objects.get(PODS, {})
-        for pod in pods.values():
-            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or not pod["spec"].get("nodeName"):
-                continue
-            used[pod["spec"]["nodeName"]].update(_requests(pod))
-        for job in self.store.objects.get(TRAININGJOBS, {}).values():
-            st = job.get("status") or {}
-            if st.get("phase") not in ("Starting", "Running") or not st.get("placement"):
-                continue
-            request = None
-            for node, ranks in st["placement"].items():
-                for rank in ranks:
-                    name = f"{job['metadata']['namespace']}/{job['metadata']['name']}-a{st['attempt']}-{rank}"
-                    if name not in pods:  # booked, pod not written yet
-                        if request is None:
-                            request = _requests(_rendered(job))
-                        used[node].update(request)
-        for name, counts in used.items():
+        for name, counts in self.booked().items():
             node = self.store.peek(NODES, name)
             if node is None:
                 continue
@@ -344,6 +377,20 @@ class World:
                 if amount > quantity(alloc.get(resource, 0), resource):
                     raise Violation(f"node {name} booked {amount} {resource} of {alloc.get(resource, 0)}")
         self.checks["capacity checks"] += 1
+
+    def booked(self) -> dict[str, Counter]:
+        """What each node holds: the requests of the pods bound there that did not finish (terminating ones
+        included), and the replicas booked by placed gangs whose pods do not exist yet."""
+        used: dict[str, Counter] = defaultdict(Counter)
+        pods = self.store.objects.get(PODS, {})
+        for pod in pods.values():
+            if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed") or not pod["spec"].get("nodeName"):
+                continue
+            used[pod["spec"]["nodeName"]].update(requests_of(pod))
+        for job in self.store.objects.get(TRAININGJOBS, {}).values():
+            for node, request in unwritten(job, pods).items():
+                used[node].update(request)
+        return used
 
     def _one_attempt(self) -> None:
         attempts: dict[str, set] = defaultdict(set)
@@ -372,7 +419,7 @@ class World:
             if st.get("phase") not in ("Starting", "Running"):
                 continue
             nodes = set(st.get("placement") or {})
-            if any(not _ready(self.store.peek(NODES, n)) for n in nodes):
+            if any(not node_ready(self.store.peek(NODES, n)) for n in nodes):
                 continue  # the gang keeps a NotReady node through the grace period
             prefix = f"{job['metadata']['namespace']}/{job['metadata']['name']}-a{st['attempt']}-"
             have = [p for k, p in pods.items() if k.startswith(prefix) and not p["metadata"].get("deletionTimestamp")]
@@ -433,6 +480,101 @@ class World:
             if uid in recorded:
                 self.checks["usage records within the closed GPU-seconds"] += 1
 
+    # ---- every GPU-second billed once, per queue -------------------------------------------------------------------
+    def _billing(self) -> None:
+        """Bills grouped as they split a pod's time: a TrainingJob's attempt (its record, its open attempt, and the
+        pods' own bills of the tails that outlive its close) or a pod on its own. Every record bills its namespace's
+        queue; no group's records bill more than its pods ran; and when a replica's figures of what is open are
+        current (`quiet`), each queue's records plus its open attempts and pod bills are exactly what its pods ran."""
+        ran, queues = self._ran(), namespace_queues(self.store)
+        recorded: dict[tuple[str, int], float] = defaultdict(float)
+        for name, record in self.store.objects.get(GPUUSAGES, {}).items():
+            spec = record["spec"]
+            self._bills_its_queue(f"GPUUsage {name}", spec["namespace"], spec["queue"], queues)
+            info = self.truth.pods.get(name.removesuffix(POD_USAGE)) if spec.get("pod") else None
+            group = (info["job"], info["attempt"]) if info else (spec["jobUid"], spec["attempt"])
+            recorded[group] += spec["gpuSeconds"]
+        for group, seconds in recorded.items():
+            if group not in self.truth.lagged and seconds > ran.get(group, 0.0) + BILLING_TOLERANCE:
+                raise Violation(f"bill group {group}: records bill {seconds:g} GPU-s, its pods ran {ran.get(group)}")
+        if self.quiet is not None and self.quiet[1:] == (self.c.now, len(self.store.events)) and queues:
+            self._billed_exactly(self.quiet[0], ran, recorded, queues)
+
+    def _ran(self) -> dict[tuple[str, int], float]:
+        """GPU-seconds each bill group's pods held their GPUs, from each start until its GPUs were freed, or now."""
+        ran: dict[tuple[str, int], float] = defaultdict(float)
+        for uid, info in self.truth.pods.items():
+            if uid in self.truth.start:
+                end = self.truth.end.get(uid, self.c.now)
+                ran[(info["job"], info["attempt"])] += info["units"] * max(0.0, end - self.truth.start[uid])
+        return ran
+
+    def _bills_its_queue(self, what: str, namespace: str, queue: str, queues: dict[str, str]) -> None:
+        if queue != queues.get(namespace, ""):
+            raise Violation(f"{what} bills namespace {namespace} to queue {queue or '(none)'}, not "
+                            f"{queues.get(namespace) or '(none)'}")
+
+    def _billed_exactly(self, replica: Replica, ran: dict, recorded: dict, queues: dict[str, str]) -> None:
+        """Records plus what the replica's queues count as open (its last cycle's `QueueBook.open`: open attempts,
+        and pods billed on their own not recorded), per queue, against what the queue's pods ran, within
+        BILLING_TOLERANCE in total. Groups a pod of which was removed unseen only never bill more than ran; attempts
+        closed on a cache that lagged behind their pods are left out. (An end seen late alone does not matter here: a
+        pod's run ends at its containers' finish, or its removal's time, whenever that is seen.)"""
+        now, records = self.c.now, self.store.objects.get(GPUUSAGES, {})
+        namespace = {(info["job"], info["attempt"]): info["namespace"] for info in self.truth.pods.values()}
+        by_record = {usage_name(*group): group for group in namespace}
+        opened: dict[tuple[str, int], float] = defaultdict(float)
+        controller = replica.controller
+        for attempt in controller.queues.open:
+            group = by_record.get(attempt.record)
+            if not attempt.record or group is None:  # a pod's own bill (below), or an attempt none of whose pods ran
+                continue
+            if attempt.record in records:
+                raise Violation(f"attempt {group} billed twice: recorded, and open in {replica.identity}'s queues")
+            self._bills_its_queue(f"open attempt {group}", namespace[group], attempt.queue, queues)
+            opened[group] += gpu_seconds(attempt.runs, attempt.units, now)
+        for bill in [*controller.bills.live.values(), *controller.bills.ended.values()]:
+            info = self.truth.pods.get(bill.pod.uid)
+            if pod_usage_name(bill.pod.uid) in records:
+                raise Violation(f"pod {bill.pod.key} billed twice: recorded, and open in {replica.identity}'s bills")
+            if info is not None:
+                self._bills_its_queue(f"pod {bill.pod.key}'s own bill", info["namespace"], bill.labels[0], queues)
+                opened[(info["job"], info["attempt"])] += bill.seconds(now)
+        jobs = {job["metadata"]["uid"]: int((job.get("status") or {}).get("attempt") or 0)
+                for job in self.store.objects.get(TRAININGJOBS, {}).values()}
+        # KNOWN BUG (reported, issue 35): an attempt newer than its job's status (its pods written before their status
+        # by a replica that stopped) whose pods are deleted as stale is billed by nobody (podbills.bill_of waits for
+        # its close; no open attempt counts it)
+        ahead = {group for group in ran if jobs.get(group[0], group[1]) < group[1]}
+        unowned = {(self.truth.pods[pod["metadata"]["uid"]]["job"], self.truth.pods[pod["metadata"]["uid"]]["attempt"])
+                   for pod in self.store.objects.get(PODS, {}).values() if pod["metadata"]["uid"] in self.truth.pods
+                   and pod["metadata"].get("ownerReferences") and not pod["metadata"].get("deletionTimestamp")
+                   and pod["metadata"]["ownerReferences"][0].get("uid") not in jobs}
+        billed: dict[str, float] = defaultdict(float)
+        held: dict[str, float] = defaultdict(float)
+        for group, seconds in ran.items():
+            total = recorded.get(group, 0.0) + opened.get(group, 0.0)
+            if group in unowned:  # KNOWN BUG (reported, issue 35): billed by nobody until the GC deletes the pod
+                self.checks["billing unchecked: a pod whose TrainingJob is gone, not deleted yet (known bug)"] += 1
+            elif group in ahead:
+                self.checks["billing unchecked: an attempt newer than its job's status (known bug)"] += 1
+            elif group in self.truth.lagged:
+                self.checks["billing unchecked (an attempt closed on a lagging cache)"] += 1
+            elif group in self.truth.unseen:
+                if total > seconds + BILLING_TOLERANCE:
+                    raise Violation(f"bill group {group} (a pod removed unseen) billed {total:g} GPU-s, its pods "
+                                    f"ran {seconds:g}")
+                self.checks["billing at most what ran (a pod removed unseen)"] += 1
+            else:
+                queue = queues.get(namespace[group], "")
+                billed[queue] += total
+                held[queue] += seconds
+        for queue in held:
+            if abs(billed[queue] - held[queue]) > BILLING_TOLERANCE:
+                raise Violation(f"queue {queue or '(none)'} billed {billed[queue]:g} GPU-s (records and open), its "
+                                f"pods ran {held[queue]:g} (at {replica.identity}'s quiet cycle)")
+            self.checks["queues billed exactly what their pods ran"] += 1
+
     # ---- settling -------------------------------------------------------------------------------------------------
     def settle(self) -> None:
         """No more interference: the replicas renew, relist (as the periodic resync does, repairing any lost
@@ -461,30 +603,26 @@ def _run(coro):
     return asyncio.run(coro)
 
 
-def _requests(pod: dict) -> Counter:
-    return Counter(pod_requests(pod["spec"], lambda f, q: {r: quantity(v, r) for r, v in q.items()}))
-
-
-def _rendered(job: dict) -> dict:
-    from superpod.api.manifests import pod
-
-    return pod(job, 0, 0, "")
-
-
-def _ready(node: dict | None) -> bool:
-    return node is not None and any(c.get("type") == "Ready" and c.get("status") == "True"
-                                    for c in node["status"].get("conditions") or [])
-
-
 def _end(pod: dict, event: str, when: float) -> float | None:
     """When the pod's GPUs were freed: its containers' finish once it finished, or once it is gone if the kubelet
     wrote them, else its removal (`when`, the event's time); None while it runs or terminates."""
     status = pod.get("status") or {}
-    containers = status.get("containerStatuses") or []
-    ends = [timestamp(((c.get("state") or {}).get("terminated") or {}).get("finishedAt")) for c in containers
-            if ((c.get("state") or {}).get("terminated") or {}).get("finishedAt")]
+    ends = _finishes(pod)
     if status.get("phase") in ("Succeeded", "Failed") and ends:
         return max(ends)
     if event == "DELETED":
-        return max(ends) if containers and len(ends) == len(containers) else when
+        return max(ends) if _stamped(pod) else when
     return None
+
+
+def _stamped(pod: dict) -> bool:
+    """Whether every container of the pod names when it finished (the kubelet's last status)."""
+    containers = (pod.get("status") or {}).get("containerStatuses") or []
+    return bool(containers) and len(_finishes(pod)) == len(containers)
+
+
+def _finishes(pod: dict) -> list[float]:
+    """When the pod's containers that terminated finished."""
+    return [timestamp(((c.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for c in (pod.get("status") or {}).get("containerStatuses") or []
+            if ((c.get("state") or {}).get("terminated") or {}).get("finishedAt")]

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+from collections import Counter
 
+from superpod.api.manifests import pod as rendered_pod
+from superpod.api.resources import pod_requests, quantity
 from superpod.controller.controller import Controller
 from superpod.controller.judge import Settings
 from superpod.controller.mig import MigFlow
@@ -127,3 +130,29 @@ class MemoryCluster:
         return [(e["reason"], e["message"]) for e in self.store.objects.get(EVENTS, {}).values()
                 if e["involvedObject"]["name"] == name]
 
+
+
+def requests_of(pod: dict) -> Counter:
+    """What a pod requests, in the operator's units (a GPU 1, a CPU 1000)."""
+    return Counter(pod_requests(pod["spec"], lambda f, q: {r: quantity(v, r) for r, v in q.items()}))
+
+
+def unwritten(job: dict, pods: dict[str, dict]) -> dict[str, Counter]:
+    """Node -> the requests of the replicas a placed TrainingJob booked there whose pods do not exist yet."""
+    status = job.get("status") or {}
+    if status.get("phase") not in ("Starting", "Running") or not status.get("placement"):
+        return {}
+    out: dict[str, Counter] = {}
+    request = None
+    for node, ranks in status["placement"].items():
+        for rank in ranks:
+            if f"{job['metadata']['namespace']}/{job['metadata']['name']}-a{status['attempt']}-{rank}" not in pods:
+                if request is None:
+                    request = requests_of(rendered_pod(job, 0, 0, ""))
+                out.setdefault(node, Counter()).update(request)
+    return out
+
+
+def node_ready(node: dict | None) -> bool:
+    return node is not None and any(c.get("type") == "Ready" and c.get("status") == "True"
+                                    for c in (node.get("status") or {}).get("conditions") or [])

@@ -297,3 +297,27 @@ def test_a_pod_whose_training_job_is_gone_is_billed_though_nobody_deletes_it():
     c.settle(3)
     truth = sum(ran(c).values())
     assert math.isclose(billed(c)["a"], truth, abs_tol=8.0), (billed(c), truth)
+
+
+def test_a_starting_gangs_pod_made_again_under_its_name_bills_the_one_that_was_gone_too():
+    """A Starting gang's pod that vanished (removed at once, its deletion never seen in progress) is made again under
+    its name: the attempt's close bills both the first pod's run and its successor's. Found by the two-tenant
+    machine (queue b billed 0 GPU-s of 20 its pod ran): the successor's run replaced the first's."""
+    c = MemoryCluster(nodes=2)
+    c.submit(training_job("j", 2, 4, annotations={"sim.superpod.dev/run-for": "300s"}))
+    c.cycle()
+    c.now += 1
+    c.kubelet.step(pods=["team-a/j-a1-0"])  # replica 0 runs from t+1, replica 1 waits
+    c.cycle()
+    c.now += 4
+    c.store.delete_now(PODS, "team-a/j-a1-0")  # gone at t+5, after 4 s of 4 GPUs
+    c.cycle()
+    assert len(c.pods("j")) == 2 and c.decided("j")["phase"] == "Starting"  # made again
+    c.now += 5
+    c.kubelet.step()  # both run from t+10
+    c.cycle()
+    c.now += 10
+    c.store.delete_now(TRAININGJOBS, "team-a/j")
+    c.cycle()
+    records = c.store.objects[GPUUSAGES]
+    assert [r["spec"]["gpuSeconds"] for r in records.values()] == [4 * 4 + 2 * 4 * 10]

@@ -2,8 +2,9 @@
 crashes, the Lease lost mid-write, write faults, lost and late events, node and pod failures) with GPUQueues,
 hostile: at any moment either edits any field it may write of its jobs or pods (queue, class, priority, minimum
 runtime, labels) — through the API as an admin would, so without the CRD's own refusals — and forges nominations.
-Checked after every step: no node over its capacity, no queue above its limit. CI runs a few examples
-(SUPERPOD_MACHINE_EXAMPLES); bench/state_machine.py --tenants runs thousands."""
+Checked after every step: no node over its capacity, no queue above its limit, every GPU-second billed once to
+its namespace's queue, a queue inside its guarantee served within two clear cycles (tests/unit/machine.py). CI runs
+a few examples (SUPERPOD_MACHINE_EXAMPLES); bench/state_machine.py --tenants runs thousands."""
 
 from __future__ import annotations
 

@@ -175,7 +175,8 @@ def usage(state: ClusterState, view: JobView, now: float) -> tuple[float, float]
 
 
 def attempt_runs(state: ClusterState, view: JobView, attempt: int) -> list[Run]:
-    """The runs of one attempt's pods: observed pods, and pods already gone (their recorded runs)."""
+    """The runs of one attempt's pods: observed pods, and pods already gone (their recorded runs) — both for a
+    replica whose pod is gone and was made again under its name (a Starting gang's missing pod)."""
     runs: list[Run] = []
     prefix = f"{view.key.split('/', 1)[0]}/"
     for i in range(view.replicas):
@@ -183,7 +184,7 @@ def attempt_runs(state: ClusterState, view: JobView, attempt: int) -> list[Run]:
         pod = state.pods.get(key)
         if pod is not None and pod.owner == view.uid:
             runs.append(pod.run)
-        elif key in state.ended and state.ended[key][:2] == (view.uid, attempt):
+        if key in state.ended and state.ended[key][:2] == (view.uid, attempt):
             runs.append(state.ended[key][2])
     return runs
 

@@ -41,6 +41,7 @@ class Open:
     service_class: str
     runs: tuple[Run, ...]
     units: float
+    record: str = ""  # the GPUUsage record that will bill it, for a TrainingJob's attempt ("" for a pod's own bill)
 
 
 class QueueBook:
@@ -102,7 +103,8 @@ class QueueBook:
             queue, flavor, problem = tree.counted(view.request)
             if not problem:
                 out.append(Open(queue, flavor, view.request.service_class,
-                                tuple(attempt_runs(self.state, view, status.attempt)), view.units))
+                                tuple(attempt_runs(self.state, view, status.attempt)), view.units,
+                                usage_name(view.uid, status.attempt)))
         return out
 
     def spent(self, tree: QueueTree, running: list[Open], now: float) -> tuple[dict[str, float], dict[str, float]]:
