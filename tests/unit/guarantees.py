@@ -48,7 +48,7 @@ from superpod.api.times import timestamp
 from superpod.controller.preemption import PINGPONG_RUN, PINGPONG_WINDOW
 from superpod.core.accounting import gpu_units
 from superpod.core.phases import ACTIVE, FINISHED
-from superpod.core.queues import ANY, RESERVED, units
+from superpod.core.queues import ANY, RESERVED
 from superpod.core.request import JobRequest
 from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES, PODS, TRAININGJOBS
 from tests.unit.memory_cluster import node_ready, requests_of, unwritten
@@ -101,7 +101,7 @@ class Guarantees:
                 waited[(queue, job.key)] = self.unserved.get((queue, job.key), 0) + 1
                 if waited[(queue, job.key)] >= GUARANTEE_CYCLES:
                     self.world.violations.append(
-                        f"queue {queue} is inside its guarantee and {job.key} ({units(job.request):g} GPUs) fits, "
+                        f"queue {queue} is inside its guarantee and {job.key} ({job.request.total_units:g} GPUs) fits, "
                         f"yet after {waited[(queue, job.key)]} clear cycle(s) it is neither placed nor preempting")
             elif self._preempting(job):
                 self.world.checks["owed jobs served: their reclaim started"] += 1
@@ -138,12 +138,9 @@ class Guarantees:
         waiting = self._waiting(queues)
         out = {}
         for queue, guarantee in guaranteed.items():
-            job = next((j for j in sorted(waiting[queue], key=lambda j: j.request.fifo_key)
-                        if placed[queue] + units(j.request) <= guarantee), None)
-            if job is not None and not job.possible:  # KNOWN BUG (reported, issue 35): the policy counts it inside
-                self.world.checks["not asserted: a job no node can hold claims its queue's guarantee (known bug)"] += 1
-                continue
-            if job is None or job.nominated or job.leftover or held[queue] + units(job.request) > guarantee:
+            job = next((j for j in sorted(waiting[queue], key=lambda j: j.request.fifo_key)  # (one no node could
+                        if j.possible and placed[queue] + j.request.total_units <= guarantee), None)  # hold: skipped)
+            if job is None or job.nominated or job.leftover or held[queue] + job.request.total_units > guarantee:
                 continue
             borrowed = {q: placed[q] - guaranteed[q] for q in guaranteed if q != queue}
             victims = [g for g in gangs if g.queue != queue and not g.protected and g.key not in named
@@ -265,9 +262,15 @@ class Guarantees:
                     or request.mig_profile or request.slice_size or request.required not in (None, *self._levels()))
 
     def _possible(self, request: JobRequest) -> bool:
-        """Whether it could run on this cluster at all: on its nodes idle, up or not (a job that could only wait
-        for nodes still claims its place in the queue's order)."""
-        return self._fits(request, self.world.store.objects.get(NODES, {}), {}, [], {})
+        """Whether it claims a place in its queue's order: each of its members fits on some node, up or not, as far
+        as its whole GPUs and other resources go (MIG slices are made where needed). A gang whose members each fit
+        but whose topology no domain could hold still claims its place (the policy's own rule)."""
+        largest: Counter = Counter()
+        for node in self.world.store.objects.get(NODES, {}).values():
+            for resource, amount in node["status"]["allocatable"].items():
+                largest[resource] = max(largest[resource], quantity(amount, resource))
+        return all(amount <= largest[resource] for requests in (request.requests, *request.others)
+                   for resource, amount in requests if not resource.startswith("nvidia.com/mig-"))
 
     def _levels(self) -> dict[str, str]:
         """Topology level -> its node label."""
@@ -310,6 +313,6 @@ def _gpus(pod: dict) -> float:
 
 def _units(job: dict) -> float:
     try:
-        return units(job_from_k8s(job))
+        return job_from_k8s(job).total_units
     except (ConvertError, ValueError):
         return 0.0

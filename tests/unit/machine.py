@@ -64,7 +64,7 @@ class Replica:
     lease: LeaderLease
     controller: Controller
     cursor: int = 0  # watch events delivered so far
-    was_leading: bool = False
+    synced_for: int = -1  # the Lease acquisition its cache was last relisted for (as Operator.synced_for)
     lost: bool = False  # events were lost since its last full list: its cache may differ from the store
 
 
@@ -189,12 +189,12 @@ class World:
         with contextlib.suppress(ApiError):
             _run(replica.lease.step())
         leading = replica.lease.is_leading()
-        if leading and not replica.was_leading:
-            replica.state.forget_unsent()  # as Operator.schedule_loop: a fresh view at the start of a term
+        if leading and replica.synced_for != replica.lease.acquisitions:  # as Operator.schedule_loop: a fresh view
+            replica.state.forget_unsent()  # at the start of each term, also one it took unknowingly (k8s/lease.py)
             self.resync(replica)
+            replica.synced_for = replica.lease.acquisitions
         elif not leading:
             replica.state.unfollow()  # as Operator.schedule_loop: a standby keeps none of the cache's changes
-        replica.was_leading = leading
 
     def cycle(self, replica: Replica, fault: dict | None = None) -> None:
         if not replica.lease.is_leading():
@@ -546,17 +546,11 @@ class World:
         # by a replica that stopped) whose pods are deleted as stale is billed by nobody (podbills.bill_of waits for
         # its close; no open attempt counts it)
         ahead = {group for group in ran if jobs.get(group[0], group[1]) < group[1]}
-        unowned = {(self.truth.pods[pod["metadata"]["uid"]]["job"], self.truth.pods[pod["metadata"]["uid"]]["attempt"])
-                   for pod in self.store.objects.get(PODS, {}).values() if pod["metadata"]["uid"] in self.truth.pods
-                   and pod["metadata"].get("ownerReferences") and not pod["metadata"].get("deletionTimestamp")
-                   and pod["metadata"]["ownerReferences"][0].get("uid") not in jobs}
         billed: dict[str, float] = defaultdict(float)
         held: dict[str, float] = defaultdict(float)
         for group, seconds in ran.items():
             total = recorded.get(group, 0.0) + opened.get(group, 0.0)
-            if group in unowned:  # KNOWN BUG (reported, issue 35): billed by nobody until the GC deletes the pod
-                self.checks["billing unchecked: a pod whose TrainingJob is gone, not deleted yet (known bug)"] += 1
-            elif group in ahead:
+            if group in ahead:
                 self.checks["billing unchecked: an attempt newer than its job's status (known bug)"] += 1
             elif group in self.truth.lagged:
                 self.checks["billing unchecked (an attempt closed on a lagging cache)"] += 1

@@ -394,3 +394,26 @@ def test_a_replica_made_ahead_under_its_name_is_adopted_only_if_it_asks_for_what
     [replica] = c.pods("j")
     assert replica["metadata"]["uid"] != "made-ahead", "the pod made ahead was taken for the replica"
     assert replica["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_a_pod_no_node_could_hold_takes_no_guarantee_from_its_queues_jobs():
+    """Found by the machine's guarantee invariant: a waiting pod no node could ever hold (16 GPUs on 8-GPU nodes), at
+    a high priority, claimed its queue's whole guarantee in the queue order; the queue's real job, inside the
+    guarantee, lost its standing and never reclaimed what another queue borrowed."""
+    c = MemoryCluster(nodes=4)  # 32 GPUs
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16)))
+    run(c.admin.create(GPUQUEUES, gpu_queue("b", 16, limit=32)))
+    c.settle(1)
+    for i in range(4):
+        submit(c, "b", f"b{i}")
+    c.settle(3)
+    assert all(phase(c, "b", f"b{i}") == "Running" for i in range(4)), "b borrows a's 16"
+    never = pod("never", gpus=16)
+    never["spec"]["priority"] = 1000
+    create(c, never)
+    c.settle(1, seconds=1)
+    submit(c, "a", "j")
+    for _ in range(4):
+        c.settle(1, seconds=40)
+    assert phase(c, "a", "j") == "Running", message(c, "a", "j")
+    assert not stored(c, "never")["spec"].get("nodeName")

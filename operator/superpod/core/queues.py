@@ -217,6 +217,15 @@ def capacity(nodes: Iterable[Node], flavors: Iterable[str]) -> dict[str, float]:
     return out
 
 
+def largest(nodes: Iterable[Node]) -> dict[str, int]:
+    """Per resource, the most any one node of the cluster has (ready or not): what one pod could ever be given."""
+    out: dict[str, int] = {}
+    for node in nodes:
+        for resource, amount in node.allocatable.items():
+            out[resource] = max(out.get(resource, 0), amount)
+    return out
+
+
 @dataclass
 class Usage:
     """What the queues hold and have held, at the start of a cycle."""
@@ -232,9 +241,11 @@ class FairQueues:
     """The QueuePolicy of a cluster with GPUQueues, built for one cycle (usage and capacity at its start). What the
     cycle places is counted as `admit` sees it (`placed` only grows within a cycle)."""
 
-    def __init__(self, tree: QueueTree, usage: Usage, capacity_by_flavor: dict[str, float], inner=None) -> None:
+    def __init__(self, tree: QueueTree, usage: Usage, capacity_by_flavor: dict[str, float], inner=None,
+                 largest_node: dict[str, int] | None = None) -> None:
         """`inner`: the policy whose placement and reservations run under the queues (default: exact placement)."""
         self.tree, self.usage, self.capacity, self.inner = tree, usage, capacity_by_flavor, inner
+        self.largest_node = largest_node  # `largest`: a job with a member no node could hold claims no guarantee
         self.reserves = inner.reserves if inner is not None else True
         self.parks = False  # admit reads each job's queue and what the cycle placed
         self.used = dict(usage.running)  # (leaf queue, flavor) -> units, with what this cycle placed
@@ -257,7 +268,7 @@ class FairQueues:
         for job in sorted(jobs, key=lambda j: j.fifo_key):
             queue, flavor, problem = self.where_of(job)
             inside = False
-            if not problem:
+            if not problem and self._could_be_held(job):
                 after = claimed.get((queue, flavor), 0.0) + job.total_units
                 if after <= self.tree.queues[queue].quota(flavor).guaranteed:
                     claimed[(queue, flavor)], inside = after, True
@@ -274,6 +285,15 @@ class FairQueues:
         unqueued = sorted((job for job in jobs if self.where[job.key][0] is None), key=attrgetter("fifo_key"))
         surplus = [job for job in jobs if not self.inside[job.key] and self.where[job.key][0] is not None]
         return inside + self._progressive(surplus) + unqueued
+
+    def _could_be_held(self, job: JobRequest) -> bool:
+        """Whether some node could hold each member of the job: one that never could (a forged 16-GPU pod on 8-GPU
+        nodes) would take its queue's guarantee from the queue's jobs that can run. MIG slices are left out: the
+        planner makes them where there are none yet."""
+        if self.largest_node is None:
+            return True
+        return all(amount <= self.largest_node.get(resource, 0) for requests in (job.requests, *job.others)
+                   for resource, amount in requests if not resource.startswith(MIG_PREFIX))
 
     def _progressive(self, jobs: list[JobRequest]) -> list[JobRequest]:
         """The surplus order: by priority; within one, the queue with the lowest weighted share goes next, its
