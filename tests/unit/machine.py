@@ -540,19 +540,11 @@ class World:
             if info is not None:
                 self._bills_its_queue(f"pod {bill.pod.key}'s own bill", info["namespace"], bill.labels[0], queues)
                 opened[(info["job"], info["attempt"])] += bill.seconds(now)
-        jobs = {job["metadata"]["uid"]: int((job.get("status") or {}).get("attempt") or 0)
-                for job in self.store.objects.get(TRAININGJOBS, {}).values()}
-        # KNOWN BUG (reported, issue 35): an attempt newer than its job's status (its pods written before their status
-        # by a replica that stopped) whose pods are deleted as stale is billed by nobody (podbills.bill_of waits for
-        # its close; no open attempt counts it)
-        ahead = {group for group in ran if jobs.get(group[0], group[1]) < group[1]}
         billed: dict[str, float] = defaultdict(float)
         held: dict[str, float] = defaultdict(float)
         for group, seconds in ran.items():
             total = recorded.get(group, 0.0) + opened.get(group, 0.0)
-            if group in ahead:
-                self.checks["billing unchecked: an attempt newer than its job's status (known bug)"] += 1
-            elif group in self.truth.lagged:
+            if group in self.truth.lagged:
                 self.checks["billing unchecked (an attempt closed on a lagging cache)"] += 1
             elif group in self.truth.unseen:
                 if total > seconds + BILLING_TOLERANCE:

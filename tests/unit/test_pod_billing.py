@@ -321,3 +321,29 @@ def test_a_starting_gangs_pod_made_again_under_its_name_bills_the_one_that_was_g
     c.cycle()
     records = c.store.objects[GPUUSAGES]
     assert [r["spec"]["gpuSeconds"] for r in records.values()] == [4 * 4 + 2 * 4 * 10]
+
+
+def test_the_pods_of_an_attempt_its_status_never_knew_are_billed_though_they_were_being_deleted():
+    """Found by the machine's billing invariant: a leader wrote a gang's pods and stopped before their status; the
+    pods ran, and were being deleted when the next leader came. It took only pods not being deleted for that unknown
+    attempt, so nobody closed it: its pods' GPU-time was billed by nobody (and its number could be used again)."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16)))
+    c.settle(1)
+    body = training_job("j", 2, 8, annotations={TERMINATE_AFTER: "30s"})
+    body["metadata"]["namespace"] = "team-a"
+    c.submit(body)
+    c.deliver()
+    c.cycle()
+    c.tick()  # its pods start; its status is not sent
+    c.tick(60)
+    pods = c.pods("j")
+    assert len(pods) == 2 and not (c.job("j", "team-a").get("status") or {}).get("placement"), "the moment"
+    for replica in pods:
+        run(c.admin.delete(PODS, replica["metadata"]["name"], "team-a"))
+    c.start("op-2")  # a new leader: the pods it finds are being deleted
+    for _ in range(6):
+        c.settle(1, seconds=10)
+    truth = sum(ran(c).values())
+    assert truth > 2 * 8 * 60, truth
+    assert math.isclose(billed(c).get("a", 0.0), truth, abs_tol=2 * 8.0), (billed(c), truth)

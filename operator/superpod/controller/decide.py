@@ -86,19 +86,20 @@ def _pending(state: ClusterState, view: JobView, now: float, out: Pending, label
         out.reasons[view.key] = f"in backoff until {rfc3339(timestamp(view.status.notBefore))}"
         _add(out.plans, _repair(view, now))
         return
-    # Pods of an attempt the status does not know: written by a replica that stopped before their status.
-    unknown = {p.key: p for p in pods if p.owner == view.uid and p.attempt is not None
-               and p.attempt > view.status.attempt and not p.deleting}
+    # Pods of an attempt the status does not know: written by a replica that stopped before their status (being
+    # deleted too: they may have run, and that attempt's number must be taken).
+    newer = [p for p in pods if p.owner == view.uid and p.attempt is not None and p.attempt > view.status.attempt]
+    unknown = {p.key: p for p in newer if not p.deleting}
     if unknown and (plan := recovered(state, view, [p for p in pods if not p.deleting and (
             p.phase not in POD_FINISHED or p.key in unknown)], now)):
         out.reasons[view.key] = "its pods were written before its status: writing their placement"
         out.plans.append(plan)
         return
-    if live or unknown:  # pods of an earlier attempt still run: stop them first, place once they are going
+    if live or newer:  # pods of an earlier attempt still run: stop them first, place once they are going
         out.reasons[view.key] = f"stopping {len(live)} pod(s) of an earlier attempt before a new one starts"
         plan = Plan(f"stop:{view.key}")
-        if unknown:  # that attempt is closed (billed what its pods used) and its number never used again
-            plan.then(*abandoned(state, view, max(p.attempt for p in unknown.values()), now, labels))
+        if newer:  # that attempt is closed (billed what its pods used) and its number never used again
+            plan.then(*abandoned(state, view, max(p.attempt for p in newer), now, labels))
         if live:
             plan.then(DeletePods(live))
         out.plans.append(plan)
