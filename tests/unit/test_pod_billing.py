@@ -12,7 +12,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from superpod.controller.metrics import Metrics
-from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODS, TRAININGJOBS
+from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODS, TRAININGJOBS, ApiError
 from superpod.sim.kubelet import TERMINATE_AFTER
 from superpod.usage import gather
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
@@ -347,3 +347,55 @@ def test_the_pods_of_an_attempt_its_status_never_knew_are_billed_though_they_wer
     truth = sum(ran(c).values())
     assert truth > 2 * 8 * 60, truth
     assert math.isclose(billed(c).get("a", 0.0), truth, abs_tol=2 * 8.0), (billed(c), truth)
+
+
+def _lost_teardown(c: MemoryCluster) -> str:
+    """A 2-replica gang whose replica 0 fails and whose teardown's delete of replica 1 is lost: replica 1's key, its
+    attempt closed (billed), the job in its backoff."""
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16)))
+    c.settle(1)
+    body = training_job("t", 2, 4, maxRestarts=2)
+    body["metadata"]["namespace"] = "team-a"
+    c.submit(body)
+    c.settle(3)
+    c.settle(1, seconds=30)
+    first, second = sorted(f"team-a/{p['metadata']['name']}" for p in c.pods("t"))
+    lost: list[str] = []
+
+    def lose_deletes(verb, kind, what, writer):
+        if verb == "delete" and kind is PODS:
+            lost.append(str(what))
+            raise ApiError(500, "InternalError", "injected")
+        return None
+    c.store.fault = lose_deletes
+    c.kubelet.finish(first, 137)
+    c.settle(1)
+    c.store.fault = None
+    assert lost and c.status("t")["accountedAttempts"] == 1 and "gang restart" in c.status("t")["message"], \
+        "the moment: its attempt closed, one pod runs on"
+    assert not c.store.peek(PODS, second)["metadata"].get("deletionTimestamp")
+    return second
+
+
+def test_a_pod_a_lost_teardown_left_running_is_stopped_within_the_backoff():
+    """Found by the two-tenant machine: a job in its backoff had nothing of it looked at, so a pod its lost teardown
+    left ran on until the backoff ended."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    second = _lost_teardown(c)
+    c.settle(1, seconds=1)
+    left = c.store.peek(PODS, second)
+    assert left is None or left["metadata"].get("deletionTimestamp"), "stopped within the backoff"
+
+
+def test_a_pod_of_a_closed_attempt_that_ends_on_its_own_is_billed():
+    """Found by the two-tenant machine: a pod of an attempt already closed (its teardown's delete lost) that ended by
+    itself was never billed for what it ran after the close: only pods being deleted were billed on their own."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    second = _lost_teardown(c)
+    c.tick(5)
+    c.kubelet.finish(second, 1)  # before anything stops it, within the backoff (nothing deletes a finished pod there)
+    c.settle(2)
+    assert c.status("t")["phase"] == "Queued" and c.store.peek(PODS, second)["status"]["phase"] == "Failed"
+    truth = sum(ran(c).values())
+    assert truth > 2 * 4 * 30 + 4 * 5, truth
+    assert math.isclose(billed(c)["a"], truth, abs_tol=2 * 4.0), (billed(c), truth)

@@ -84,7 +84,7 @@ def _pending(state: ClusterState, view: JobView, now: float, out: Pending, label
         return
     if view.status.notBefore and timestamp(view.status.notBefore) > now:
         out.reasons[view.key] = f"in backoff until {rfc3339(timestamp(view.status.notBefore))}"
-        _add(out.plans, _repair(view, now))
+        _add(out.plans, _repair(view, now, live))  # (pods of its closed attempt a lost teardown left: stopped now)
         return
     # Pods of an attempt the status does not know: written by a replica that stopped before their status (being
     # deleted too: they may have run, and that attempt's number must be taken).

@@ -299,11 +299,13 @@ class ClusterState:
         before = self.jobs.get(key)
         self.jobs[key] = obj
         self._edited(key)
-        if before is None or before["metadata"].get("uid") != obj["metadata"].get("uid"):
+        if before is None or before["metadata"].get("uid") != obj["metadata"].get("uid") or (
+                _accounted(before) != _accounted(obj)):
             self._owner_changed(key)
 
     def _owner_changed(self, key: str) -> None:
-        """The job of this name came, went or was made again: whether its pods are billed on their own may change."""
+        """The job of this name came, went, was made again or closed an attempt: whether its pods are billed on their
+        own may change."""
         for pod_key in self.by_job.get(key, ()):
             if (info := self.pods.get(pod_key)) is not None:
                 self._bill(pod_key, info)
@@ -517,7 +519,8 @@ class ClusterState:
         if info.owner is None or info.deleting:
             return True
         job = self.jobs.get(info.job or "")
-        return job is None or job["metadata"].get("uid") != info.owner
+        return job is None or job["metadata"].get("uid") != info.owner or info.attempt is not None and (
+            info.attempt <= _accounted(job))  # its attempt closed and billed: what it runs since is its own
 
     def _bill(self, key: str, info: PodInfo | None) -> None:
         """Keep `billable`: a pod holding GPUs billed on its own (`_on_its_own`)."""
@@ -634,6 +637,12 @@ class ClusterState:
 
     def pods_of(self, job_key: str) -> list[PodInfo]:
         return [self.pods[k] for k in self.by_job.get(job_key, ()) if k in self.pods]
+
+
+def _accounted(job: dict) -> int:
+    """The attempts a job's status says are closed and billed (status.accountedAttempts)."""
+    value = (job.get("status") or {}).get("accountedAttempts")
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
 _ENDED = PodState("Succeeded")  # the state kept of a pod whose bill is due (billing reads its run, not its state)
