@@ -319,3 +319,26 @@ def test_a_periodic_relist_waits_a_hundred_times_as_long_as_the_last_took(monkey
     relists = len(listed) / len(operator.kinds)
     assert relists == 1, f"{relists} relists in a second, each taking 20 ms"
     assert len(collections) >= 10, "the heap is collected every period whether or not it relists"
+
+
+def test_a_pod_whose_create_answer_was_lost_and_that_is_gone_before_it_was_seen_holds_its_gang_no_longer():
+    """Found by the two-tenant machine's guarantee invariant: a pod whose create answer was lost was deleted (its node
+    went) before the cache saw it: the cache saw it come and go between two cycles, never *in* the cache at a check,
+    and the gang waited out the whole expectation (300 s) for a pod long gone."""
+    c = MemoryCluster(nodes=4)
+    c.submit(training_job("j", 2, 4))
+    lost: list[str] = []
+
+    def lose_first_create(verb, kind, obj, writer):
+        if verb == "create" and kind is PODS and not lost:
+            lost.append(f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")
+            return "lose-answer"
+        return None
+    c.store.fault = lose_first_create
+    c.deliver()
+    run(c.controller.cycle(c.now))
+    c.store.fault = None
+    assert lost and lost[0] in c.store.objects[PODS] and lost[0] not in c.state.pods, "the moment: made, not seen"
+    c.store.delete_now(PODS, lost[0])  # its node went; the pod garbage collector took it
+    c.settle(3)
+    assert c.status("j").get("phase") == "Running", c.status("j")

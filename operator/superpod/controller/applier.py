@@ -79,12 +79,13 @@ class Applier:
 
     # ---- expectations ---------------------------------------------------------------------------------------------
     def settled(self, job_uid: str, now: float) -> bool:
-        """False while pods of this job may exist that the cache has not seen (a create whose answer was lost)."""
+        """False while pods of this job may exist that the cache has not seen (a create whose answer was lost): seen
+        in the cache, or seen deleted since (its run kept for billing)."""
         entry = self.expected.get(job_uid)
         if entry is None:
             return True
         keys, since = entry
-        keys -= {k for k in keys if k in self.state.pods}
+        keys -= {k for k in keys if k in self.state.pods or (self.state.ended.get(k) or (None,))[0] == job_uid}
         if not keys or now - since > EXPECTATION_TTL:
             self.expected.pop(job_uid, None)
             return True
