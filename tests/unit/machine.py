@@ -591,13 +591,18 @@ def _run(coro):
 
 def _end(pod: dict, event: str, when: float) -> float | None:
     """When the pod's GPUs were freed: its containers' finish once it finished, or once it is gone if the kubelet
-    wrote them, else its removal (`when`, the event's time); None while it runs or terminates."""
+    wrote them, else its removal (`when`, the event's time) — at the latest the end of its grace period, when a
+    kubelet kills what still runs (the simulated one removes it at its next step); None while it runs or
+    terminates."""
     status = pod.get("status") or {}
     ends = _finishes(pod)
     if status.get("phase") in ("Succeeded", "Failed") and ends:
         return max(ends)
     if event == "DELETED":
-        return max(ends) if _stamped(pod) else when
+        if _stamped(pod):
+            return max(ends)
+        deadline = (pod.get("metadata") or {}).get("deletionTimestamp")
+        return min(when, timestamp(deadline)) if deadline else when
     return None
 
 
