@@ -429,12 +429,17 @@ class World:
             self.checks["settled gangs whole"] += 1
 
     def _gpu_seconds(self) -> None:
+        # An attempt is billed until its record's end when it has one (a close retried after the record, by another
+        # replica or after a lost Lease, closes at the amount recorded; its pods bill on their own past that end),
+        # else until the close was written.
+        until = {(r["spec"].get("jobUid"), r["spec"].get("attempt")): timestamp(r["spec"]["end"])
+                 for r in self.store.objects.get(GPUUSAGES, {}).values() if not r["spec"].get("pod")}
         by_attempt: dict[tuple[str, int], float] = defaultdict(float)
         for uid, info in self.truth.pods.items():
             key = (info["job"], info["attempt"])
             if uid not in self.truth.start or key not in self.truth.closed:
                 continue
-            end = min(self.truth.end.get(uid, float("inf")), self.truth.closed[key])
+            end = min(self.truth.end.get(uid, float("inf")), until.get(key, self.truth.closed[key]))
             by_attempt[key] += info["units"] * max(0.0, end - self.truth.start[uid])
         # attempts some of whose pods are billed on their own (a pod record: its attempt closed before it started,
         # as the closing replica saw it, or the time it terminated after): the status holds only the rest
