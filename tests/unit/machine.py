@@ -233,6 +233,11 @@ class World:
             if job is not None and job["metadata"]["name"] in lagging:
                 self.truth.delayed.add(key)
                 self.truth.lagged.add(key)
+        for write in self.store.writes[writes:]:  # or recorded (a deleted job's last attempt: no status closes it)
+            record = self.store.peek(GPUUSAGES, write.key) if (write.verb, write.kind) == ("create", "gpuusages") \
+                else None
+            if record is not None and not record["spec"].get("pod") and record["spec"]["job"] in lagging:
+                self.truth.lagged.add((record["spec"]["jobUid"], record["spec"]["attempt"]))
 
     def _on_write(self, verb: str, kind, obj, writer: str) -> str | None:
         replica = self.writing
