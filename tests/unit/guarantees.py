@@ -41,7 +41,7 @@ from itertools import combinations
 from typing import TYPE_CHECKING
 
 from superpod.api.convert import job_from_k8s
-from superpod.api.podgang import GANG_SIZE, QUEUE_LABEL, grouping, nomination_of, rank_of
+from superpod.api.podgang import GANG_SIZE, grouping, nomination_of, rank_of
 from superpod.api.podgang import gang_request as gang_request_of
 from superpod.api.resources import ConvertError, quantity
 from superpod.api.times import timestamp
@@ -245,13 +245,13 @@ class Guarantees:
             size = int((gang[0]["metadata"].get("annotations") or {}).get(GANG_SIZE) or 1)
             if queue is None or len(gang) != size or any(
                     not _live(pod) or pod["metadata"].get("deletionTimestamp") or pod["spec"].get("nodeName")
-                    or (pod["metadata"].get("labels") or {}).get(QUEUE_LABEL) not in (None, queue) for pod in gang):
+                    for pod in gang):
                 continue
             try:
                 request = gang_request_of(key, sorted(gang, key=rank_of))
             except (ConvertError, ValueError):
                 continue
-            if self._plain(request):
+            if request.queue in (None, queue) and self._plain(request):  # (its first pod's label names its queue)
                 out[queue].append(Waiting(key, request, any(nomination_of(pod) is not None for pod in gang), False,
                                           self._possible(request)))
         return out
