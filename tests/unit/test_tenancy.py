@@ -417,3 +417,23 @@ def test_a_pod_no_node_could_hold_takes_no_guarantee_from_its_queues_jobs():
         c.settle(1, seconds=40)
     assert phase(c, "a", "j") == "Running", message(c, "a", "j")
     assert not stored(c, "never")["spec"].get("nodeName")
+
+
+def test_a_bound_pod_gang_member_that_finished_no_longer_counts_in_its_queue():
+    """Found by the two-tenant machine's guarantee invariant: a pod gang member bound and then finished stayed assumed
+    bound (the assumption was dropped only when its gang was looked at again, or after 300 s), so its 8 GPUs counted
+    against the queue's limit and a job inside the guarantee waited."""
+    c = MemoryCluster(nodes=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, limit=16)))
+    c.settle(1)
+    create(c, *[pod(f"g-{i}", "g", 2, gpus=8, index=i) for i in range(2)])
+    c.deliver()
+    run(c.controller.cycle(c.now))  # bound; the cache has not seen it yet
+    c.tick()
+    c.kubelet.finish("team-a/g-0", 1)
+    assert all(stored(c, f"g-{i}")["spec"].get("nodeName") for i in range(2)), "the moment: bound, one finished"
+    c.settle(2)
+    assert queue_status(c, "a")["allocated"] == 8, queue_status(c, "a")
+    create(c, pod("small", gpus=4))
+    c.settle(2)
+    assert stored(c, "small")["spec"].get("nodeName"), "8 + 4 GPUs are within the limit of 16"

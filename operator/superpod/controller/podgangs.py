@@ -330,8 +330,8 @@ class PodGangs:
 
     def settle(self, state: ClusterState, bindings: dict[str, tuple[str, str]], now: float) -> None:
         """After the last cycle's writes: an assumption stays only for a binding that was sent and did not fail (its
-        answer may be lost: kept up to ASSUME_TTL, as kube-scheduler's assumed pods); the others' gangs are looked
-        at again."""
+        answer may be lost: kept up to ASSUME_TTL, as kube-scheduler's assumed pods) and is not observed yet (a pod
+        seen bound holds what its own state says: nothing once it finished); the others' gangs are looked at again."""
         for key, held in list(self.assumed.items()):
             for pod_key, (uid, since, sent) in list(held.items()):
                 outcome = bindings.get(pod_key)
@@ -339,7 +339,7 @@ class PodGangs:
                     sent = outcome is not None and outcome[0] == uid and outcome[1] != "failed"
                     held[pod_key] = (uid, since, sent)
                 info = state.pods.get(pod_key)
-                if not sent or info is None or info.uid != uid or now - since > ASSUME_TTL:
+                if not sent or info is None or info.uid != uid or info.node or now - since > ASSUME_TTL:
                     del held[pod_key]
                     self._held.pop(pod_key, None)
                     state.touch(key)
