@@ -37,11 +37,14 @@ class Sampler:
 
     def _run(self) -> None:
         while not self._stop.wait(0.3):
+            # Jobs on both sides of the pods: Running at the first read, its pods were all made; Running in the same
+            # attempt at the second, none of them was being deleted at the pods' read (a stop writes status first).
+            before = self._running()
             pods = self.core.list_namespaced_pod(self.namespace).items
             jobs = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "trainingjobs")["items"]
             held: Counter = Counter()
             live: Counter = Counter()
-            for pod in pods:  # read before the jobs: a job is Running only once all its pods run
+            for pod in pods:
                 labels = pod.metadata.labels or {}
                 if not pod.metadata.deletion_timestamp:  # a pod that finished still counts for its gang
                     live[(labels.get("superpod.dev/job-name"), labels.get("superpod.dev/attempt"))] += 1
@@ -53,11 +56,17 @@ class Sampler:
                     self.violations.append(f"node {node} holds {gpus} GPUs")
             for job in jobs:
                 status = job.get("status") or {}
-                if status.get("phase") == "Running":
+                if status.get("phase") == "Running" and before.get(job["metadata"]["name"]) == status.get("attempt"):
                     have = live[(job["metadata"]["name"], str(status.get("attempt")))]
                     if have < job["spec"]["replicas"]:
                         self.violations.append(f"{job['metadata']['name']} Running with {have} pods")
             self.samples += 1
+
+    def _running(self) -> dict[str, int]:
+        """Job name -> attempt, of the jobs Running now."""
+        items = self.custom.list_namespaced_custom_object(GROUP, VERSION, self.namespace, "trainingjobs")["items"]
+        return {job["metadata"]["name"]: (job.get("status") or {}).get("attempt") for job in items
+                if (job.get("status") or {}).get("phase") == "Running"}
 
 
 def test_a_leaf_gang_evicts_the_cheapest_set_and_the_victim_runs_again(cluster, operator, namespace):
