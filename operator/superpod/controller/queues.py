@@ -25,7 +25,7 @@ from superpod.core.accounting import Run, gpu_seconds
 from superpod.core.cycle import Decision
 from superpod.core.model import Snapshot
 from superpod.core.phases import Condition, Reason
-from superpod.core.queues import HOLD_AND_DRAIN, FairQueues, QueueTree, Usage, capacity, largest
+from superpod.core.queues import HOLD_AND_DRAIN, FairQueues, QueueTree, Usage, capacity
 from superpod.core.request import JobRequest
 from superpod.core.usage import period_of, runs_within
 
@@ -85,7 +85,7 @@ class QueueBook:
             past[attempt.queue] += gpu_seconds(attempt.runs, attempt.units, now)
         flavors = {quota.flavor for queue in tree.queues.values() for quota in queue.quotas}
         usage = Usage(tree.running(placed()), past, spent, renews)
-        fair = FairQueues(tree, usage, capacity(snap.nodes, flavors), inner, largest(snap.nodes))
+        fair = FairQueues(tree, usage, capacity(snap.nodes, flavors), inner, snap.largest)
         for name, queue in tree.queues.items():
             if queue.budget and queue.budget.on_exhausted == HOLD_AND_DRAIN and fair.exhausted(name) == name:
                 self.draining.update(tree.leaves[name])

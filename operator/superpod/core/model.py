@@ -160,6 +160,11 @@ class Snapshot:
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.free: list[dict[str, int]] = [dict(n.allocatable) for n in self.nodes]
         self.max_gpus_per_node = max([n.allocatable.get(GPU, 0) for n in self.nodes] + [0])
+        # per resource, the most one node has (ready or not): what one pod could ever be given. A node replaced in
+        # place only raises it (a bound kept high errs on the side of a job claiming its place in a queue's order)
+        self.largest: dict[str, int] = {}
+        for node in self.nodes:
+            self._widen(node)
         self.pods: dict[str, Pod] = {}
         self.assumed: set[str] = set()  # keys assume() and forget() changed (for the owner of a kept snapshot)
         self.generation = 0  # bumped on every change of capacity
@@ -248,6 +253,11 @@ class Snapshot:
         if all(self.free[i].get(r, 0) <= amount for i, free in before.items() for r, amount in free.items()):
             self.unfit = unfit
 
+    def _widen(self, node: Node) -> None:
+        for resource, amount in node.allocatable.items():
+            if amount > self.largest.get(resource, 0):
+                self.largest[resource] = amount
+
     def replace_node(self, node: Node) -> bool:
         """Take a changed node in place: its allocatable, taints, readiness, cordon, hold and the labels the
         topology does not read, with every view's aggregates and filter counts. False when it cannot be done in place
@@ -258,6 +268,7 @@ class Snapshot:
         old = self.nodes[i]
         if any(old.labels.get(level.label) != node.labels.get(level.label) for level in self.levels):
             return False
+        self._widen(node)
         for view in self.views.values():
             if view.eligible[i]:
                 view.add_node(self, i, -1)

@@ -217,15 +217,6 @@ def capacity(nodes: Iterable[Node], flavors: Iterable[str]) -> dict[str, float]:
     return out
 
 
-def largest(nodes: Iterable[Node]) -> dict[str, int]:
-    """Per resource, the most any one node of the cluster has (ready or not): what one pod could ever be given."""
-    out: dict[str, int] = {}
-    for node in nodes:
-        for resource, amount in node.allocatable.items():
-            out[resource] = max(out.get(resource, 0), amount)
-    return out
-
-
 @dataclass
 class Usage:
     """What the queues hold and have held, at the start of a cycle."""
@@ -245,7 +236,7 @@ class FairQueues:
                  largest_node: dict[str, int] | None = None) -> None:
         """`inner`: the policy whose placement and reservations run under the queues (default: exact placement)."""
         self.tree, self.usage, self.capacity, self.inner = tree, usage, capacity_by_flavor, inner
-        self.largest_node = largest_node  # `largest`: a job with a member no node could hold claims no guarantee
+        self.largest_node = largest_node  # Snapshot.largest: a job with a member no node could hold claims no guarantee
         self.reserves = inner.reserves if inner is not None else True
         self.parks = False  # admit reads each job's queue and what the cycle placed
         self.used = dict(usage.running)  # (leaf queue, flavor) -> units, with what this cycle placed
