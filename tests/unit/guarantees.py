@@ -138,7 +138,7 @@ class Guarantees:
         waiting = self._waiting(queues)
         out = {}
         for queue, guarantee in guaranteed.items():
-            job = next((j for j in sorted(waiting[queue], key=lambda j: j.request.fifo_key)  # (one no node could
+            job = next((j for j in sorted(waiting[queue], key=lambda j: j.request.queue_key)  # (one no node could
                         if j.possible and placed[queue] + j.request.total_units <= guarantee), None)  # hold: skipped)
             if job is None or job.nominated or job.leftover or held[queue] + job.request.total_units > guarantee:
                 continue

@@ -147,7 +147,8 @@ def record_from_k8s(obj: dict) -> Record:
     """The core Record of a GPUUsage object."""
     spec = _validate(GPUUsage, obj).spec
     return Record(spec.queue, spec.namespace, spec.job, spec.flavor, spec.serviceClass, spec.attempt, spec.gpus,
-                  spec.start.timestamp(), spec.end.timestamp(), spec.gpuSeconds, spec.pod or "")
+                  spec.start.timestamp(), spec.end.timestamp(), spec.gpuSeconds, spec.pod or "", spec.estimateKey or "",
+                  spec.outcome or "")
 
 
 def usage_name(job_uid: str, attempt: int) -> str:
@@ -176,7 +177,9 @@ def usage_object(record: Record, job_uid: str, pod_uid: str = "") -> dict:
                      "attempt": record.attempt, "flavor": record.flavor, "serviceClass": record.service_class,
                      "gpus": record.gpus, "start": rfc3339(record.start, micro=True),
                      "end": rfc3339(record.end, micro=True), "gpuSeconds": record.gpu_seconds,
-                     **({"pod": record.pod} if record.pod else {})}}
+                     **({"pod": record.pod} if record.pod else {}),
+                     **({"estimateKey": record.estimate_key} if record.estimate_key else {}),
+                     **({"outcome": record.outcome} if record.outcome else {})}}
 
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|m|s)")
@@ -188,6 +191,19 @@ def duration(text: str) -> float:
     if not parts or "".join(n + u for n, u in parts) != text:
         raise ValueError(f"not a duration: {text!r} (e.g. 720h, 1h30m)")
     return sum(float(number) * {"h": 3600, "m": 60, "s": 1}[unit] for number, unit in parts)
+
+
+ESTIMATE_KEY_LABEL = "superpod.dev/estimate-key"
+_NAME_SUFFIX = re.compile(r"-(?:[0-9]+|[a-z0-9]{5})$")  # a run number, or the suffix generateName adds
+
+
+def estimate_key(obj: dict) -> str:
+    """What a job's runtime is predicted from (core/estimates.py), within its namespace: its
+    superpod.dev/estimate-key label, else its name without a trailing run number or generated suffix
+    (train-llama-17 and train-llama-18 teach each other)."""
+    meta = obj.get("metadata") or {}
+    given = str((meta.get("labels") or {}).get(ESTIMATE_KEY_LABEL) or "")
+    return given or _NAME_SUFFIX.sub("", str(meta.get("name") or ""))
 
 
 def submitted_at(obj: dict) -> float:

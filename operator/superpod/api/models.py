@@ -369,6 +369,10 @@ class GPUUsageSpec(_Spec):
     start: datetime = Field(description="RFC 3339 time the attempt's first pod started.")
     end: datetime = Field(description="RFC 3339 time its last pod finished (or the attempt was closed).")
     gpuSeconds: float = Field(ge=0, description="GPU-seconds: each pod's GPUs times the time it ran.")
+    estimateKey: str | None = Field(None, max_length=253, description="What the runtime estimator learns from this "
+                                    "attempt's span: the job's superpod.dev/estimate-key label, else its name stem.")
+    outcome: str | None = Field(None, max_length=32, description="The job's phase after the attempt: Succeeded, "
+                                "Failed, or Queued (stopped and put back).")
 
 
 class GPUUsage(BaseModel):

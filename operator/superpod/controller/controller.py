@@ -26,6 +26,7 @@ from superpod.controller import preemption
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
 from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, wait_plans
+from superpod.controller.estimates import Estimator
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings, judge, record_deleted, requeue, revisit_at
 from superpod.controller.metering import Meter
@@ -50,8 +51,9 @@ class Controller:
     def __init__(self, state: ClusterState, api: ClusterAPI, leading: Callable[[], bool],
                  settings: Settings | None = None, mig: MigFlow | None = None, metrics=None, policy=None,
                  clock: Callable[[], float] = time.time) -> None:
-        self.state, self.settings, self.mig, self.metrics, self.policy = state, settings or Settings(), mig, \
-            metrics, policy
+        self.state, self.settings, self.mig, self.metrics = state, settings or Settings(), mig, metrics
+        self.policy = policy or PriorityFifo()
+        self.estimator = Estimator(state, self.policy.ordering)
         self.applier = Applier(api, state, leading, metrics, writer=self.settings.writer, clock=clock)
         self.queues = QueueBook(state, self.settings.usage_half_life, metrics)
         self.meter = Meter(metrics.gpu_seconds if metrics else None, self.queues.labels)
@@ -158,16 +160,18 @@ class Controller:
         fair, closed = self._queue_policy(snap, lambda: [gang[0] for gang in placed.values()] + gangs.placed(
             self.state) + self.bills.foreign() + self._unrecorded_holdings(placed), now)
         plans += gangs.tell_relabelled(self.state)
-        policy = closed or fair or self.policy or PriorityFifo()
+        snap.horizon = self.estimator.horizon_at(self.reader, now)
+        policy = closed or fair or self.policy
         if closed:
             plans += self.queues.held_plans(closed.why, now)
-        elif self.settings.preemption and getattr(self.policy or PriorityFifo, "preempts", False):
+        elif self.settings.preemption and getattr(self.policy, "preempts", False):
             policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
             plans += self._guarded("preemption", lambda: preemption.expired(
                 self.state, self.reader, self.room.gangs, self.nominated, now), [])
         started = time.perf_counter()
         self.visited, self.parked, start_plans = self.room.decide(self.state, snap, now, self.settings, policy,
-                                                                  self.offered(), self._may_park())
+                                                                  self.offered(), self._may_park(),
+                                                                  self.estimator.request)
         self.invalid = {key: why for key, why in self.room.invalid.items() if why}
         self.held_back = waiting.reasons
         self._observe_decisions(now, time.perf_counter() - started)
@@ -213,7 +217,7 @@ class Controller:
         if not self.parked:
             return self.visited
         passed = [decision for run in self.parked for decision in run.decisions()]
-        return sorted(self.visited + passed, key=lambda decision: decision.job.fifo_key)
+        return sorted(self.visited + passed, key=lambda decision: decision.job.queue_key)
 
     def _preempting(self, policy, fair, snap, now: float) -> Preempting:
         """The policy in force with preemption: the placed gangs as candidates, the nominations in force."""

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from superpod.api import manifests
-from superpod.api.convert import usage_object
+from superpod.api.convert import estimate_key, usage_object
 from superpod.api.status import with_failure
 from superpod.api.times import rfc3339
 from superpod.controller.actions import CreatePods, CreateService, DeletePods, Plan, RecordUsage
@@ -185,7 +185,8 @@ def _usage_record(state: ClusterState, view: JobView, changes: dict, now: float,
     queue, namespace, flavor, service_class = labels(view)
     record = Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, attempt,
                     round(view.units * view.replicas, 4), min(run.start for run in runs),
-                    max(now if run.end is None else run.end for run in runs), round(max(0.0, used), 3))
+                    max(now if run.end is None else run.end for run in runs), round(max(0.0, used), 3),
+                    estimate_key=estimate_key(view.obj), outcome=str(changes.get("phase") or ""))
     return [RecordUsage(usage_object(record, view.uid))]
 
 

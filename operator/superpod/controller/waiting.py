@@ -97,10 +97,13 @@ class WaitingRoom:
             self.mig_jobs -= view.request.mig_profile is not None
 
     def decide(self, state: ClusterState, snap: Snapshot, now: float, settings: Settings, policy,
-               offered: Offered, may_park: bool = True) -> tuple[list[Decision], list[Parked], list[Plan]]:
+               offered: Offered, may_park: bool = True,
+               estimated: Callable[[JobView | GangView], JobRequest] = lambda view: view.request) \
+            -> tuple[list[Decision], list[Parked], list[Plan]]:
         """Schedule the line: the decisions of the jobs visited, the runs passed over (only for a policy that
         `parks`, with no MIG job waiting and `may_park`), and the plans of the jobs placed and found invalid. Jobs
-        are checked against the nodes when they start waiting or the nodes change."""
+        are checked against the nodes when they start waiting or the nodes change. `estimated(view)`: the request
+        a job waits with in the line (its estimate and turn: controller/estimates.py)."""
         plans: list[Plan] = []
         if self._nodes != state.version:
             self._nodes, keys = state.version, set(self.ready)
@@ -111,7 +114,7 @@ class WaitingRoom:
         valid = servable(snap, offered, check, now, plans, found)
         for view in valid:
             if view.key not in self.line.jobs:
-                self.line.add(view.request)
+                self.line.add(estimated(view))
         for view in check:
             self.invalid.pop(view.key, None)
         for key in {view.key for view in check} - {view.key for view in valid}:
@@ -151,7 +154,7 @@ class WaitingRoom:
         for key in sorted(self.fresh.union(turn)):
             job = self.line.jobs.get(key)
             for run in runs.get(job.shape(), ()) if job is not None else ():
-                if run.jobs[0].fifo_key <= job.fifo_key <= run.jobs[-1].fifo_key:
+                if run.jobs[0].queue_key <= job.queue_key <= run.jobs[-1].queue_key:
                     out.append(Decision(job, None, run.reason))
         return out
 

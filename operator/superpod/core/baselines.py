@@ -20,7 +20,8 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from superpod.core.cycle import PriorityFifo, QueuePolicy
+from superpod.core.cycle import PriorityFifo, QueuePolicy, ReservationRule
+from superpod.core.estimates import SERVICE, Ordering
 from superpod.core.placement import Placement, Solver, placement_of
 
 
@@ -81,6 +82,10 @@ class RandomFit(_Greedy):
 
 POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
     "superpod": lambda seed: PriorityFifo(),
+    "superpod-service": lambda seed: PriorityFifo(ordering=Ordering(SERVICE)),
+    "superpod-aged": lambda seed: PriorityFifo(ReservationRule(after=3600.0, from_units=64)),
+    "superpod-aged-service": lambda seed: PriorityFifo(ReservationRule(after=3600.0, from_units=64),
+                                                       Ordering(SERVICE)),
     "superpod-nopreempt": lambda seed: NoPreemption(),
     "superpod-nobackfill": lambda seed: NoBackfill(),
     "gang-spread": lambda seed: GangSpread(),

@@ -1,12 +1,15 @@
-"""One scheduling cycle over the pending jobs: order, place, assume, reserve for the blocked head, backfill.
+"""One scheduling cycle over the pending jobs: order, place, assume, reserve for the blocked heads, backfill.
 
-Order comes from a QueuePolicy (default: priority desc, then submission time). The first job that does not fit but
-could fit once running pods finish holds a reservation (see reservation_for: the domain closest to fitting at its
-required level, narrowed to just enough child domains or nodes). Jobs behind it are placed only outside the
-reservation, so big gangs are not starved by streams of small ones. One reservation per cycle and group (one group
-unless the policy says otherwise); the cycle runs again on the next event, so the reservation follows the cluster as
-it changes. Tenant queues (core/queues.py) are another QueuePolicy: `order` decides who goes first, `admit` may hold
-a job back, `group` and `blocking` make reservations per queue.
+Order comes from a QueuePolicy (default: priority desc, then the job's turn: its submission time, or a turn pushed
+back by its predicted service, core/estimates.py). A job that does not fit but could fit once running pods finish
+may hold a reservation (see reservation_for: the domain predicted to hold it soonest at its required level, narrowed
+to just enough child domains or nodes), if the policy's ReservationRule finds it worth protecting and its group
+holds fewer than the rule allows. A reservation knows its predicted start when running gangs have predicted ends
+(core/horizon.py); jobs behind it are placed outside it, or inside it when they are predicted to end before that
+start (EASY backfilling), so big gangs are not starved by streams of small ones and the reserved capacity idles
+only as long as it must. The cycle runs again on the next event, so reservations follow the cluster as it changes.
+Tenant queues (core/queues.py) are another QueuePolicy: `order` decides who goes first, `admit` may hold a job
+back, `group` and `blocking` make reservations per queue.
 """
 
 from __future__ import annotations
@@ -17,7 +20,9 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Protocol
 
+from superpod.core.estimates import Ordering
 from superpod.core.explain import explain_solver
+from superpod.core.horizon import Start, predicted_start, slots_at
 from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.placement import Placement, Solver, could_ever_hold, solve, validate
 from superpod.core.request import JobRequest, Shape
@@ -40,10 +45,27 @@ class Decision:
         return self.placement is not None
 
 
+@dataclass(frozen=True)
+class ReservationRule:
+    """Which blocked jobs hold a reservation: at most `per_group` at once in each group, each for a job that has
+    waited `after` seconds or asks for `from_units` GPU units or more (0 and 0: every blocked job may)."""
+
+    per_group: int = 1
+    after: float = 0.0
+    from_units: float = 0.0
+
+    def worth(self, job: JobRequest, now: float) -> bool:
+        if not self.after or now - job.submitted >= self.after:
+            return True
+        return bool(self.from_units) and job.total_units >= self.from_units
+
+
 class QueuePolicy(Protocol):
-    reserves: bool  # the first blocked job that could fit later holds a reservation (see reservation_for)
+    reserves: bool  # blocked jobs that could fit later hold reservations (see reservation_for, `reserving`)
+    reserving: ReservationRule
+    ordering: Ordering  # jobs of one priority by arrival or by predicted service (the turns of their requests)
     # Jobs whose shape did not fit may be passed over (core/waiting.py): true when `admit`, `group` and `blocking`
-    # read nothing of a job but its shape, and `order` is fifo_key. A subclass that changes them sets it False.
+    # read nothing of a job but its shape, and `order` is queue_key. A subclass that changes them sets it False.
     parks: bool
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]: ...
@@ -71,8 +93,17 @@ class PriorityFifo:
     reserves = True
     parks = True
     preempts = True  # the operator may add preemption (core/preempt.py) to it
+    reserving = ReservationRule()
+    ordering = Ordering()  # by arrival, or by predicted service: the turn the controller gives each request
+
+    def __init__(self, reserving: ReservationRule | None = None, ordering: Ordering | None = None) -> None:
+        if reserving is not None:
+            self.reserving = reserving
+        if ordering is not None:
+            self.ordering = ordering
+
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
-        return sorted(jobs, key=attrgetter("fifo_key"))
+        return sorted(jobs, key=attrgetter("queue_key"))
 
     def admit(self, job: JobRequest, placed: list[Decision]) -> str | None:
         return None
@@ -97,10 +128,16 @@ class Reservation:
     nodes: frozenset[int] = frozenset()
     label: str = ""
     pinned: bool = False  # held for a preemptor while its victims stop: every job keeps off it, whatever its group
+    start: Start | None = None  # its holder's predicted start there (None: unknown, kept off by every job)
 
     @cached_property
     def identity(self) -> tuple:
-        return (self.holder.key, self.holder.priority, self.domains, self.nodes, self.label, self.pinned)
+        return (self.holder.key, self.holder.priority, self.domains, self.nodes, self.label, self.pinned, self.start)
+
+    def lets(self, job: JobRequest, now: float) -> bool:
+        """Whether `job` may run inside it: predicted to end before its holder is predicted to start (EASY)."""
+        return self.start is not None and not self.pinned and job.estimate is not None and \
+            now + job.estimate <= self.start.at
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Reservation) and self.identity == other.identity
@@ -118,32 +155,34 @@ class Held:
     keys of what did not fit (Snapshot.unfit) hash them once however many jobs ask."""
 
     def __init__(self) -> None:
-        self.by_group: dict[str, Reservation] = {}
+        self.by_group: dict[str, list[Reservation]] = {}
         self.all: frozenset[Reservation] = frozenset()
         self.pinned: frozenset[Reservation] = frozenset()
         self._only: dict[str, frozenset[Reservation]] = {}
 
     def add(self, group: str, reservation: Reservation) -> None:
-        """A reservation the group's first blocked job took; a pinned one (a preemptor's nodes) is kept off by every
-        job, and takes the group's turn only when the group has none."""
+        """A reservation a blocked job of the group took; a pinned one (a preemptor's nodes) is kept off by every
+        job, and takes one of the group's turns only when the group has none."""
         if not reservation.pinned or group not in self.by_group:
-            self.by_group[group] = reservation
+            self.by_group.setdefault(group, []).append(reservation)
         if reservation.pinned:
             self.pinned = self.pinned | {reservation}
         self._only = {}
-        self.all = frozenset(self.by_group.values()) | self.pinned
+        self.all = frozenset(r for held in self.by_group.values() for r in held) | self.pinned
+
+    def count(self, group: str) -> int:
+        return len(self.by_group.get(group, ()))
 
     def pin(self, reservation: Reservation) -> None:
         """A preemptor's nodes held from the start of the cycle (its nomination): no group's turn."""
         self.pinned = self.pinned | {reservation}
         self._only = {}
-        self.all = frozenset(self.by_group.values()) | self.pinned
+        self.all = frozenset(r for held in self.by_group.values() for r in held) | self.pinned
 
     def only(self, group: str) -> frozenset[Reservation]:
-        """The group's own reservation, if it has one, and the pinned ones."""
+        """The group's own reservations and the pinned ones."""
         if group not in self._only:
-            mine = self.by_group.get(group)
-            self._only[group] = (frozenset([mine]) if mine else frozenset()) | self.pinned
+            self._only[group] = frozenset(self.by_group.get(group, ())) | self.pinned
         return self._only[group]
 
 
@@ -161,43 +200,90 @@ def _reservation(sv: Solver) -> Reservation | None:
     snap, job, replicas = sv.snap, sv.job, sv.job.replicas
     finest = sv.finest_level
     levels = [min(sv.required_level, finest)] if sv.required_level else range(finest, -1, -1)
-    chosen = None
+    chosen = start = None
     for level in levels:
         domains = could_ever_hold(sv, level)
-        if domains:  # closest to fitting: most room now, then most free GPUs (or the job's primary resource)
-            chosen = max(domains, key=lambda d: (sv.room(d), sv.free_primary(d), -d))
+        if domains:
+            chosen, start = _soonest(sv, domains)
             break
     if chosen is None:
         return None
     level = snap.domains[chosen].level
-    whole = Reservation(job, domains=frozenset([chosen]), label=snap.domain_label(chosen))
+    whole = Reservation(job, domains=frozenset([chosen]), label=snap.domain_label(chosen), start=start)
     if sv.slice_level is not None and sv.slice_level <= level + 1:
         return whole  # slices must fit inside the children: keep the whole domain
+    at = start.at if start is not None else None
     if level == finest:  # below the finest level: single nodes
         nodes = snap.child_nodes[chosen]
         if sv.required_level == sv.node_level:
-            i = max((i for i in nodes if sv.idle_slots(i) >= replicas), key=sv.slots)
-            return Reservation(job, nodes=frozenset([i]), label=f"node {snap.nodes[i].name}")
-        kids = [((sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True)) for i in nodes]
+            one = [i for i in nodes if sv.idle_slots(i) >= replicas]
+            if at is None:
+                i = max(one, key=sv.slots)
+            else:
+                i = min(one, key=lambda i: (_at(_start_on(sv, [i])), -sv.slots(i), i))
+            return Reservation(job, nodes=frozenset([i]), label=f"node {snap.nodes[i].name}",
+                               start=_start_on(sv, [i]) if at is not None else None)
+        kids = [((_room_at(sv, [i], at), sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True))
+                for i in nodes]
         picked = _enough(kids, replicas, (lambda ids: sv.covers(sv.idle_capacity(ids))) if sv.others else None)
         if picked is None or len(picked) == len(kids):
             return whole
+        narrowed = _start_on(sv, picked) if at is not None else None
+        if at is not None and _at(narrowed) > at:
+            return whole
         label = _many("node", [snap.nodes[i].name for i in sorted(picked)], snap.domain_label(chosen))
-        return Reservation(job, nodes=frozenset(picked), label=label)
-    kids = [((sv.room(c), sv.free_primary(c)), c, sv.room(c, idle=True)) for c in snap.child_domains[chosen]]
+        return Reservation(job, nodes=frozenset(picked), label=label, start=narrowed)
+    kids = [((_room_at(sv, snap.nodes_under(c), at), sv.room(c), sv.free_primary(c)), c, sv.room(c, idle=True))
+            for c in snap.child_domains[chosen]]
     others = (lambda ids: sv.covers(sv.idle_capacity(i for c in ids for i in snap.nodes_under(c)))) if sv.others \
         else None
     picked = _enough(kids, replicas, others)
     if picked is None or len(picked) == len(kids):
         return whole
+    narrowed = _start_on(sv, [i for c in picked for i in snap.nodes_under(c)]) if at is not None else None
+    if at is not None and _at(narrowed) > at:
+        return whole
     if len(picked) == 1:
-        return Reservation(job, domains=frozenset(picked), label=snap.domain_label(picked[0]))
+        return Reservation(job, domains=frozenset(picked), label=snap.domain_label(picked[0]), start=narrowed)
     names = [snap.domains[c].name for c in sorted(picked)]
     if all(n.startswith(UNLABELLED) for n in names):  # nodes without this level's label: each its own domain
         label = _many("node", [n[len(UNLABELLED):] for n in names], snap.domain_label(chosen))
     else:
         label = _many(f"{snap.levels[level].name} domain", names, snap.domain_label(chosen))
-    return Reservation(job, domains=frozenset(picked), label=label)
+    return Reservation(job, domains=frozenset(picked), label=label, start=narrowed)
+
+
+def _soonest(sv: Solver, domains: list[int]) -> tuple[int, Start | None]:
+    """The domain predicted to hold the gang soonest, and that start; without predicted ends (or with none that
+    frees enough), the one closest to fitting: most room now, then most free GPUs (or the job's primary resource)."""
+    closest = max(domains, key=lambda d: (sv.room(d), sv.free_primary(d), -d))
+    if not sv.snap.horizon.on:
+        return closest, None
+    starts = {d: _start_on(sv, sv.snap.nodes_under(d)) for d in domains}
+    soonest = min(domains, key=lambda d: (_at(starts[d]), -sv.room(d), -sv.free_primary(d), d))
+    if starts[soonest] is None:
+        return closest, None
+    return soonest, starts[soonest]
+
+
+def _start_on(sv: Solver, nodes) -> Start | None:
+    """The gang's predicted start on `nodes` (those it may use), counting replicas per node."""
+    snap = sv.snap
+    return predicted_start(snap.horizon, [(snap.nodes[i].name, snap.free[i]) for i in nodes if sv.is_open(i)],
+                           sv.requests, sv.replicas, sv.node_step)
+
+
+def _room_at(sv: Solver, nodes, at: float | None) -> int:
+    """Replicas `nodes` are predicted to hold at `at` (0 when no start is predicted: the order falls to room now)."""
+    if at is None:
+        return 0
+    snap = sv.snap
+    return sum(slots_at(snap.horizon, snap.nodes[i].name, snap.free[i], sv.requests, sv.replicas, at, sv.node_step)
+               for i in nodes if sv.is_open(i))
+
+
+def _at(start: Start | None) -> float:
+    return start.at if start is not None else float("inf")
 
 
 def _many(what: str, names: list[str], where: str) -> str:
@@ -206,12 +292,13 @@ def _many(what: str, names: list[str], where: str) -> str:
     return f"{what}{'s' if len(names) > 1 else ''} {', '.join(names)} ({where})"
 
 
-def _enough(kids: list[tuple[tuple[int, int], int, int]], need: int,
+def _enough(kids: list[tuple[tuple[int, ...], int, int]], need: int,
             others: Callable[[list[int]], bool] | None = None) -> list[int] | None:
-    """((room now, free), id, room when idle): ids closest to fitting first, until their idle room reaches `need`
-    identical members and, for a gang with other members, `others(ids)` says their capacity holds the whole gang."""
+    """((room at the predicted start, room now, free), id, room when idle): ids closest to fitting first, until
+    their idle room reaches `need` identical members and, for a gang with other members, `others(ids)` says their
+    capacity holds the whole gang."""
     out, acc = [], 0
-    for _, k, idle in sorted(kids, key=lambda x: (-x[0][0], -x[0][1], x[1])):
+    for _, k, idle in sorted(kids, key=lambda x: (tuple(-v for v in x[0]), x[1])):
         if idle <= 0:
             continue
         out.append(k)
@@ -234,7 +321,7 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
     why = invalid or policy.admit(job, placed)
     if why:
         return Decision(job, None, why), None
-    seen = unfit_key(job, policy, held)
+    seen = unfit_key(job, policy, held, snap.horizon.now)
     known = snap.unfit.get(seen)
     if known is not None:
         return Decision(job, None, known), None
@@ -253,13 +340,18 @@ def decide_isolated(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed
         return Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e)), None
 
 
-def unfit_key(job: JobRequest, policy: QueuePolicy, held: Held) -> tuple[Shape, frozenset[Reservation], bool]:
+def unfit_key(job: JobRequest, policy: QueuePolicy, held: Held,
+              now: float) -> tuple[Shape, frozenset[Reservation], bool]:
     """What a search for `job` reads besides the snapshot: its shape, the reservations it keeps off (never its own
-    pinned nodes), whether it may take one."""
+    pinned nodes, nor those it is predicted to leave before their holders start), whether it may take one."""
     blocking = policy.blocking(job, held)
     if held.pinned and any(r.holder.key == job.key for r in held.pinned):
         blocking = frozenset(r for r in blocking if r.holder.key != job.key)
-    return job.shape(), blocking, policy.reserves and policy.group(job) not in held.by_group
+    if job.estimate is not None and any(r.start is not None for r in blocking):
+        blocking = frozenset(r for r in blocking if not r.lets(job, now))
+    rule = policy.reserving
+    may_reserve = policy.reserves and held.count(policy.group(job)) < rule.per_group and rule.worth(job, now)
+    return job.shape(), blocking, may_reserve
 
 
 def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: frozenset[Reservation],
@@ -272,6 +364,9 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
     p = policy.place(sv)
     if p is not None:
         snap.assume(job, p.assignments)
+        if job.estimate is not None:  # placed now: predicted to end an estimate from now
+            snap.horizon.put(job.key, snap.horizon.now, job.estimate, None, (
+                (node, job.member_requests(rank)) for node, ranks in p.assignments.items() for rank in ranks))
         return Decision(job, p, None), None
     if (preempt := getattr(policy, "preempt", None)) is not None:  # core/preempt.py: Preempting
         found = preempt(snap, job, lambda: frozenset(sv.excluded_nodes).union(
@@ -281,7 +376,7 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
     anywhere = Solver(snap, job) if blocking else sv
     if blocking and policy.place(anywhere) is not None:
         holders = "; ".join(f"{r.label}, reserved for {r.holder.key} (priority {r.holder.priority})"
-                            for r in sorted(blocking, key=lambda r: r.holder.fifo_key))
+                            for r in sorted(blocking, key=lambda r: r.holder.queue_key))
         after = "that job starts" if len(blocking) == 1 else "they start"
         reason = f"fits only inside {holders}; it runs after {after}"
     else:
@@ -292,8 +387,19 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
     if taken is None:
         return Decision(job, None, reason), None
     verb = "are" if len(taken.domains) > 1 or len(taken.nodes) > 1 else "is"
+    if taken.start is not None:
+        after = f", when {taken.start.after} ends" if taken.start.after else ""
+        reason = f"{reason}; expected to start in about {about(taken.start.at - snap.horizon.now)}{after}"
     text = f"{reason}; {taken.label} {verb} {RESERVED_NOTE}"
     return Decision(job, None, text, reserved=taken.label, reserved_nodes=taken.node_names(snap)), taken
+
+
+def about(seconds: float) -> str:
+    """A duration as people say it: 40 s, 12 min, 3 h, 2 d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= 1.5 * size or (unit == "min" and seconds >= size):
+            return f"{round(seconds / size)} {unit}"
+    return f"{max(round(seconds), 0)} s"
 
 
 def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None = None) -> list[Decision]:

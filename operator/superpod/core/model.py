@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from superpod.core.horizon import Horizon
 from superpod.core.request import GPU, PRODUCT_LABEL, JobRequest, Taint
 
 HOSTNAME = "kubernetes.io/hostname"
@@ -172,6 +173,7 @@ class Snapshot:
         # as this snapshot (the cycle drops it when capacity is freed): (shape, reservation) -> why it did not fit.
         self.unfit: dict[tuple, str] = {}
         self.idle_answers: dict[tuple, object] = {}  # answers that read only nodes and topology, never pods
+        self.horizon = Horizon()  # the predicted ends of what runs, and the clock (set by the cycle's owner)
         self._build_tree()
         self.views: dict[tuple, View] = {}
         self.view_jobs: dict[tuple, JobRequest] = {}  # filter signature -> a job of it (to filter a changed node)

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from operator import attrgetter
 
 from superpod.core.accounting import gpu_units
-from superpod.core.cycle import Held, Reservation
+from superpod.core.cycle import Held, Reservation, ReservationRule
 from superpod.core.model import Node
 from superpod.core.placement import Placement, Solver, solve
 from superpod.core.request import GPU, MIG_PREFIX, PRODUCT_LABEL, JobRequest
@@ -238,6 +238,7 @@ class FairQueues:
         self.tree, self.usage, self.capacity, self.inner = tree, usage, capacity_by_flavor, inner
         self.largest_node = largest_node  # Snapshot.largest: a job with a member no node could hold claims no guarantee
         self.reserves = inner.reserves if inner is not None else True
+        self.reserving = inner.reserving if inner is not None else ReservationRule()
         self.parks = False  # admit reads each job's queue and what the cycle placed
         self.used = dict(usage.running)  # (leaf queue, flavor) -> units, with what this cycle placed
         self.total: dict[str, float] = {}  # flavor -> units of all queues
@@ -256,7 +257,7 @@ class FairQueues:
     # ---- order ----------------------------------------------------------------------------------------------------
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         claimed = dict(self.used)
-        for job in sorted(jobs, key=lambda j: j.fifo_key):
+        for job in sorted(jobs, key=lambda j: j.queue_key):
             queue, flavor, problem = self.where_of(job)
             inside = False
             if not problem and self._could_be_held(job):
@@ -272,8 +273,8 @@ class FairQueues:
                 self.kept[quota.flavor] = self.kept.get(quota.flavor, 0.0) + self._keeps(name, quota)
         self.shares = {name: self._share(name) for name in self.tree.queues}
 
-        inside = sorted((job for job in jobs if self.inside[job.key]), key=attrgetter("fifo_key"))
-        unqueued = sorted((job for job in jobs if self.where[job.key][0] is None), key=attrgetter("fifo_key"))
+        inside = sorted((job for job in jobs if self.inside[job.key]), key=attrgetter("queue_key"))
+        unqueued = sorted((job for job in jobs if self.where[job.key][0] is None), key=attrgetter("queue_key"))
         surplus = [job for job in jobs if not self.inside[job.key] and self.where[job.key][0] is not None]
         return inside + self._progressive(surplus) + unqueued
 
@@ -291,12 +292,12 @@ class FairQueues:
         share growing by each job it is given (progressive filling), then decayed past usage, then submission."""
         out: list[JobRequest] = []
         levels: dict[int, dict[str, list[JobRequest]]] = {}
-        for job in sorted(jobs, key=attrgetter("fifo_key"), reverse=True):  # each queue's list: next job last
+        for job in sorted(jobs, key=attrgetter("queue_key"), reverse=True):  # each queue's list: next job last
             levels.setdefault(job.priority, {}).setdefault(self.where[job.key][0], []).append(job)
         for priority in sorted(levels, reverse=True):
             lists = levels[priority]
             share = {queue: self.shares[queue] for queue in lists}
-            heads = [(share[queue], self.usage.past.get(queue, 0.0), todo[-1].fifo_key, queue)
+            heads = [(share[queue], self.usage.past.get(queue, 0.0), todo[-1].queue_key, queue)
                      for queue, todo in lists.items()]
             heapq.heapify(heads)
             while heads:
@@ -306,7 +307,7 @@ class FairQueues:
                 flavor = self.where[job.key][1]
                 share[queue] += job.total_units / (self.capacity.get(flavor) or 1.0) / self.tree.queues[queue].weight
                 if lists[queue]:
-                    heapq.heappush(heads, (share[queue], past, lists[queue][-1].fifo_key, queue))
+                    heapq.heappush(heads, (share[queue], past, lists[queue][-1].queue_key, queue))
         return out
 
     def _share(self, queue: str) -> float:
@@ -461,6 +462,7 @@ class Closed:
     keeps running; placement resumes the first cycle the policy is whole again."""
 
     reserves = False
+    reserving = ReservationRule()
     parks = False
     preempts = False
 
@@ -468,7 +470,7 @@ class Closed:
         self.why = why
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
-        return sorted(jobs, key=attrgetter("fifo_key"))
+        return sorted(jobs, key=attrgetter("queue_key"))
 
     def admit(self, job: JobRequest, placed: list) -> str | None:
         return self.why

@@ -116,6 +116,8 @@ class JobRequest:
     service_class: str = "spot"  # reserved | spot (see core/queues.py)
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # seam for queues (GPUQueue)
     others: tuple[Requests, ...] = ()  # the members whose requests differ from `requests`, each its own
+    estimate: float | None = None  # predicted runtime in seconds (core/estimates.py); None: unknown
+    turn: float | None = None  # its place in the queue among equal priorities (None: `submitted`; estimates.turn)
 
     @property
     def key(self) -> str:
@@ -178,18 +180,20 @@ class JobRequest:
         return (self.gpu_product, self.node_selector, self.affinity, self.tolerations, self.avoid_nodes)
 
     def shape(self) -> Shape:
-        """Everything placement reads: two jobs of one shape get the same answer on the same snapshot."""
+        """Everything placement reads (the estimate too: it decides which reservations a job may use): two jobs of
+        one shape get the same answer on the same snapshot."""
         return self._shape
 
     @cached_property
-    def fifo_key(self) -> tuple:
-        """Priority descending, then submission time, then namespace/name (computed once: the request is frozen)."""
-        return (-self.priority, self.submitted, self.namespace, self.name)
+    def queue_key(self) -> tuple:
+        """Priority descending, then its turn (submission time unless ordered by service), then namespace/name
+        (computed once: the request is frozen)."""
+        return (-self.priority, self.submitted if self.turn is None else self.turn, self.namespace, self.name)
 
     @cached_property
     def _shape(self) -> Shape:  # the request is frozen: computed once
         return Shape.of((self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
-                         self.slice_size, self.slice_required, self.others))
+                         self.slice_size, self.slice_required, self.others, self.estimate))
 
 
 class Shape:

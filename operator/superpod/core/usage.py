@@ -9,11 +9,13 @@ that holds the whole attempt, off by at most the pods' start skew otherwise."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from superpod.core.accounting import Run
+from superpod.core.phases import Phase
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,13 @@ class Record:
     end: float
     gpu_seconds: float
     pod: str = ""  # the pod's name, for a pod's own record ("" for a TrainingJob attempt's)
+    estimate_key: str = ""  # what its runtime teaches the estimator about (api.convert.estimate_key)
+    outcome: str = ""  # how the attempt ended: the job's phase after it (Succeeded, Failed, Queued), "" unknown
+
+    @property
+    def teaches(self) -> bool:
+        """Whether its span is a runtime the estimator learns from: an attempt that ran to its end."""
+        return bool(self.estimate_key) and not self.pod and self.outcome == Phase.SUCCEEDED and self.end > self.start
 
     def within(self, since: float, until: float) -> float:
         """Its GPU-seconds inside [since, until)."""
@@ -88,6 +97,9 @@ class Ledger:
     totals: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, flavor, class) -> all time
     _spent: dict[tuple[str, float], float] = field(default_factory=dict)  # (queue, since) -> GPU-seconds after it
     _past: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # queue -> (half-life, value, at)
+    # (namespace, estimate key) -> (end, runtime, record name) of the attempts that teach, by end: the history the
+    # runtime estimator reads (rebuilt from the records, so it survives restarts)
+    taught: dict[tuple[str, str], list[tuple[float, float, str]]] = field(default_factory=dict)
 
     def add(self, name: str, record: Record) -> None:
         self.remove(name)
@@ -95,6 +107,9 @@ class Ledger:
         self.queue_of[name] = record.queue
         if not record.pod:
             self.by_attempt.setdefault((record.namespace, record.job, record.attempt), set()).add(name)
+        if record.teaches:
+            bisect.insort(self.taught.setdefault((record.namespace, record.estimate_key), []),
+                          (record.end, record.end - record.start, name))
         self._count(record, 1.0)
 
     def get(self, name: str) -> Record | None:
@@ -109,7 +124,16 @@ class Ledger:
                 names.discard(name)
                 if not names:
                     del self.by_attempt[(record.namespace, record.job, record.attempt)]
+            if record.teaches:
+                key = (record.namespace, record.estimate_key)
+                self.taught[key].remove((record.end, record.end - record.start, name))
+                if not self.taught[key]:
+                    del self.taught[key]
             self._count(record, -1.0)
+
+    def runtimes(self, namespace: str, estimate_key: str) -> list[float]:
+        """The runtimes recorded under an estimate key, oldest first."""
+        return [runtime for _, runtime, _ in self.taught.get((namespace, estimate_key), ())]
 
     def attempt(self, namespace: str, job: str, attempt: int, started: float) -> Record | None:
         """The record of a TrainingJob's attempt whose span holds `started` (the start of one of its pods)."""

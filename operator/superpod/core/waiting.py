@@ -21,7 +21,7 @@ from superpod.core.request import JobRequest, Shape
 
 
 class Line:
-    """The waiting jobs of one shape, in queue order (fifo_key)."""
+    """The waiting jobs of one shape, in queue order (queue_key)."""
 
     __slots__ = ("keys", "jobs")
 
@@ -30,12 +30,12 @@ class Line:
         self.jobs: list[JobRequest] = []
 
     def add(self, job: JobRequest) -> None:
-        at = bisect_left(self.keys, job.fifo_key)
-        self.keys.insert(at, job.fifo_key)
+        at = bisect_left(self.keys, job.queue_key)
+        self.keys.insert(at, job.queue_key)
         self.jobs.insert(at, job)
 
     def remove(self, job: JobRequest) -> None:
-        at = bisect_left(self.keys, job.fifo_key)
+        at = bisect_left(self.keys, job.queue_key)
         if at < len(self.keys) and self.jobs[at] is job:
             del self.keys[at], self.jobs[at]
 
@@ -61,7 +61,7 @@ class WaitingLine:
                 del self.lines[job.shape()]
 
     def all(self) -> list[JobRequest]:
-        return sorted(self.jobs.values(), key=lambda job: job.fifo_key)
+        return sorted(self.jobs.values(), key=lambda job: job.queue_key)
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ def schedule_waiting(snap: Snapshot, waiting: WaitingLine,
         if following == len(line.keys):
             continue
         if decision.placement is None and taken is None and not decision.error \
-                and snap.unfit.get(unfit_key(job, policy, held)) == decision.reason:
+                and snap.unfit.get(unfit_key(job, policy, held, snap.horizon.now)) == decision.reason:
             stopped[index] = (following, decision.reason)
         else:
             heapq.heappush(heap, (line.keys[following], index, following))

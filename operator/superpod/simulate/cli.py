@@ -20,6 +20,7 @@ from superpod.plan import items_of
 from superpod.sim import presets
 from superpod.simulate import summary, workload
 from superpod.simulate.engine import Simulation
+from superpod.simulate.estimates import ESTIMATES
 from superpod.simulate.runtime import RuntimeModel, parse_factors
 from superpod.simulate.trace import TraceJob, read_jobs_csv, read_philly
 
@@ -40,6 +41,7 @@ class Replay:
     label: str
     progress: bool
     queues: list[dict]
+    estimates: str = "history"
 
 
 def replay(run: Replay) -> tuple[dict, float]:
@@ -47,7 +49,7 @@ def replay(run: Replay) -> tuple[dict, float]:
     started = time.monotonic()
     runtime = RuntimeModel.of(run.topology, run.nodes, run.factors)
     simulation = Simulation(run.nodes, run.topology, run.jobs, POLICIES[run.policy](run.seed), runtime,
-                            run.startup_delay, run.queues)
+                            run.startup_delay, run.queues, run.estimates)
     simulation.run(Progress(run.label, run.jobs[-1].submit if run.jobs else 0.0, len(run.jobs)) if run.progress
                    else None)
     window = summary.steady_window(run.jobs)
@@ -138,7 +140,7 @@ def run(args: Any) -> int:
     out = Path(args.out)
     progress = args.progress or sys.stderr.isatty()
     replays = [Replay(nodes, topology, jobs, policy, args.seed, factors, args.startup_delay,
-                      f"{policy}{f' load {load}' if load else ''}", progress, queues)
+                      f"{policy}{f' load {load}' if load else ''}", progress, queues, args.estimates)
                for load, jobs in traces.items() for policy in policies]
     summaries = {}
     with ProcessPoolExecutor(max_workers=args.workers) if args.workers > 1 else _Inline() as pool:
@@ -251,6 +253,9 @@ def register(sub: Any) -> None:
                                         "in ten priority 100)")
     p.add_argument("--queues", help="GPUQueues (YAML) the operator admits under: tenants, guarantees, weights "
                                     "(default: those in the --cluster dump, if any)")
+    p.add_argument("--estimates", default="history", choices=ESTIMATES,
+                   help="what the policy is told of runtimes: the operator's estimator (history), the trace's limits, "
+                   "or the truth (oracle)")
     p.add_argument("--slowdown", help="runtime factors per level crossed, e.g. leaf=1.3,spine=1.2")
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds from a gang's start to useful work")
     p.add_argument("--out", default="simulation", help="folder for summary.json and the plots (overwritten)")

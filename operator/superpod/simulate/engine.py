@@ -29,6 +29,7 @@ from superpod.core.phases import FINISHED
 from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, GPUQUEUES, NODES, PODS, TRAININGJOBS, WATCHED, object_key
 from superpod.k8s.memory import MemoryAPI
 from superpod.sim.kubelet import SimKubelet
+from superpod.simulate.estimates import estimator
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.trace import TraceJob
 
@@ -86,7 +87,8 @@ def training_job(job: TraceJob) -> dict:
 
 class Simulation:
     def __init__(self, nodes: list[dict], topology: dict, jobs: list[TraceJob], policy: QueuePolicy,
-                 runtime: RuntimeModel, startup_delay: float = 0.0, queues: list[dict] = ()) -> None:
+                 runtime: RuntimeModel, startup_delay: float = 0.0, queues: list[dict] = (),
+                 estimates: str = "history") -> None:
         self.now = 0.0
         self.loop = asyncio.new_event_loop()  # its own: the controller's writes are coroutines, run one at a time
         self.store = MemoryAPI(clock=self._clock)
@@ -103,6 +105,7 @@ class Simulation:
         self.controller = Controller(self.state, api, lambda: True, Settings(),
                                      MigFlow(self.state, "superpod-system", "superpod-mig-parted-config", 300),
                                      policy=policy, clock=self._clock)
+        self.controller.estimator = estimator(estimates, self.state, policy.ordering, jobs)
         for kind in WATCHED:
             items, version = self._run(api.list(kind))
             self.state.resync(kind, items, version, self._clock())

@@ -1,0 +1,62 @@
+"""The runtime estimator: each waiting job's predicted runtime and turn (core/estimates.py) and the predicted ends of
+the gangs that run (core/horizon.py), from the jobs' limits and the runtimes recorded under their estimate keys.
+
+History is the GPUUsage records (core/usage.py Ledger.taught): the operator writes one per ended attempt, so what it
+learned survives a restart and is the same on every replica. A waiting job is estimated when it enters the line
+(core/waiting.py); a running gang when it is placed, and predicted past its estimate if it outlives it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from superpod.api.convert import estimate_key
+from superpod.controller.jobs import JobReader, JobView
+from superpod.controller.state import ClusterState
+from superpod.core import estimates
+from superpod.core.estimates import SERVICE, Ordering
+from superpod.core.horizon import Horizon
+from superpod.core.request import JobRequest
+
+
+class Estimator:
+    def __init__(self, state: ClusterState, ordering: Ordering | None = None) -> None:
+        self.state = state
+        self.ordering = ordering or Ordering()
+        self.horizon = Horizon()
+
+    def runtime(self, view) -> float | None:
+        """The predicted runtime of a TrainingJob (a pod gang: unknown)."""
+        if not isinstance(view, JobView):
+            return None
+        namespace = view.obj["metadata"]["namespace"]
+        return estimates.estimate(self.state.ledger.runtimes(namespace, estimate_key(view.obj)), self.limit(view))
+
+    def limit(self, view) -> float | None:
+        """The job's runtime limit (spec.maxRuntimeSeconds), if it has one."""
+        limit = view.obj["spec"].get("maxRuntimeSeconds") if isinstance(view, JobView) else None
+        return float(limit) if isinstance(limit, int) and limit > 0 else None
+
+    def request(self, view) -> JobRequest:
+        """The request the waiting line holds: the job's, with its estimate and, ordered by service, its turn."""
+        request = view.request
+        guess = self.runtime(view)
+        if self.ordering.by != SERVICE:
+            return replace(request, estimate=guess) if guess is not None else request
+        order = self.ordering
+        return replace(request, estimate=guess, turn=estimates.turn(request.submitted, guess, request.total_units,
+                                                                   order.weight, order.unknown))
+
+    def horizon_at(self, reader: JobReader, now: float) -> Horizon:
+        """The predicted ends of the placed TrainingJobs, as of `now` (put when placed, dropped when they end)."""
+        horizon = self.horizon
+        horizon.now = now
+        for key in [key for key in horizon.nodes_of if key not in reader.gangs]:
+            horizon.drop(key)
+        for key, (request, uid, attempt, nodes) in reader.gangs.items():
+            if horizon.nodes_of.get(key, ((), ()))[1] == (uid, attempt):
+                continue
+            view = reader.by_key.get(key)
+            start = view.time(view.status.attemptStartTime) if view is not None else None
+            horizon.put(key, start if start is not None else now, self.runtime(view), self.limit(view),
+                        [(node, request.member_requests(index)) for index, node in nodes.items()], (uid, attempt))
+        return horizon

@@ -1,0 +1,66 @@
+"""Runtime estimates: how long the queue policy expects a gang to run, from its limit and from history.
+
+- A job's estimate is the mean of the last RUNS runtimes recorded under its estimate key (Tsafrir, Etsion and
+  Feitelson: the mean of a user's last two runtimes predicts better than the user's own estimate), capped by its
+  limit; its limit alone when nothing is recorded; None (unknown) when it has neither.
+- Estimates from history are rounded up to a grid of quarter octaves (at most 19 % more, never past the limit): jobs
+  of one shape whose estimates are close wait in one line (an estimate is part of a job's shape: it decides which
+  reservations the job may use).
+- A gang that outlives its prediction is predicted to run half as long again as it has so far, up to its limit.
+- Order by service: a job's turn is its submission time pushed back by the square root of its predicted GPU-hours,
+  `weight` seconds for one GPU-hour. Short, small jobs pass long, big ones; a job is passed only by those submitted
+  less than that push before it, so no job waits forever (aging by arrival, with no clock in the key)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+RUNS = 2  # runtimes averaged per estimate key
+GRID = 4  # estimate grid steps per doubling
+OUTLIVED = 1.5  # a gang past its prediction: predicted to run this many times what it has run so far
+ARRIVAL, SERVICE = "arrival", "service"
+
+
+@dataclass(frozen=True)
+class Ordering:
+    """How jobs of one priority are ordered: by arrival, or by service (`turn`: `weight` seconds of turn per
+    square-root GPU-hour; a job with no estimate is taken to run `unknown` seconds)."""
+
+    by: str = ARRIVAL
+    weight: float = 600.0
+    unknown: float = 4 * 3600.0
+
+
+def rounded(seconds: float) -> float:
+    """`seconds` rounded up to the estimate grid (at least one second)."""
+    steps = math.ceil(math.log2(max(seconds, 1.0)) * GRID - 1e-9)
+    return 2.0 ** (steps / GRID)
+
+
+def estimate(runtimes: Sequence[float], limit: float | None) -> float | None:
+    """The estimate of a job whose key recorded `runtimes` (oldest first) and whose limit is `limit` (None: no
+    limit)."""
+    recent = [runtime for runtime in runtimes[-RUNS:] if runtime > 0]
+    if not recent:
+        return limit or None
+    guess = rounded(sum(recent) / len(recent))
+    return min(guess, limit) if limit else guess
+
+
+def predicted_end(start: float, estimate: float | None, limit: float | None, now: float) -> float | None:
+    """When a gang started at `start` is predicted to end, seen at `now`; None if unknown."""
+    if estimate is None:
+        return start + limit if limit else None
+    end = start + estimate
+    if end <= now:
+        end = start + max(now - start, 1.0) * OUTLIVED
+    return min(end, start + limit) if limit else end
+
+
+def turn(submitted: float, estimate: float | None, gpus: float, weight: float, unknown: float) -> float:
+    """Its turn in the queue (core request.turn): `submitted` pushed back by `weight` × √(predicted GPU-hours); a job
+    with no estimate is taken to run `unknown` seconds."""
+    seconds = unknown if estimate is None else estimate
+    return submitted + weight * math.sqrt(max(gpus, 0.0) * seconds / 3600.0)

@@ -1,0 +1,126 @@
+"""When capacity frees: the predicted end of every running gang on each node, and from them the predicted start of a
+blocked gang on a set of nodes (its shadow time, as EASY backfilling calls it).
+
+A reservation that knows its predicted start costs only what it must: a later job predicted to end before that
+start may run inside it (core/cycle.py). Pods without a predicted end (no estimate) never free anything here, so
+a reservation over them has no predicted start and is kept off by everyone, as before estimates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from superpod.core.estimates import predicted_end
+from superpod.core.request import Requests
+
+
+@dataclass(frozen=True)
+class Release:
+    """What a gang frees on one node when it ends: predicted from its start, estimate and limit (estimates.py)."""
+
+    holder: str  # the gang (namespace/name)
+    start: float
+    estimate: float | None
+    limit: float | None
+    requests: Requests  # summed over its members on the node
+
+    def end(self, now: float) -> float | None:
+        return predicted_end(self.start, self.estimate, self.limit, now)
+
+
+class Horizon:
+    """The running gangs' releases by node, kept across cycles (put when a gang is placed, dropped when it ends),
+    and the clock of the cycle that reads them (`now`)."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+        self.on: dict[str, dict[str, Release]] = {}  # node name -> holder -> its release there
+        self.nodes_of: dict[str, tuple[tuple[str, ...], tuple]] = {}  # holder -> (its nodes, what it was put with)
+
+    def put(self, holder: str, start: float, estimate: float | None, limit: float | None,
+            members: Iterable[tuple[str, Requests]], version: tuple = ()) -> None:
+        """A gang that runs (or was placed this cycle): its members as (node, requests). `version` says what it was
+        put with; putting the same holder with the same version again changes nothing."""
+        if (known := self.nodes_of.get(holder)) is not None and known[1] == version and version:
+            return
+        self.drop(holder)
+        by_node: dict[str, dict[str, int]] = {}
+        for node, requests in members:
+            total = by_node.setdefault(node, {})
+            for resource, amount in requests:
+                total[resource] = total.get(resource, 0) + amount
+        for node, total in by_node.items():
+            self.on.setdefault(node, {})[holder] = Release(holder, start, estimate, limit,
+                                                           tuple(sorted(total.items())))
+        self.nodes_of[holder] = (tuple(by_node), version)
+
+    def drop(self, holder: str) -> None:
+        known = self.nodes_of.pop(holder, None)
+        for node in known[0] if known is not None else ():
+            releases = self.on.get(node)
+            if releases is not None:
+                releases.pop(holder, None)
+                if not releases:
+                    del self.on[node]
+
+    def releases(self, node: str) -> Iterable[tuple[float, Release]]:
+        """The releases on `node` with a predicted end, with that end."""
+        for release in self.on.get(node, {}).values():
+            end = release.end(self.now)
+            if end is not None:
+                yield end, release
+
+
+@dataclass(frozen=True)
+class Start:
+    """A blocked gang's predicted start on some nodes, and the gang whose end completes the room it needs."""
+
+    at: float
+    after: str = ""
+
+
+def predicted_start(horizon: Horizon, nodes: Iterable[tuple[str, dict[str, int]]], requests: Requests,
+                    replicas: int, step: int = 1) -> Start | None:
+    """The earliest predicted time `replicas` members of `requests` fit on `nodes` ((name, free now), each holding
+    whole multiples of `step` members), counting members per node; None if the predicted ends never free enough."""
+    free: dict[str, dict[str, int]] = {}
+    slots: dict[str, int] = {}
+    events: list[tuple[float, str, str, Requests]] = []
+    for name, now_free in nodes:
+        free[name] = now_free
+        slots[name] = _slots(now_free, requests, replicas, step)
+        events.extend((end, release.holder, name, release.requests) for end, release in horizon.releases(name))
+    total = sum(slots.values())
+    if total >= replicas:
+        return Start(horizon.now)
+    copied: set[str] = set()
+    for end, holder, name, released in sorted(events):
+        if name not in copied:
+            free[name], _ = dict(free[name]), copied.add(name)
+        for resource, amount in released:
+            free[name][resource] = free[name].get(resource, 0) + amount
+        now_slots = _slots(free[name], requests, replicas, step)
+        total += now_slots - slots[name]
+        slots[name] = now_slots
+        if total >= replicas:
+            return Start(max(end, horizon.now), holder)
+    return None
+
+
+def slots_at(horizon: Horizon, name: str, free: dict[str, int], requests: Requests, replicas: int, until: float,
+             step: int = 1) -> int:
+    """Members of `requests` node `name` is predicted to hold at `until` (its pods ending by then gone)."""
+    free = dict(free)
+    for end, release in horizon.releases(name):
+        if end <= until:
+            for resource, amount in release.requests:
+                free[resource] = free.get(resource, 0) + amount
+    return _slots(free, requests, replicas, step)
+
+
+def _slots(free: dict[str, int], requests: Requests, most: int, step: int) -> int:
+    fit = most
+    for resource, amount in requests:
+        if amount > 0:
+            fit = min(fit, max(free.get(resource, 0), 0) // amount)
+    return fit // step * step

@@ -1,0 +1,38 @@
+"""What the simulated operator is told of runtimes (`superpod simulate --estimates`): `history`, the operator's own
+estimator (controller/estimates.py: its limit and the runtimes recorded under its estimate key); `limit`, the user's
+time limit alone; `oracle`, the trace's duration (the truth, when placed compactly) — the bound no estimator beats."""
+
+from __future__ import annotations
+
+from superpod.controller.estimates import Estimator
+from superpod.controller.jobs import JobView
+from superpod.controller.state import ClusterState
+from superpod.core.estimates import Ordering
+from superpod.simulate.trace import TraceJob
+
+
+class LimitOnly(Estimator):
+    def runtime(self, view) -> float | None:
+        return self.limit(view)
+
+
+class Oracle(Estimator):
+    def __init__(self, state: ClusterState, ordering: Ordering, jobs: list[TraceJob]) -> None:
+        super().__init__(state, ordering)
+        self.durations = {f"{job.namespace}/{job.name}": job.duration for job in jobs}
+
+    def runtime(self, view) -> float | None:
+        return self.durations.get(view.key) if isinstance(view, JobView) else None
+
+
+ESTIMATES = ("history", "limit", "oracle")
+
+
+def estimator(kind: str, state: ClusterState, ordering: Ordering, jobs: list[TraceJob]) -> Estimator:
+    if kind == "oracle":
+        return Oracle(state, ordering, jobs)
+    if kind == "limit":
+        return LimitOnly(state, ordering)
+    if kind == "history":
+        return Estimator(state, ordering)
+    raise ValueError(f"--estimates: {kind!r} is not one of {', '.join(ESTIMATES)}")

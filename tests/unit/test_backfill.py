@@ -1,0 +1,99 @@
+"""Reservations that know when their holder is predicted to start, and the jobs predicted to end before then that
+run inside them (EASY backfilling); which blocked jobs reserve at all (ReservationRule)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from superpod.core.cycle import PriorityFifo, ReservationRule, schedule
+from superpod.core.estimates import estimate, predicted_end, rounded, turn
+from superpod.core.horizon import Horizon
+from superpod.core.request import GPU
+from tests.unit.builders import job, node, snapshot
+
+EIGHT = ((GPU, 8),)
+
+
+def cluster(now: float = 0.0, ends: bool = True):
+    """Two leaves of two 8-GPU nodes; only su2-n0 is free. `long` holds leaf su-1 until 10,000 s, `short` holds
+    su2-n1 until 1,000 s (when `ends`: else nothing says when they end)."""
+    nodes = [node(f"su{leaf}-n{i}").gpus(8).spine("spine-1").leaf(f"su-{leaf}") for leaf in (1, 2) for i in (0, 1)]
+    snap = snapshot(nodes, used={"su1-n0": 8, "su1-n1": 8, "su2-n1": 8})
+    snap.horizon = Horizon(now)
+    if ends:
+        snap.horizon.put("default/long", 0.0, 10_000.0, None, [("su1-n0", EIGHT), ("su1-n1", EIGHT)])
+        snap.horizon.put("default/short", 0.0, 1_000.0, None, [("su2-n1", EIGHT)])
+    return snap
+
+
+def big():
+    return job("big").gpus(8).replicas(2).required("leaf").priority(0, 0.0).build()
+
+
+def one(name: str, submitted: float, runtime: float | None):
+    return replace(job(name).gpus(8).priority(0, submitted).build(), estimate=runtime)
+
+
+def test_the_head_reserves_the_leaf_predicted_to_free_first_and_says_when_it_starts():
+    decisions = schedule(cluster(), [big()])
+    assert decisions[0].reserved == "leaf su-2"
+    assert decisions[0].reason.endswith(
+        "expected to start in about 17 min, when default/short ends; leaf su-2 is reserved for it")
+
+
+def test_a_job_predicted_to_end_before_the_reserved_start_runs_inside_the_reservation():
+    decisions = schedule(cluster(), [big(), one("quick", 1.0, 500.0)])
+    assert decisions[1].placed and decisions[1].placement.assignments == {"su2-n0": [0]}
+
+
+def test_a_job_predicted_to_end_after_it_or_with_no_estimate_keeps_off():
+    for runtime in (5_000.0, None):
+        decisions = schedule(cluster(), [big(), one("slow", 1.0, runtime)])
+        assert not decisions[1].placed
+        assert "fits only inside leaf su-2, reserved for default/big" in decisions[1].reason
+
+
+def test_without_predicted_ends_the_reservation_has_no_start_and_everyone_keeps_off():
+    decisions = schedule(cluster(ends=False), [big(), one("quick", 1.0, 500.0)])
+    assert decisions[0].reserved and "expected to start" not in decisions[0].reason
+    assert not decisions[1].placed
+
+
+def test_a_backfilled_job_is_predicted_to_end_an_estimate_after_it_starts():
+    snap = cluster(now=100.0)
+    schedule(snap, [big(), one("quick", 1.0, 500.0)])
+    assert [(end, r.holder) for end, r in snap.horizon.releases("su2-n0")] == [(600.0, "default/quick")]
+
+
+def test_a_young_small_head_holds_no_reservation_under_an_age_rule():
+    policy = PriorityFifo(ReservationRule(after=3_600.0, from_units=32))
+    young = schedule(cluster(now=600.0), [big(), one("slow", 1.0, None)], policy)
+    assert young[0].reserved is None and young[1].placed
+    old = schedule(cluster(now=4_000.0), [big(), one("slow", 1.0, None)], policy)
+    assert old[0].reserved == "leaf su-2" and not old[1].placed
+
+
+def test_at_most_the_rule_s_number_of_reservations_per_group():
+    jobs = [big(), replace(big(), name="big2", submitted=1.0), one("slow", 2.0, None)]
+    one_only = schedule(cluster(), jobs)
+    assert one_only[0].reserved and one_only[1].reserved is None
+    two = schedule(cluster(), jobs, PriorityFifo(ReservationRule(per_group=2)))
+    assert two[0].reserved == "leaf su-2" and two[1].reserved == "leaf su-1"
+
+
+def test_estimates_from_history_and_limits():
+    assert estimate([], None) is None
+    assert estimate([], 3_600.0) == 3_600.0
+    assert estimate([100.0, 1_000.0, 3_000.0], None) == rounded(2_000.0)  # the mean of the last two
+    assert estimate([1_000.0, 3_000.0], 1_500.0) == 1_500.0  # capped by the limit
+    assert 2_000.0 <= rounded(2_000.0) < 2_000.0 * 1.19
+    assert predicted_end(0.0, 100.0, None, 50.0) == 100.0
+    assert predicted_end(0.0, 100.0, None, 400.0) == 600.0  # outlived: half as long again as it ran
+    assert predicted_end(0.0, 100.0, 500.0, 400.0) == 500.0  # never past its limit
+
+
+def test_order_by_service_lets_short_small_jobs_pass_but_only_those_submitted_soon_enough():
+    small = turn(100.0, 3_600.0, 1, 600.0, 3_600.0)
+    huge = turn(0.0, 86_400.0, 1_024, 600.0, 3_600.0)
+    assert small < huge  # a one-GPU hour, submitted later, goes first
+    assert huge < turn(huge + 1.0, 60.0, 1, 600.0, 3_600.0) + 1.0  # the huge one is passed only for a while
