@@ -13,6 +13,7 @@ from superpod.k8s.api import NODES, PODS, TRAININGJOBS
 from superpod.sim.presets import preset_nodes, topology
 from superpod.simulate import cli, workload
 from superpod.simulate.engine import Simulation
+from superpod.simulate.metrics import distribution, idle_while_waiting_share
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.summary import policy_summary, steady_window
 from superpod.simulate.trace import TraceJob
@@ -269,3 +270,67 @@ def test_queues_come_from_the_cluster_dump_when_no_queue_file_is_given(tmp_path)
     assert [q["metadata"]["name"] for q in cli.load_queues(str(dump), required=False)] == ["a"]
     dump.write_text(yaml.safe_dump_all(small_cluster()[:2]))
     assert cli.load_queues(str(dump), required=False) == []
+
+
+def test_per_size_class_figures_and_idle_gpu_time_of_a_replay_computed_by_hand():
+    """Two 8-GPU nodes. A 16-GPU gang runs [0, 100]; a 1-GPU, an 8-GPU and a 4-GPU job queue behind it and start
+    at 100; a second 16-GPU gang (submitted at 40) waits until the 4-GPU job ends at 300, while 3 GPUs are free
+    over [100, 130), 11 over [130, 150) and 12 over [150, 300)."""
+    jobs = [TraceJob(0.0, "gang-1", "team", 2, 8, 100.0), TraceJob(10.0, "one", "team", 1, 1, 50.0),
+            TraceJob(20.0, "eight", "team", 1, 8, 30.0), TraceJob(30.0, "four", "team", 1, 4, 200.0),
+            TraceJob(40.0, "gang-2", "team", 2, 8, 10.0)]
+    nodes = preset_nodes("dgx-h100", 2, nodes_per_unit=2)
+    runtime = RuntimeModel.of(TOPOLOGY, nodes)
+    simulation = Simulation(nodes, TOPOLOGY, jobs, POLICIES["superpod"](0), runtime)
+    simulation.run()
+    metrics = policy_summary(simulation, runtime, (0.0, 400.0))["metrics"]
+    figures = metrics["size_classes"]
+
+    def both(jct: list[float], wait: list[float]) -> dict:
+        return {"jct": distribution(jct), "wait": distribution(wait)}
+
+    assert figures["1"] == both([140.0], [90.0])
+    assert figures["2-8"] == both([110.0, 270.0], [80.0, 70.0])
+    assert figures["9-64"] == both([100.0, 270.0], [0.0, 260.0])
+    assert figures[">64"] == both([], [])
+    assert figures["all"] == both([100.0, 140.0, 110.0, 270.0, 270.0], [0.0, 90.0, 80.0, 70.0, 260.0])
+    assert figures["2-8"]["jct"] == {"jobs": 2, "mean": 190.0, "p50": 190.0, "p99": 268.4, "max": 270.0}
+    assert figures["all"]["wait"] == {"jobs": 5, "mean": 100.0, "p50": 80.0, "p99": 253.2, "max": 260.0}
+    assert metrics["jct"] == figures["all"]["jct"] and metrics["queueing"]["9-64"] == figures["9-64"]["wait"]
+    assert metrics["idle_while_waiting"] == round((3 * 30 + 11 * 20 + 12 * 150) / (16 * 400), 6)
+
+
+def test_idle_gpu_time_while_jobs_wait_is_integrated_over_the_window_only():
+    series = {"time": [0.0, 10.0, 20.0, 50.0], "unusable_gpus": [4, 0, 8, 2]}
+    # [5, 10): 4 GPUs, [10, 20): 0, [20, 50): 8, [50, 60): 2 — the last value holds on.
+    assert idle_while_waiting_share(series, (5.0, 60.0), 10) == pytest.approx((4 * 5 + 8 * 30 + 2 * 10) / (10 * 55))
+    assert idle_while_waiting_share(series, (60.0, 60.0), 10) is None
+    assert idle_while_waiting_share({"time": [], "unusable_gpus": []}, (0.0, 1.0), 10) == 0.0
+
+
+def test_the_table_puts_policies_side_by_side_with_size_classes_in_hours(capsys):
+    def policy(mean_jct: float, idle: float, longest: float) -> dict:
+        some = {"jobs": 1, "mean": mean_jct, "p50": 0.0, "p99": 2 * 3600.0, "max": longest}
+        none = {"jobs": 0, "mean": None, "p50": None, "p99": None, "max": None}
+        classes = {"1": {"jct": some, "wait": some}, "2-8": {"jct": none, "wait": none},
+                   "9-64": {"jct": some, "wait": some}, ">64": {"jct": none, "wait": none},
+                   "all": {"jct": some, "wait": some}}
+        return {"utilisation": 0.5, "useful_utilisation": 0.5,
+                "metrics": {"jct": some, "size_classes": classes, "idle_while_waiting": idle,
+                            "p99_queueing_32_plus": 36 * 3600.0, "fewest_leaves_share": {"share": None, "of": 0},
+                            "restarts": 0, "never_started": 0, "queueing_by_priority": {"0": some},
+                            "preempted": {"attempts": 0, "gpu_hours_lost": 0.0}}}
+
+    result = {"cluster": {"source": "preset dgx-h100", "gpus": 16}, "trace": {"source": "jobs t.csv", "jobs": 5,
+                                                                               "load": 0.9},
+              "policies": {"superpod": policy(8.2 * 3600, 0.107, 60.64 * 3600),
+                           "gang-firstfit": policy(7.9 * 3600, 0.055, 65.2 * 3600)}}
+    cli._table(result, [1.0, 2.0])
+    lines = capsys.readouterr().out.splitlines()
+    superpod = next(line for line in lines if line.startswith("superpod "))
+    assert superpod.split()[3:7] == ["8.2h", "2.0h", "10.7%", "36.0h"], "mean JCT, p99 JCT, idle, p99 wait >= 32"
+    rows = [line.split() for line in lines if line.startswith(("superpod ", "gang-firstfit "))]
+    assert rows[2] == ["superpod", "8.2", "/", "2.0", "/", "60.6", "-", "/", "-", "/", "-",
+                       "8.2", "/", "2.0", "/", "60.6", "-", "/", "-", "/", "-"]
+    assert rows[3][1:6] == ["7.9", "/", "2.0", "/", "65.2"]
+    assert any("1 GPU" in line and "> 64 GPUs" in line for line in lines)

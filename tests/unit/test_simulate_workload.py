@@ -4,7 +4,8 @@ from collections import Counter
 
 import pytest
 
-from superpod.simulate.trace import TraceJob, gang_shape, read_jobs_csv
+from superpod.simulate.trace import TraceJob, gang_shape, read_jobs_csv, read_philly
+from superpod.simulate.users import OVER_ESTIMATE, ROUND_MAXIMA, STEMS_PER_USER, USERS_PER_TENANT
 from superpod.simulate.workload import (
     DURATION_SIGMA,
     generate,
@@ -31,14 +32,47 @@ def test_writing_then_reading_the_job_csv_gives_back_the_same_jobs(tmp_path):
         TraceJob(submit=0.1 + 0.2, name="b,with comma", namespace="team-b", replicas=4, gpus=8,
                  duration=1 / 3, required="leaf", priority=5, fail_after=12.5),
         TraceJob(submit=1e7 + 0.001, name="c", namespace="team-a", replicas=2, gpus=8, duration=2e-9,
-                 required="spine", priority=-1, fail_after=0.0),
+                 required="spine", priority=-1, fail_after=0.0, limit=86_400.0, user="alice"),
+        TraceJob(submit=1e7 + 1, name="d", namespace="team-b", replicas=1, gpus=1, duration=60.0, limit=0.5,
+                 user="team-b-bob"),
     ]
     path = tmp_path / "jobs.csv"
     write_jobs_csv(jobs, path)
     assert read_jobs_csv(path) == jobs
+    assert [(job.limit, job.user) for job in read_jobs_csv(path)] == [
+        (None, "team-a"), (None, "team-b"), (86_400.0, "alice"), (0.5, "team-b-bob")]
     lines = path.read_text().splitlines()
-    assert lines[0] == "submit,name,namespace,replicas,gpus,required,priority,duration,fail_after"
-    assert lines[1] == "0,a,team-a,1,4,,0,3600,", "integral times are written without .0, no fail_after is empty"
+    assert lines[0] == "submit,name,namespace,replicas,gpus,required,priority,duration,fail_after,limit,user"
+    assert lines[1] == "0,a,team-a,1,4,,0,3600,,,team-a", \
+        "integral times are written without .0, no fail_after or limit is empty"
+
+
+def test_empty_or_missing_limit_and_user_columns_read_as_no_limit_and_the_namespace(tmp_path):
+    path = tmp_path / "jobs.csv"
+    path.write_text("submit,name,namespace,replicas,gpus,required,priority,duration,limit,user\n"
+                    "0,a,team-a,1,8,,0,100,,\n5,b,team-a,1,8,,0,100,7200,carol\n")
+    assert [(job.limit, job.user) for job in read_jobs_csv(path)] == [(None, "team-a"), (7200.0, "carol")]
+    path.write_text("submit,name,namespace,replicas,gpus,required,priority,duration\n0,a,team-a,1,8,,0,100\n")
+    assert [(job.limit, job.user) for job in read_jobs_csv(path)] == [(None, "team-a")]
+
+
+@pytest.mark.parametrize("limit", ["an hour", "0", "-60", "inf", "nan"])
+def test_a_bad_limit_is_refused_with_its_line(tmp_path, limit):
+    path = tmp_path / "jobs.csv"
+    path.write_text("submit,name,namespace,replicas,gpus,required,priority,duration,limit\n"
+                    f"0,a,team,1,8,,0,100,3600\n10,b,team,1,8,,0,100,{limit}\n")
+    with pytest.raises(ValueError, match=f"^line 3: limit '{limit}' is not a time limit: seconds > 0"):
+        read_jobs_csv(path)
+
+
+def test_the_philly_reader_takes_the_user_where_the_trace_has_one(tmp_path):
+    header = "timestamp,duration,num_gpus,gpu_time,cluster"
+    rows = ["2017-10-09 07:00:00,60.0,1,60.0,vc1", "2017-10-09 07:01:00,60.0,16,960.0,vc2"]
+    plain, with_users = tmp_path / "plain.csv", tmp_path / "users.csv"
+    plain.write_text("\n".join([header, *rows]) + "\n")
+    with_users.write_text("\n".join([f"{header},user", f"{rows[0]},u17", f"{rows[1]},"]) + "\n")
+    assert [(job.user, job.limit) for job in read_philly(plain)] == [("vc-vc1", None), ("vc-vc2", None)]
+    assert [job.user for job in read_philly(with_users)] == ["u17", "vc-vc2"]
 
 
 def test_generate_is_deterministic_for_a_seed():
@@ -55,14 +89,33 @@ def test_changing_the_arrival_process_keeps_sizes_durations_and_tenants():
     arguments = dict(seed=3, jobs=200, tenants=5, sizes="llm", mean_gap=60.0, mean_duration=3600.0)
     poisson, bursty = generate(arrival="poisson", **arguments), generate(arrival="bursty", **arguments)
     assert [job.submit for job in poisson] != [job.submit for job in bursty]
-    shape = [(job.name, job.namespace, job.replicas, job.gpus, job.duration, job.required) for job in poisson]
-    assert shape == [(job.name, job.namespace, job.replicas, job.gpus, job.duration, job.required) for job in bursty]
+    shape = [(job.name, job.namespace, job.replicas, job.gpus, job.duration, job.required, job.limit, job.user)
+             for job in poisson]
+    assert shape == [(job.name, job.namespace, job.replicas, job.gpus, job.duration, job.required, job.limit,
+                      job.user) for job in bursty]
 
 
-def test_generated_jobs_are_named_in_submit_order_from_zero_with_priority_zero():
+def test_users_names_and_limits_leave_the_jobs_generated_before_them_as_they_were():
+    """The README's measured LLM trace, regenerated: same submits, sizes, durations and tenants as before users,
+    names and limits were added (figures printed by the generator before that change)."""
+    jobs = generate(seed=1, jobs=300, tenants=4, sizes="llm", arrival="poisson", mean_gap=600.0,
+                    mean_duration=21600.0)
+    shape = [(job.submit, job.namespace, job.replicas, job.gpus, job.duration, job.required) for job in jobs]
+    assert shape[:3] == [(0.0, "tenant-0", 8, 8, 2665.658, "leaf"), (61.484, "tenant-0", 4, 8, 301.297, "leaf"),
+                         (261.777, "tenant-2", 2, 8, 19.19, "leaf")]
+    assert shape[-1] == (177308.912, "tenant-0", 1, 8, 17998.404, "")
+
+
+def test_generated_jobs_are_named_by_user_model_and_run_in_submit_order_from_zero_with_priority_zero():
     jobs = generate(seed=5, jobs=100, tenants=2, sizes="philly", arrival="poisson", mean_gap=10.0,
                     mean_duration=100.0)
-    assert [job.name for job in jobs] == [f"gen-{index}" for index in range(100)]
+    assert len({job.name for job in jobs}) == len(jobs)
+    runs = Counter()
+    for generated in jobs:
+        stem, _, run = generated.name.rpartition("-")
+        runs[stem] += 1
+        assert int(run) == runs[stem], "the n-th run of a stem is named <stem>-<n>"
+        assert stem.startswith(f"{generated.user}-") and generated.user.startswith(f"{generated.namespace}-u")
     assert jobs[0].submit == 0
     assert in_submit_order(jobs)
     assert {job.priority for job in jobs} == {0}
@@ -177,3 +230,41 @@ def test_parse_window_reads_seconds_and_units():
 def test_parse_window_rejects_bad_text(text):
     with pytest.raises(ValueError, match="window"):
         parse_window(text)
+
+
+def test_generated_users_rerun_a_few_stems_whose_run_times_cluster():
+    jobs = generate(seed=1, jobs=1500, tenants=4, sizes="llm", arrival="poisson", mean_gap=600.0,
+                    mean_duration=21600.0)
+    users = {job.user for job in jobs}
+    assert len(users) == 4 * USERS_PER_TENANT
+    stems: dict[str, list[float]] = {}
+    for generated in jobs:
+        stems.setdefault(generated.name.rpartition("-")[0], []).append(math.log(generated.duration))
+    assert len(stems) <= len(users) * STEMS_PER_USER
+    assert statistics.median(len(runs) for runs in stems.values()) >= 10, "stems recur: history has runs to learn"
+    within = math.sqrt(sum((value - statistics.mean(runs)) ** 2 for runs in stems.values() for value in runs)
+                       / len(jobs))
+    overall = statistics.pstdev(math.log(generated.duration) for generated in jobs)
+    assert within < 0.6 * overall, "one stem's run times are closer to each other than to the trace's"
+
+
+def test_generated_limits_over_estimate_like_users_do():
+    """Each user either always asks for a round maximum (a day, three, a week) or over-estimates by a factor of
+    their own in [1.2, 5], rounded up to the hour; no limit is below what the job ran."""
+    jobs = generate(seed=2, jobs=2000, tenants=4, sizes="philly", arrival="poisson", mean_gap=60.0,
+                    mean_duration=6 * 3600.0)
+    by_user: dict[str, list[TraceJob]] = {}
+    for generated in jobs:
+        assert generated.limit >= generated.duration, "the trace says the job ran that long"
+        assert generated.limit % 3600 == 0, "users ask for whole hours"
+        by_user.setdefault(generated.user, []).append(generated)
+    low, high = OVER_ESTIMATE
+    maximum_users = {user for user, submitted in by_user.items()
+                     if all(job.limit in ROUND_MAXIMA for job in submitted)}
+    assert 0 < len(maximum_users) < len(by_user), "some users ask for the maximum, the others estimate"
+    for user, submitted in by_user.items():
+        if user in maximum_users:
+            continue
+        ratios = [job.limit / job.duration for job in submitted if job.duration >= 3600]
+        assert all(low <= ratio <= high + 1 for ratio in ratios), user  # + 1: rounded up to the hour
+        assert max(ratios) - min(ratios) < 1.5, f"{user}: one factor of their own, blurred by rounding only"

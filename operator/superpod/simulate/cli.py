@@ -21,6 +21,7 @@ from superpod.sim import presets
 from superpod.simulate import summary, workload
 from superpod.simulate.engine import Simulation
 from superpod.simulate.estimates import ESTIMATES
+from superpod.simulate.metrics import SIZE_CLASS_TITLES, SIZE_CLASSES
 from superpod.simulate.runtime import RuntimeModel, parse_factors
 from superpod.simulate.trace import TraceJob, read_jobs_csv, read_philly
 
@@ -193,19 +194,22 @@ def _write(folder: Path, result: dict, plots: bool) -> None:
 
 
 def _table(result: dict, seconds: list[float]) -> None:
+    """One row per policy, side by side: utilisation, JCT, the GPU-time idle while a job waits, the big gangs' wait;
+    then per size class mean JCT, p99 and longest wait; then priorities and preemption if any."""
     trace, cluster = result["trace"], result["cluster"]
     load = f", load {trace['load']}" if trace["load"] else ""
     print(f"{cluster['source']}, {cluster['gpus']} GPUs; {trace['source']}: {trace['jobs']} jobs{load}")
-    print(f"{'policy':<20} {'util':>6} {'useful':>6} {'mean JCT':>10} {'p99 JCT':>10} {'p99 wait>=32':>13} "
-          f"{'fewest leaves':>14} {'restarts':>8} {'waiting':>7} {'wall':>7}")
+    print(f"{'policy':<20} {'util':>6} {'useful':>6} {'mean JCT':>9} {'p99 JCT':>8} {'idle waiting':>12} "
+          f"{'p99 wait>=32':>12} {'fewest leaves':>14} {'restarts':>8} {'waiting':>7} {'wall':>7}")
     for (name, policy), wall in zip(result["policies"].items(), seconds, strict=True):
         metrics = policy["metrics"]
         share = metrics["fewest_leaves_share"]
         leaves = "-" if share["share"] is None else f"{share['share']:.2f} of {share['of']}"
         print(f"{name:<20} {policy['utilisation']:>6.3f} {policy['useful_utilisation']:>6.3f} "
-              f"{_hours(metrics['jct']['mean']):>10} {_hours(metrics['jct']['p99']):>10} "
-              f"{_hours(metrics['p99_queueing_32_plus']):>13} {leaves:>14} {metrics['restarts']:>8} "
-              f"{metrics['never_started']:>7} {wall:>6.0f}s", flush=True)
+              f"{_hours(metrics['jct']['mean']):>9} {_hours(metrics['jct']['p99']):>8} "
+              f"{_share(metrics['idle_while_waiting']):>12} {_hours(metrics['p99_queueing_32_plus']):>12} "
+              f"{leaves:>14} {metrics['restarts']:>8} {metrics['never_started']:>7} {wall:>6.0f}s", flush=True)
+    _size_class_table(result)
     if any(len(policy["metrics"]["queueing_by_priority"]) > 1 or policy["metrics"]["preempted"]["attempts"]
            for policy in result["policies"].values()):
         print("queueing delay by priority (mean / p99), and work lost to preemption:")
@@ -219,8 +223,25 @@ def _table(result: dict, seconds: list[float]) -> None:
                   f"{lost['gpu_hours_lost']:.1f} GPU-hours lost", flush=True)
 
 
-def _hours(seconds: float | None) -> str:
-    return "-" if seconds is None else f"{seconds / 3600:.2f}h"
+def _size_class_table(result: dict) -> None:
+    """Per size class, in hours: mean JCT / p99 wait / longest wait."""
+    print("by size class, hours: mean JCT / p99 wait / longest wait")
+    print(f"{'policy':<20}" + "".join(f" {SIZE_CLASS_TITLES[size]:>24}" for size in SIZE_CLASSES))
+    for name, policy in result["policies"].items():
+        classes = policy["metrics"]["size_classes"]
+        cells = (" / ".join(_hours(figure, unit="") for figure in (classes[size]["jct"]["mean"],
+                                                                     classes[size]["wait"]["p99"],
+                                                                     classes[size]["wait"]["max"]))
+                 for size in SIZE_CLASSES)
+        print(f"{name:<20}" + "".join(f" {cell:>24}" for cell in cells), flush=True)
+
+
+def _hours(seconds: float | None, unit: str = "h") -> str:
+    return "-" if seconds is None else f"{seconds / 3600:.1f}{unit}"
+
+
+def _share(fraction: float | None) -> str:
+    return "-" if fraction is None else f"{fraction:.1%}"
 
 
 def generate(args: Any) -> int:

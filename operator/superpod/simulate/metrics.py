@@ -1,5 +1,6 @@
 """The measures of a simulation, computed from the records of `summary.json` (one source for the summary's
-metrics and the plots): job completion time, queueing delay, size classes, leaves, percentiles."""
+metrics, the command's table and the plots): job completion time, queueing delay, size classes, leaves,
+percentiles, and the GPU-time left idle while a job waits."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import math
 from collections.abc import Callable, Sequence
 
 SIZE_CLASSES = ("1", "2-8", "9-64", ">64")
+SIZE_CLASS_TITLES = {"1": "1 GPU", "2-8": "2–8 GPUs", "9-64": "9–64 GPUs", ">64": "> 64 GPUs"}
+ALL_JOBS = "all"  # the figures over every size class
+BIG_GANG_GPUS = 32  # the gangs whose p99 wait the reports follow
 
 
 def size_class(gpus: int) -> str:
@@ -66,3 +70,45 @@ def percentile(sorted_values: Sequence[float], fraction: float) -> float:
     below = math.floor(rank)
     above = min(below + 1, len(sorted_values) - 1)
     return sorted_values[below] + (sorted_values[above] - sorted_values[below]) * (rank - below)
+
+
+def distribution(values: Sequence[float]) -> dict:
+    """{jobs, mean, p50, p99, max} of the values, rounded to the millisecond (the figures None when there is none)."""
+    values = sorted(values)
+    if not values:
+        return {"jobs": 0, "mean": None, "p50": None, "p99": None, "max": None}
+    return {"jobs": len(values), "mean": round(sum(values) / len(values), 3),
+            "p50": round(percentile(values, 0.5), 3), "p99": round(percentile(values, 0.99), 3),
+            "max": round(values[-1], 3)}
+
+
+def size_class_figures(jobs: dict) -> dict[str, dict]:
+    """Per size class and over all jobs (`ALL_JOBS`): {"jct": distribution, "wait": distribution} — JCT over the
+    jobs that ended, queueing delay over those that started (its max is the longest wait)."""
+    completion, waits = by_size_class(jobs, jct), by_size_class(jobs, queueing_delay)
+    figures = {name: {"jct": distribution(completion[name]), "wait": distribution(waits[name])}
+               for name in SIZE_CLASSES}
+    figures[ALL_JOBS] = {"jct": distribution([value for name in SIZE_CLASSES for value in completion[name]]),
+                         "wait": distribution([value for name in SIZE_CLASSES for value in waits[name]])}
+    return figures
+
+
+def big_gang_waits(jobs: dict) -> list[float]:
+    """Queueing delays of the gangs of `BIG_GANG_GPUS` GPUs or more that started, sorted."""
+    return sorted(value for job in jobs.values()
+                  if job["gpus"] >= BIG_GANG_GPUS and (value := queueing_delay(job)) is not None)
+
+
+def idle_while_waiting_share(series: dict, window: Sequence[float], capacity: int) -> float | None:
+    """The GPU-time idle while a job that fits an idle cluster waits, as a share of the window's GPU-time: the
+    step series `unusable_gpus` (each value holds until the next time, the last one on) integrated over `window`,
+    ÷ (`capacity` × the window's length). None for an empty window or cluster."""
+    start, end = window
+    if end <= start or capacity <= 0:
+        return None
+    times, values = series["time"], series["unusable_gpus"]
+    idle = 0.0
+    for index, (time, value) in enumerate(zip(times, values, strict=True)):
+        until = times[index + 1] if index + 1 < len(times) else end
+        idle += value * max(0.0, min(until, end) - max(time, start))
+    return idle / (capacity * (end - start))

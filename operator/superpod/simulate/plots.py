@@ -12,9 +12,16 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from superpod.simulate.metrics import SIZE_CLASSES, by_size_class, fewest_leaves_share, jct, percentile, queueing_delay
+from superpod.simulate.metrics import (
+    SIZE_CLASS_TITLES,
+    SIZE_CLASSES,
+    by_size_class,
+    fewest_leaves_share,
+    jct,
+    percentile,
+    queueing_delay,
+)
 
-SIZE_CLASS_TITLES = {"1": "1 GPU", "2-8": "2–8 GPUs", "9-64": "9–64 GPUs", ">64": "> 64 GPUs"}
 MAX_POINTS = 2000  # per policy and series, after downsampling
 FIGURE_SIZE = (6.4, 3.6)  # inches
 DPI = 100

@@ -7,14 +7,19 @@ Keys (stable; times in simulated seconds from the trace's first submit):
   its length (a gang slowed down by a spread placement holds GPUs longer for the same work), failed ones nothing.
 - `window` [t0, t1]: the steady window, the same for every policy of a trace: from the submit of the job at the
   10th percentile of submits (the cluster has filled) to the last submit (after it the queue only drains).
-- `metrics`: `jct` {jobs, mean, p50, p99} over jobs that ended (`never_ended` says how many did not);
-  `queueing` per size class ("1", "2-8", "9-64", ">64") {jobs, mean, p50, p99} over jobs that started;
-  `p99_queueing_32_plus` (gangs of 32 GPUs or more); `largest_gang_wait` {gpus, wait, never_started} (the longest
-  wait among the jobs of the largest GPU count, and how many of them never started); `restarts` (attempts after
-  the first); `queueing_by_priority` {priority: {jobs, mean, p50, p99}}; `preempted` {attempts, gpu_hours_lost}
-  (attempts stopped before their end, and the GPU-hours they had run: a trace job starts over);
-  `fewest_leaves_share` {share, of} (multi-node jobs whose last attempt used the fewest leaves possible);
-  `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by verb.
+- `metrics`: `jct` {jobs, mean, p50, p99, max} over jobs that ended (`never_ended` says how many did not);
+  `queueing` per size class ("1", "2-8", "9-64", ">64") {jobs, mean, p50, p99, max} over jobs that started;
+  `size_classes` per size class and "all" {jct, wait}, each {jobs, mean, p50, p99, max}: JCT over the jobs that
+  ended, queueing delay over those that started (`wait.max` the longest wait; `all.jct` is `jct`, each class's
+  `wait` its `queueing`); `idle_while_waiting`: the GPU-time idle while a job that fits an idle cluster waits,
+  as a share of the window's GPU-time (`series.unusable_gpus` integrated over `window` ÷ (cluster GPUs × window
+  length)); `p99_queueing_32_plus` (gangs of 32 GPUs or more); `largest_gang_wait` {gpus, wait, never_started}
+  (the longest wait among the jobs of the largest GPU count, and how many of them never started); `restarts`
+  (attempts after the first); `queueing_by_priority` {priority: {jobs, mean, p50, p99, max}}; `preempted`
+  {attempts, gpu_hours_lost} (attempts stopped before their end, and the GPU-hours they had run: a trace job
+  starts over); `fewest_leaves_share` {share, of} (multi-node jobs whose last attempt used the fewest leaves
+  possible); `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by
+  verb. Each figure is computed in `simulate/metrics.py`.
 - `queues` (with `--queues`): per leaf GPUQueue {guaranteed, weight, gpu_hours, mean_held, mean_borrowed,
   below_guarantee_share, surplus_share, weight_share, namespaces, series}, as `simulate/tenants.py` defines them.
 - `series` {time, busy_gpus, free_gpus, unusable_gpus}: step series (each value holds until the next time).
@@ -29,13 +34,15 @@ from __future__ import annotations
 
 from superpod.simulate.engine import Sample, Simulation
 from superpod.simulate.metrics import (
+    ALL_JOBS,
     SIZE_CLASSES,
+    big_gang_waits,
     by_priority,
-    by_size_class,
+    distribution,
     fewest_leaves_share,
-    jct,
-    percentile,
+    idle_while_waiting_share,
     queueing_delay,
+    size_class_figures,
 )
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.tenants import queue_figures
@@ -55,12 +62,13 @@ def steady_window(jobs: list[TraceJob]) -> tuple[float, float]:
 def policy_summary(simulation: Simulation, runtime: RuntimeModel, window: tuple[float, float],
                    queues: list[dict] = ()) -> dict:
     jobs = {key: _job(record, runtime) for key, record in sorted(simulation.records.items())}
+    series = _series(simulation.samples)
     out = {"utilisation": round(utilisation(jobs, simulation.capacity, window, simulation.now), 6),
             "useful_utilisation": round(utilisation(jobs, simulation.capacity, window, simulation.now, useful=True),
                                         6),
             "window": list(window),
-            "metrics": _metrics(jobs, simulation),
-            "series": _series(simulation.samples),
+            "metrics": _metrics(jobs, simulation, series, window),
+            "series": series,
             "jobs": jobs}
     if queues:
         out["queues"] = queue_figures(jobs, queues, window, simulation.now)
@@ -99,18 +107,9 @@ def _job(record, runtime: RuntimeModel) -> dict:
             "attempts": attempts}
 
 
-def _stats(values: list[float]) -> dict:
-    values = sorted(values)
-    if not values:
-        return {"jobs": 0, "mean": None, "p50": None, "p99": None}
-    return {"jobs": len(values), "mean": round(sum(values) / len(values), 3),
-            "p50": round(percentile(values, 0.5), 3), "p99": round(percentile(values, 0.99), 3)}
-
-
-def _metrics(jobs: dict, simulation: Simulation) -> dict:
-    completion = [value for job in jobs.values() if (value := jct(job)) is not None]
-    waits = by_size_class(jobs, queueing_delay)
-    big = [value for job in jobs.values() if job["gpus"] >= 32 and (value := queueing_delay(job)) is not None]
+def _metrics(jobs: dict, simulation: Simulation, series: dict, window: tuple[float, float]) -> dict:
+    classes = size_class_figures(jobs)
+    idle = idle_while_waiting_share(series, window, simulation.capacity)
     share, multi_node = fewest_leaves_share(jobs)
     largest = max((job["gpus"] for job in jobs.values()), default=0)
     largest_waits = [queueing_delay(job) for job in jobs.values() if job["gpus"] == largest]
@@ -120,13 +119,15 @@ def _metrics(jobs: dict, simulation: Simulation) -> dict:
             stop = attempt["end"] if attempt["end"] is not None else simulation.now
             hours[job["namespace"]] = hours.get(job["namespace"], 0.0) + job["gpus"] * (stop - attempt["start"]) / 3600
     return {
-        "jct": _stats(completion),
-        "queueing": {name: _stats(waits[name]) for name in SIZE_CLASSES},
-        "p99_queueing_32_plus": _stats(big)["p99"],
+        "jct": classes[ALL_JOBS]["jct"],
+        "queueing": {name: classes[name]["wait"] for name in SIZE_CLASSES},
+        "size_classes": classes,
+        "idle_while_waiting": None if idle is None else round(idle, 6),
+        "p99_queueing_32_plus": distribution(big_gang_waits(jobs))["p99"],
         "largest_gang_wait": {"gpus": largest, "wait": max((w for w in largest_waits if w is not None), default=None),
                               "never_started": sum(w is None for w in largest_waits)},
         "restarts": sum(max(0, len(job["attempts"]) - 1) for job in jobs.values()),
-        "queueing_by_priority": {str(priority): _stats(values)
+        "queueing_by_priority": {str(priority): distribution(values)
                                  for priority, values in sorted(by_priority(jobs, queueing_delay).items())},
         "preempted": _preempted(jobs, simulation.now),
         "fewest_leaves_share": {"share": None if share is None else round(share, 6), "of": multi_node},

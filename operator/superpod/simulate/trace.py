@@ -1,9 +1,14 @@
 """Traces: the project's job format (CSV) and the Philly trace, as gangs the simulator submits.
 
 Job CSV: a header and at least `submit,name,namespace,replicas,gpus,required,priority,duration` (seconds from the
-trace's start; `required` a topology level name or empty); optional `fail_after` (seconds after start).
-Philly (`timestamp,duration,num_gpus,...`): ≤ 8 GPUs is one replica of that many GPUs; more is whole 8-GPU
-replicas (rounded up) with `required: leaf`, the level such a user asks for on a DGX SuperPOD (a leaf is 256 GPUs)."""
+trace's start; `required` a topology level name or empty); optional columns:
+- `fail_after`: the first attempt fails this many seconds after it starts;
+- `limit`: the time limit the user gave, seconds (> 0; empty: none). What the job asked for, not what it ran:
+  the trace's `duration` may be longer (enforcing the limit is the replay's business, not the reader's);
+- `user`: who submitted it (empty: the namespace), so history can be kept per user.
+Philly (`timestamp,duration,num_gpus,cluster`, and `user` where the trace has it): ≤ 8 GPUs is one replica of
+that many GPUs; more is whole 8-GPU replicas (rounded up) with `required: leaf`, the level such a user asks for
+on a DGX SuperPOD (a leaf is 256 GPUs). The namespace is the virtual cluster; the user, where there is none, too."""
 
 from __future__ import annotations
 
@@ -28,6 +33,12 @@ class TraceJob:
     required: str = ""
     priority: int = 0
     fail_after: float | None = None
+    limit: float | None = None  # the user's time limit, seconds
+    user: str = ""  # who submitted it; "" is read as the namespace
+
+    def __post_init__(self) -> None:
+        if not self.user:  # the namespace stands for its users when the trace names none
+            object.__setattr__(self, "user", self.namespace)
 
     @property
     def total_gpus(self) -> int:
@@ -49,9 +60,23 @@ def _job(row: dict, line: int) -> TraceJob:
         return TraceJob(submit=float(row["submit"]), name=row["name"], namespace=row["namespace"] or "default",
                         replicas=int(row["replicas"]), gpus=int(row["gpus"]), duration=float(row["duration"]),
                         required=row["required"] or "", priority=int(row["priority"] or 0),
-                        fail_after=float(row["fail_after"]) if row.get("fail_after") else None)
+                        fail_after=float(row["fail_after"]) if row.get("fail_after") else None,
+                        limit=time_limit(row.get("limit") or ""), user=row.get("user") or "")
     except (KeyError, ValueError) as error:
         raise ValueError(f"line {line}: {error}") from None
+
+
+def time_limit(text: str) -> float | None:
+    """A `limit` cell: seconds > 0, or None when empty."""
+    if not text.strip():
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (seconds > 0 and math.isfinite(seconds)):
+        raise ValueError(f"limit {text!r} is not a time limit: seconds > 0, or empty for none")
+    return seconds
 
 
 def gang_shape(total_gpus: int, gpus_per_server: int = GPUS_PER_SERVER) -> tuple[int, int]:
@@ -72,7 +97,7 @@ def read_philly(path: str | Path, limit: int | None = None) -> list[TraceJob]:
         replicas, per_replica = gang_shape(int(row["num_gpus"]))
         jobs.append(TraceJob(submit=submitted - start, name=f"philly-{index}", namespace=f"vc-{row['cluster']}",
                              replicas=replicas, gpus=per_replica, duration=float(row["duration"]),
-                             required="leaf" if replicas > 1 else ""))
+                             required="leaf" if replicas > 1 else "", user=row.get("user") or ""))
         if limit and len(jobs) >= limit:
             break
     return jobs

@@ -1,7 +1,8 @@
 """Workloads for the simulator: write the job CSV, generate synthetic traces, and reshape a trace (load, window).
 
 Synthetic traces (`generate`) draw from `random.Random(seed)`: the seed seeds one independent stream each for
-arrivals, sizes, durations and tenants, so changing the arrival process keeps every job's size, duration and tenant.
+arrivals, sizes, durations, tenants and users, so changing the arrival process keeps every job's size, duration,
+tenant, user, name and limit (the users' stream came last: the others draw what they drew before it).
 
 Sizes, as total GPUs, mapped to gangs by `trace.gang_shape` (≤ a server: one replica; more: whole servers):
 - "philly": the GPU counts of the Philly trace with its frequencies (`PHILLY_GPU_COUNTS`); `required: leaf` when
@@ -17,6 +18,8 @@ Durations: log-normal with mean `mean_duration` and σ = `DURATION_SIGMA` (2.15,
 time over the Philly trace's jobs: median ≈ 0.1 × mean, the top 1 % over 14 × mean).
 Tenants: `tenant-0` … `tenant-{n-1}`, Zipf with exponent `TENANT_ZIPF` (1): tenant k has weight 1/(k+1), e.g.
 four tenants get 48 %, 24 %, 16 % and 12 % of the jobs.
+Users, names and time limits (`simulate/users.py`): a few users per tenant, each with a few recurring job-name
+stems whose run times cluster (`<user>-<model>-<n>`), and a limit per job as its user habitually over-estimates.
 Times are rounded to the millisecond."""
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
+from superpod.simulate import users
 from superpod.simulate.trace import GPUS_PER_SERVER, REQUIRED_COLUMNS, TraceJob, gang_shape
 
-CSV_COLUMNS = (*REQUIRED_COLUMNS, "fail_after")
+CSV_COLUMNS = (*REQUIRED_COLUMNS, "fail_after", "limit", "user")
 
 # Philly trace (Jeon et al., ATC '19): jobs by GPU count.
 PHILLY_GPU_COUNTS = {1: 76_627, 2: 1_818, 4: 1_870, 8: 1_643, 12: 7, 16: 199, 24: 7, 32: 67, 64: 6, 128: 3}
@@ -59,7 +63,8 @@ def write_jobs_csv(jobs: list[TraceJob], path: str | Path) -> None:
         for job in jobs:
             writer.writerow([_decimal(job.submit), job.name, job.namespace, job.replicas, job.gpus, job.required,
                              job.priority, _decimal(job.duration),
-                             "" if job.fail_after is None else _decimal(job.fail_after)])
+                             "" if job.fail_after is None else _decimal(job.fail_after),
+                             "" if job.limit is None else _decimal(job.limit), job.user])
 
 
 def _decimal(value: float) -> str:
@@ -75,15 +80,17 @@ def generate(seed: int, jobs: int, tenants: int, sizes: str, arrival: str, mean_
     """A synthetic trace of `jobs` jobs, the first submitted at 0 (see the module docstring for the distributions)."""
     _check_generate(jobs, tenants, sizes, arrival, mean_gap, mean_duration, gpus_per_node)
     root = random.Random(seed)
-    arrival_stream, size_stream, duration_stream, tenant_stream = (random.Random(root.getrandbits(64))
-                                                                   for _ in range(4))
+    arrival_stream, size_stream, duration_stream, tenant_stream, user_stream = (
+        random.Random(root.getrandbits(64)) for _ in range(5))
     submits = _submits(arrival_stream, jobs, arrival, mean_gap)
     table = SIZES[sizes]
     totals = size_stream.choices(list(table), weights=list(table.values()), k=jobs)
     durations = _durations(duration_stream, jobs, mean_duration)
     namespaces = _tenants(tenant_stream, jobs, tenants)
-    return [_generated_job(index, submits[index], totals[index], durations[index], namespaces[index], sizes,
-                           gpus_per_node) for index in range(jobs)]
+    people = users.make_users(user_stream, _tenant_names(tenants), _log_mean(mean_duration), DURATION_SIGMA)
+    submitters = users.assign(user_stream, people, namespaces, durations)
+    return [_generated_job(submits[index], totals[index], durations[index], namespaces[index], submitters[index],
+                           sizes, gpus_per_node) for index in range(jobs)]
 
 
 def _check_generate(jobs: int, tenants: int, sizes: str, arrival: str, mean_gap: float, mean_duration: float,
@@ -120,23 +127,31 @@ def _submits(stream: random.Random, count: int, arrival: str, mean_gap: float) -
     return submits
 
 
+def _log_mean(mean_duration: float) -> float:
+    """The mu of the log-normal of mean `mean_duration` and sigma `DURATION_SIGMA` (its mean is exp(mu + sigma²/2))."""
+    return math.log(mean_duration) - DURATION_SIGMA ** 2 / 2
+
+
 def _durations(stream: random.Random, count: int, mean_duration: float) -> list[float]:
-    # A log-normal's mean is exp(mu + sigma²/2).
-    mu = math.log(mean_duration) - DURATION_SIGMA ** 2 / 2
+    mu = _log_mean(mean_duration)
     return [max(0.001, round(stream.lognormvariate(mu, DURATION_SIGMA), 3)) for _ in range(count)]
 
 
+def _tenant_names(tenants: int) -> list[str]:
+    return [f"tenant-{rank}" for rank in range(tenants)]
+
+
 def _tenants(stream: random.Random, count: int, tenants: int) -> list[str]:
-    names = [f"tenant-{rank}" for rank in range(tenants)]
     weights = [1 / (rank + 1) ** TENANT_ZIPF for rank in range(tenants)]
-    return stream.choices(names, weights=weights, k=count)
+    return stream.choices(_tenant_names(tenants), weights=weights, k=count)
 
 
-def _generated_job(index: int, submit: float, total_gpus: int, duration: float, namespace: str, sizes: str,
-                   gpus_per_node: int) -> TraceJob:
+def _generated_job(submit: float, total_gpus: int, duration: float, namespace: str, submitter: users.Submitter,
+                   sizes: str, gpus_per_node: int) -> TraceJob:
     replicas, per_replica = gang_shape(total_gpus, gpus_per_node)
-    return TraceJob(submit=submit, name=f"gen-{index}", namespace=namespace, replicas=replicas, gpus=per_replica,
-                    duration=duration, required=_required(sizes, total_gpus, replicas))
+    return TraceJob(submit=submit, name=submitter.name, namespace=namespace, replicas=replicas, gpus=per_replica,
+                    duration=duration, required=_required(sizes, total_gpus, replicas), limit=submitter.limit,
+                    user=submitter.user)
 
 
 def _required(sizes: str, total_gpus: int, replicas: int) -> str:
