@@ -16,6 +16,8 @@ from superpod.controller.jobs import JobView
 from superpod.controller.metering import Labels, attempt_bill, attempt_runs, attempt_usage, outside_queues
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle
+from superpod.core.cycle import ReservationRule
+from superpod.core.estimates import Ordering
 from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Condition, Phase, Reason
 from superpod.core.usage import Record
 
@@ -32,6 +34,8 @@ class Settings:
     # Seconds a placed gang's status may wait after its pods are written: a gang whose pods all run by then is
     # written once, Running, instead of Starting then Running (a status write costs the API server 2-4 pod creates).
     status_delay: float = STATUS_DELAY
+    reserving: ReservationRule = ReservationRule()  # which blocked jobs hold reservations (core/cycle.py)
+    ordering: Ordering = Ordering()  # jobs of one priority by arrival or by predicted service (core/estimates.py)
 
 
 def revisit_at(state: ClusterState, view: JobView, now: float, settings: Settings) -> float:

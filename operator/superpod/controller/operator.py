@@ -43,6 +43,8 @@ from superpod.controller.judge import Settings
 from superpod.controller.metrics import Metrics
 from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState, Relist
+from superpod.core.cycle import ReservationRule
+from superpod.core.estimates import ARRIVAL, SERVICE, Ordering
 from superpod.k8s.api import NODES, PODGROUPS, PODS, TRAININGJOBS, WATCHED, ApiError, ClusterAPI, Kind
 from superpod.k8s.client import load
 from superpod.k8s.kube import AGENT, KubeAPI
@@ -321,6 +323,17 @@ def register(sub) -> None:
                    help="seconds a placed gang's status may wait after its pods are written: a gang whose pods all "
                         "run by then is written once, Running (under load most are); 0 writes Starting at the next "
                         "cycle")
+    p.add_argument("--order", choices=(ARRIVAL, SERVICE), default=Settings.ordering.by,
+                   help="jobs of one priority: by arrival, or by predicted service (short, small jobs first, aged)")
+    p.add_argument("--service-weight", type=float, default=Settings.ordering.weight,
+                   help="--order service: seconds a job's turn moves back per square-root predicted GPU-hour")
+    p.add_argument("--reservations", type=int, default=Settings.reserving.per_group,
+                   help="blocked jobs that hold a reservation at once, per queue")
+    p.add_argument("--reserve-after", type=float, default=Settings.reserving.after,
+                   help="seconds a blocked job waits before it reserves (0: at once), unless it is big enough "
+                   "(--reserve-from-gpus)")
+    p.add_argument("--reserve-from-gpus", type=float, default=Settings.reserving.from_units,
+                   help="a blocked job of this many GPUs or more reserves at once")
     p.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=Settings.preemption,
                    help="a blocked job may evict lower-priority gangs, and a queue below its guarantee what others "
                         "borrow")
@@ -355,7 +368,9 @@ def run(args) -> int:
     identity = args.identity or f"{socket.gethostname()}-{uuid.uuid4().hex[:6]}"
     api_client.user_agent = f"{AGENT}{identity}"  # the API server's audit log names each replica
     settings = Settings(args.scheduler_name, args.not_ready_grace, usage_half_life=args.usage_half_life,
-                        preemption=args.preemption, status_delay=args.status_delay)
+                        preemption=args.preemption, status_delay=args.status_delay,
+                        reserving=ReservationRule(args.reservations, args.reserve_after, args.reserve_from_gpus),
+                        ordering=Ordering(args.order, args.service_weight))
     metrics = Metrics()
     api = KubeAPI(api_client, workers=args.api_workers, qps=args.api_qps, burst=args.api_burst,
                   throttled=metrics.api_throttled.inc)

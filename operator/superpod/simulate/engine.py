@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import heapq
+import math
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -82,6 +83,8 @@ def training_job(job: TraceJob) -> dict:
                      "template": {"spec": {"containers": [{"name": "main", "image": "trace"}]}}}}
     if job.required:
         body["spec"]["topology"] = {"required": job.required}
+    if job.limit:
+        body["spec"]["maxRuntimeSeconds"] = math.ceil(job.limit)
     return body
 
 

@@ -1,0 +1,70 @@
+"""Reservations with a predicted start, on the real control plane with simulated nodes of its own: a blocked gang
+reserves the leaf predicted to free first and says when it expects to start; a job whose limit ends before that
+start runs inside the reservation, one whose limit does not waits; the reserved gang starts when predicted. The
+runtimes the estimator learned come back from the GPUUsage records after the operator restarts."""
+
+from __future__ import annotations
+
+import re
+import time
+
+from superpod.api.times import timestamp
+from tests.integration.operator_env import Jobs, sim_cluster, training_job
+from tests.integration.wait import wait_for
+
+RUN = "sim.superpod.dev/run-for"
+
+
+def expected_seconds(message: str) -> float:
+    found = re.search(r"expected to start in about (\d+) (s|min|h)", message)
+    assert found, message
+    return float(found[1]) * {"s": 1, "min": 60, "h": 3600}[found[2]]
+
+
+def test_a_job_that_ends_before_the_reserved_start_runs_inside_the_reservation(cluster, operator, namespace):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 8, nodes_per_unit=4)  # 2 leaves of 4 nodes
+    jobs = Jobs(cluster.api, namespace)
+    jobs.create(training_job("hold", sim, 4, gpus=8, required="leaf", maxRuntimeSeconds=3600,
+                             annotations={RUN: "600s"}))  # one leaf, long
+    jobs.wait_phase("hold", "Running")
+    jobs.create(training_job("soon", sim, 3, gpus=8, required="leaf", maxRuntimeSeconds=45,
+                             annotations={RUN: "30s"}))  # three nodes of the other leaf, predicted to end by 45 s
+    jobs.wait_phase("soon", "Running")
+    soon_start = timestamp(jobs.status("soon")["attemptStartTime"])
+    jobs.create(training_job("big", sim, 4, gpus=8, required="leaf"))
+    message = jobs.wait_message("big", "is reserved for it")
+    assert f"when {namespace}/soon ends" in message, message
+    predicted = soon_start + 45
+    assert abs(time.time() + expected_seconds(message) - predicted) < 15, message
+    jobs.create(training_job("slow", sim, 1, gpus=8, maxRuntimeSeconds=3600, annotations={RUN: "600s"}))
+    jobs.create(training_job("quick", sim, 1, gpus=8, maxRuntimeSeconds=10, annotations={RUN: "5s"}))
+    jobs.wait_phase("quick", "Running", timeout=30)  # on the one free node: inside big's reservation
+    assert jobs.phase("big") == "Queued" and "reserved" in jobs.status("big").get("message", "")
+    slow = jobs.wait_message("slow", "fits only inside", timeout=30)
+    assert "reserved for " + f"{namespace}/big" in slow, slow
+    big = jobs.wait_phase("big", "Running", timeout=90)
+    started = timestamp(big["attemptStartTime"])
+    assert started <= predicted + 10, f"big started {started - predicted:.0f} s after its predicted start"
+    assert jobs.phase("slow") == "Queued"
+    jobs.wait_phase("quick", "Succeeded", timeout=30)
+
+
+def test_the_estimators_history_survives_a_restart(cluster, operator, namespace):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 4, nodes_per_unit=4)  # one leaf
+    jobs = Jobs(cluster.api, namespace)
+    key = {"superpod.dev/estimate-key": "pretrain"}
+    first = training_job("pretrain-1", sim, 4, gpus=8, annotations={RUN: "20s"})
+    first["metadata"]["labels"] = key
+    jobs.create(first)
+    jobs.wait_phase("pretrain-1", "Succeeded", timeout=90)
+    operator.kill()
+    operator.start()
+    second = training_job("pretrain-2", sim, 4, gpus=8, annotations={RUN: "120s"})
+    second["metadata"]["labels"] = key
+    jobs.create(second)
+    jobs.wait_phase("pretrain-2", "Running", timeout=60)
+    jobs.create(training_job("next", sim, 4, gpus=8, required="leaf"))
+    message = jobs.wait_message("next", "is reserved for it", timeout=60)
+    assert f"when {namespace}/pretrain-2 ends" in message, message  # predicted from pretrain-1's 20 s
+    assert expected_seconds(message) <= 30, message
+    wait_for(lambda: jobs.phase("pretrain-2") in ("Running", "Succeeded"), 5, "pretrain-2 runs on")
