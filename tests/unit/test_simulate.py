@@ -269,3 +269,21 @@ def test_queues_come_from_the_cluster_dump_when_no_queue_file_is_given(tmp_path)
     assert [q["metadata"]["name"] for q in cli.load_queues(str(dump), required=False)] == ["a"]
     dump.write_text(yaml.safe_dump_all(small_cluster()[:2]))
     assert cli.load_queues(str(dump), required=False) == []
+
+
+def test_a_gang_stopped_at_its_queues_runtime_cap_ends_with_that_outcome_and_its_job_ends():
+    """The limit's end is an instant of the replay (Controller.next_deadline), the attempt's outcome names it, and the
+    job counts as ended, not as waiting."""
+    queue = {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
+             "spec": {"namespaces": ["team-a"], "resources": [{"flavor": "*", "guaranteed": 128}],
+                      "maxRuntimeSeconds": 500}}
+    jobs = [TraceJob(0.0, "long", "team-a", 2, 8, 1000.0, "leaf"), TraceJob(10.0, "short", "team-a", 1, 8, 100.0)]
+    nodes = small_cluster()
+    runtime = RuntimeModel.of(TOPOLOGY, nodes)
+    simulation = Simulation(nodes, TOPOLOGY, jobs, POLICIES["superpod"](7), runtime, queues=[queue])
+    simulation.run()
+    result = policy_summary(simulation, runtime, steady_window(jobs), [queue])
+    long, short = result["jobs"]["team-a/long"], result["jobs"]["team-a/short"]
+    assert [(a["start"], a["end"], a["outcome"]) for a in long["attempts"]] == [(0.0, 500.0, "MaxRuntimeExceeded")]
+    assert long["end"] == 500.0 and not simulation._waiting
+    assert [a["outcome"] for a in short["attempts"]] == ["Succeeded"] and short["end"] == 110.0
