@@ -100,7 +100,7 @@ def test_a_node_change_judges_only_the_gangs_on_that_node():
     c.settle(3)
     judged = []
     judge = c.controller._judge
-    c.controller._judge = lambda view, now: judged.append(view.key) or judge(view, now)
+    c.controller._judge = lambda view, now, limit: judged.append(view.key) or judge(view, now, limit)
     c.cycle()
     assert judged == [], "running gangs are steady"
     node = c.pods("b")[0]["spec"]["nodeName"]
@@ -121,7 +121,7 @@ def test_a_deleted_node_leaves_no_stamp_and_its_gang_is_judged():
     c.settle(1)
     judged = []
     judge = c.controller._judge
-    c.controller._judge = lambda view, now: judged.append(view.key) or judge(view, now)
+    c.controller._judge = lambda view, now, limit: judged.append(view.key) or judge(view, now, limit)
     run(c.admin.delete(NODES, first))
     c.cycle()
     assert first not in stamps and len(stamps) == 3

@@ -129,7 +129,7 @@ def test_the_same_command_twice_gives_byte_identical_summaries(tmp_path):
                               format="jobs",
                                   limit=None, window=None, load="0.9", policy=",".join(POLICIES), seed=5,
                                   slowdown=None, startup_delay=0.0, out=str(tmp_path / run), no_plots=True,
-                                  workers=1, progress=False, queues=None)
+                                  workers=1, progress=False, queues=None, estimates="history")
         assert cli.run(args) == 0
         outputs.append((tmp_path / run / "summary.json").read_bytes())
     assert outputs[0] == outputs[1]
@@ -142,7 +142,7 @@ def test_a_bad_trace_is_refused_with_its_line(tmp_path, capsys):
     args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, priorities=None, trace=str(trace),
                               format="jobs", limit=None,
                               window=None, load=None, policy="superpod", seed=0, slowdown=None, startup_delay=0.0,
-                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False, queues=None)
+                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False, queues=None, estimates="history")
     assert cli.run(args) == 2
     assert "line 2" in capsys.readouterr().err
 
@@ -334,3 +334,21 @@ def test_the_table_puts_policies_side_by_side_with_size_classes_in_hours(capsys)
                        "8.2", "/", "2.0", "/", "60.6", "-", "/", "-", "/", "-"]
     assert rows[3][1:6] == ["7.9", "/", "2.0", "/", "65.2"]
     assert any("1 GPU" in line and "> 64 GPUs" in line for line in lines)
+
+
+def test_a_gang_stopped_at_its_queues_runtime_cap_ends_with_that_outcome_and_its_job_ends():
+    """The limit's end is an instant of the replay (Controller.next_deadline), the attempt's outcome names it, and the
+    job counts as ended, not as waiting."""
+    queue = {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
+             "spec": {"namespaces": ["team-a"], "resources": [{"flavor": "*", "guaranteed": 128}],
+                      "maxRuntimeSeconds": 500}}
+    jobs = [TraceJob(0.0, "long", "team-a", 2, 8, 1000.0, "leaf"), TraceJob(10.0, "short", "team-a", 1, 8, 100.0)]
+    nodes = small_cluster()
+    runtime = RuntimeModel.of(TOPOLOGY, nodes)
+    simulation = Simulation(nodes, TOPOLOGY, jobs, POLICIES["superpod"](7), runtime, queues=[queue])
+    simulation.run()
+    result = policy_summary(simulation, runtime, steady_window(jobs), [queue])
+    long, short = result["jobs"]["team-a/long"], result["jobs"]["team-a/short"]
+    assert [(a["start"], a["end"], a["outcome"]) for a in long["attempts"]] == [(0.0, 500.0, "MaxRuntimeExceeded")]
+    assert long["end"] == 500.0 and not simulation._waiting
+    assert [a["outcome"] for a in short["attempts"]] == ["Succeeded"] and short["end"] == 110.0

@@ -137,7 +137,7 @@ def queue_from_k8s(obj: dict) -> Queue:
         budget = Budget(spec.budget.gpuHours, duration(spec.budget.period), spec.budget.onExhausted)
     return Queue(gq.metadata.name, spec.parent, tuple(spec.namespaces),
                  tuple(Quota(r.flavor, r.guaranteed, r.limit, r.lendingLimit) for r in spec.resources),
-                 spec.weight, budget, spec.minRuntimeSeconds)
+                 spec.weight, budget, spec.minRuntimeSeconds, spec.defaultMaxRuntimeSeconds, spec.maxRuntimeSeconds)
 
 
 LABEL_VALUE_MAX = 63  # characters of a Kubernetes label value

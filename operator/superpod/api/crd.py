@@ -31,9 +31,10 @@ _ACTIVE = "['Starting', 'Running']"
 
 
 # What a job was admitted with: its queue and class (whose quota it counts against, whether it may be preempted),
-# its priority and its own minimum runtime (what it may preempt, and for how long it is shielded). Changing one of
-# these on a placed job would move it out of its queue's limit or make borrowed GPUs unreclaimable.
-ADMITTED_FIELDS = ("queue", "serviceClass", "priority", "minRuntimeSeconds")
+# its priority, its own minimum runtime (what it may preempt, and for how long it is shielded) and its runtime limit
+# (when it is stopped; what the queue planned around). Changing one of these on a placed job would move it out of its
+# queue's limit, make borrowed GPUs unreclaimable or let it outlive the end it was placed with.
+ADMITTED_FIELDS = ("queue", "serviceClass", "priority", "minRuntimeSeconds", "maxRuntimeSeconds")
 _PLACED = f"has(oldSelf.status) && has(oldSelf.status.phase) && oldSelf.status.phase in {_ACTIVE}"
 
 
@@ -111,6 +112,10 @@ RULES: dict[str, list[dict]] = {
         {"rule": "!has(self.resources) || self.resources.all(r, !has(r.lendingLimit) || r.lendingLimit <= "
                  "r.guaranteed)",
          "message": "a resource's lendingLimit must not exceed its guarantee"},
+        {"rule": "!has(self.defaultMaxRuntimeSeconds) || !has(self.maxRuntimeSeconds) || "
+                 "self.defaultMaxRuntimeSeconds <= self.maxRuntimeSeconds",
+         "fieldPath": ".defaultMaxRuntimeSeconds",
+         "message": "defaultMaxRuntimeSeconds must not exceed maxRuntimeSeconds (the most any job of the queue gets)"},
     ],
     "GPUQueue.spec.budget": [
         # 0h matches the duration pattern but is no period at all (the operator refuses such a queue too)

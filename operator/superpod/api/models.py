@@ -115,6 +115,13 @@ class TrainingJobSpec(_Spec):
         description="Not preempted until each attempt has run this long (default and most: its GPUQueue's; 0 "
         "without one); fixed while the job is Starting or Running.",
     )
+    maxRuntimeSeconds: int | None = Field(
+        None, ge=1,
+        description="A limit the operator enforces: an attempt placed this long ago is stopped (graceful, each "
+        "pod's own grace period) and the job ends Failed, reason MaxRuntimeExceeded, not retried. Absent: its "
+        "GPUQueue's defaultMaxRuntimeSeconds; never more than the queue's maxRuntimeSeconds. Fixed while the job "
+        "is Starting or Running.",
+    )
 
     @model_validator(mode="after")
     def _slices_divide(self) -> TrainingJobSpec:
@@ -135,7 +142,8 @@ class Condition(BaseModel):
 class Failure(BaseModel):
     model_config = ConfigDict(extra="allow")
     attempt: int = Field(ge=0, description="The attempt that ended.")
-    reason: str = Field(description="PodFailed, NodeLost, PodDeleted, StartupTimeout or ContainerError.")
+    reason: str = Field(description="PodFailed, NodeLost, PodDeleted, StartupTimeout, ContainerError or "
+                        "MaxRuntimeExceeded.")
     replica: int | None = Field(None, description="The replica (rank) at fault, if one.")
     node: str | None = Field(None, description="Its node.")
     exitCode: int | None = Field(None, description="The exit code of the container that failed.")
@@ -163,6 +171,7 @@ class Admission(BaseModel):
     serviceClass: str = Field("spot", description="spec.serviceClass when placed.")
     priority: int = Field(0, description="spec.priority when placed.")
     minRuntimeSeconds: int | None = Field(None, description="spec.minRuntimeSeconds when placed.")
+    maxRuntimeSeconds: int | None = Field(None, description="spec.maxRuntimeSeconds when placed.")
 
 
 class TrainingJobStatus(BaseModel):
@@ -303,12 +312,24 @@ class GPUQueueSpec(_Spec):
         "own spec.minRuntimeSeconds may ask for less, never more: the queue's owner decides protection)."
     )
     budget: QueueBudget | None = Field(None, description="GPU-hours per period; absent: no budget.")
+    defaultMaxRuntimeSeconds: int | None = Field(
+        None, ge=1, description="The runtime limit of its jobs that set none (a TrainingJob's spec.maxRuntimeSeconds, "
+        "a pod gang's superpod.dev/max-runtime-seconds annotation): a gang placed this long ago is stopped, reason "
+        "MaxRuntimeExceeded. Absent: no limit."
+    )
+    maxRuntimeSeconds: int | None = Field(
+        None, ge=1, description="The most runtime any of its jobs gets: a job asking for more, or for nothing, is "
+        "stopped after this long (reason MaxRuntimeExceeded). Absent: no cap."
+    )
 
     @model_validator(mode="after")
     def _unique(self) -> GPUQueueSpec:
         flavors = [r.flavor for r in self.resources]
         if len(set(flavors)) != len(flavors):
             raise ValueError(f"each flavor at most once in resources: {flavors}")
+        default, cap = self.defaultMaxRuntimeSeconds, self.maxRuntimeSeconds
+        if default is not None and cap is not None and default > cap:
+            raise ValueError(f"defaultMaxRuntimeSeconds ({default}) must not exceed maxRuntimeSeconds ({cap})")
         return self
 
 

@@ -5,7 +5,8 @@ scheduler-plugins coscheduling label scheduling.x-k8s.io/pod-group (its size: th
 alone. Topology comes from the annotations superpod.dev/topology-required, -preferred, slice-size and
 slice-required, as in a TrainingJob's spec.topology; ranks from superpod.dev/rank, else a JobSet's job index and the
 Job completion index (or a StatefulSet's pod index), else the pod name. The gang's members must agree on everything
-placement reads but their requests: each is booked at its own (an MPIJob's launcher beside its workers)."""
+placement reads but their requests: each is booked at its own (an MPIJob's launcher beside its workers). The runtime
+limit a gang asks for: the annotation superpod.dev/max-runtime-seconds, whole seconds."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ GANG_SIZE = "superpod.dev/gang-size"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 QUEUE_LABEL = "superpod.dev/queue"
 RANK_LABEL = "superpod.dev/rank"
+MAX_RUNTIME = "superpod.dev/max-runtime-seconds"  # a gang's runtime limit, as a TrainingJob's spec.maxRuntimeSeconds
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 JOBSET_INDEX = "jobset.sigs.k8s.io/job-global-index"
 POD_INDEX = "apps.kubernetes.io/pod-index"  # a StatefulSet pod's ordinal
@@ -122,6 +124,28 @@ def gang_size(key: str, pods: list[dict], pod_group: dict | None, by: str) -> in
         what = "missing" if text == "None" else f"not a count of at least 1: {text!r}"
         raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{GANG_SIZE}]", what)
     return size
+
+
+def max_runtime_of(key: str, pods: list[dict]) -> int | None:
+    """The runtime limit, in seconds, the gang's pods ask for (annotation MAX_RUNTIME); None when none does. Raises
+    ConvertError naming the pod whose value is not whole seconds of at least 1, or the pods that disagree (a pod
+    without it disagrees with one that has it)."""
+    said: dict[str | None, list[str]] = {}
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        value = (meta.get("annotations") or {}).get(MAX_RUNTIME)
+        if value is not None and not (isinstance(value, str) and value.isascii() and value.isdigit()
+                                      and len(value) <= 12 and int(value) >= 1):
+            raise ConvertError(describe(pod), f"metadata.annotations[{MAX_RUNTIME}]",
+                               f"expected whole seconds of at least 1 (e.g. \"3600\"), got {value!r}")
+        said.setdefault(value, []).append(str(meta.get("name")))
+    if len(said) > 1:
+        which = ", ".join(f"{value or 'none'} ({', '.join(sorted(names)[:3])})" for value, names in
+                          sorted(said.items(), key=lambda item: item[0] or ""))
+        raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{MAX_RUNTIME}]",
+                           f"its pods disagree: {which}")
+    value = next(iter(said), None)
+    return int(value) if value is not None else None
 
 
 def gang_request(key: str, pods: list[dict], extra_selector: tuple[tuple[str, str], ...] = (),

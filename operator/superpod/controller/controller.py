@@ -2,7 +2,8 @@
 
 - observe: read the cache (controller/state.py) as it is at the start of the cycle: jobs, pods, nodes;
 - judge: the placed gangs through core.lifecycle (controller/judge.py): those that changed, were not steady last
-  cycle, or on a node that changed;
+  cycle, on a node that changed, or whose runtime limit came (controller/deadlines.py; pod gangs' limits:
+  controller/gang_limits.py);
 - decide: the waiting jobs through the waiting room (controller/waiting.py: core.cycle's decisions, without
   visiting the jobs behind a shape that did not fit) on the snapshot, then the MIG flow;
 - apply: every plan through the one applier (controller/applier.py).
@@ -25,8 +26,10 @@ from superpod.api.podgang import is_gang_key
 from superpod.controller import preemption
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
+from superpod.controller.deadlines import Deadlines
 from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, wait_plans
 from superpod.controller.estimates import Estimator
+from superpod.controller.gang_limits import GangLimits
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings, judge, record_deleted, requeue, revisit_at
 from superpod.controller.metering import Meter
@@ -41,6 +44,7 @@ from superpod.core.phases import Phase, Reason
 from superpod.core.preempt import Preempting, lower_priority
 from superpod.core.queues import Closed, FairQueues
 from superpod.core.request import JobRequest
+from superpod.core.runtime_limit import RuntimeLimit
 from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
@@ -53,9 +57,9 @@ class Controller:
                  clock: Callable[[], float] = time.time) -> None:
         self.state, self.settings, self.mig, self.metrics = state, settings or Settings(), mig, metrics
         self.policy = policy or PriorityFifo(self.settings.reserving, self.settings.ordering)
-        self.estimator = Estimator(state, self.policy.ordering)
         self.applier = Applier(api, state, leading, metrics, writer=self.settings.writer, clock=clock)
         self.queues = QueueBook(state, self.settings.usage_half_life, metrics)
+        self.estimator = Estimator(state, self.policy.ordering, self.queues.max_runtime)
         self.meter = Meter(metrics.gpu_seconds if metrics else None, self.queues.labels)
         self.bills = PodBills(self.queues)  # pods billed on their own (pod gangs, orphans, others' GPU pods, tails)
         # The last cycle's findings on the waiting jobs (for `superpod plan`, explanations and tests):
@@ -86,6 +90,9 @@ class Controller:
         # not steady (a gang starting): not judged again before that moment unless it changes
         self.quiet: dict[str, tuple[tuple[int, int, int], float]] = {}
         self._judged = -1  # the nodes version the placed jobs were last all judged on
+        self.deadlines = Deadlines()  # when each placed gang's runtime limit ends
+        self.gang_limits = GangLimits()
+        self._limits_of = -1  # the GPUQueue edits the placed jobs' deadlines were last all computed on
         self.meter.reset()
         self.applier.forget_all()
 
@@ -150,7 +157,9 @@ class Controller:
         placed = self.reader.gangs
         plans += self._record_deleted(now)
         plans += self._guarded("metering", lambda: self._bill_pods(), [])
-        plans += self._judge_placed(touched, now)
+        due = self.deadlines.due(now)
+        plans += self._judge_placed(touched, now, [key for key in due if not is_gang_key(key)])
+        plans += self._guarded("limits", lambda: self._gang_limits([key for key in due if is_gang_key(key)], now), [])
         plans += self.room.gangs.stop_incomplete(self.state, now, touched)
         waiting = self.room.pending(self.state, self.reader, now, touched, self.queues.labels,
                                      lambda uid: self.applier.settled(uid, now))
@@ -310,9 +319,14 @@ class Controller:
             self._offered = (self.state.version, Offered.of(self.state.offers))
         return self._offered[1]
 
-    def _judge_placed(self, touched: set[str], now: float) -> list[Plan]:
+    def next_deadline(self) -> float | None:
+        """The soonest runtime limit of a placed gang still to come: a cycle then stops it (the simulator's
+        instant; the operator cycles every second)."""
+        return self.deadlines.next()
+
+    def _judge_placed(self, touched: set[str], now: float, due: list[str]) -> list[Plan]:
         """Judge the placed gangs that are not steady: those that changed (`touched`), those not steady last cycle,
-        and when nodes changed, those on a node that changed or is gone."""
+        those whose runtime limit came (`due`), and when nodes changed, those on a node that changed or is gone."""
         active, changes, version, steady = self.reader.active, self.state.changes, self.state.version, self.steady
         stamps, nodes = self.state.node_stamps, self.state.nodes
         if self._judged != version:
@@ -320,6 +334,12 @@ class Controller:
         else:
             candidates = (touched & active.keys()) | self.judge_next
         self.judge_next = set()
+        for key in due:  # judged again though nothing of it changed: time did
+            if (view := active.get(key)) is not None:
+                steady.pop(view.uid, None)
+                self.quiet.pop(view.uid, None)
+                candidates.add(key)
+        limits = self._job_limits(candidates, touched, now)
         plans: list[Plan] = []
         draining = self._draining(now)
         plans += draining.values()
@@ -335,9 +355,35 @@ class Controller:
                 self.judge_next.add(key)  # judged on this same state, and no deadline has come
                 continue
             if steady.get(view.uid) != seen and self.applier.settled(view.uid, now):
-                plans += self._judge_unless_steady(view, seen, now)
+                plans += self._judge_unless_steady(view, seen, now, limits.get(key))
             if steady.get(view.uid) != seen:
                 self.judge_next.add(key)
+        return plans
+
+    def _job_limits(self, candidates: set[str], touched: set[str], now: float) -> dict[str, RuntimeLimit]:
+        """The runtime limits of the placed jobs about to be judged, and the deadlines of those (every placed job's
+        when a GPUQueue changed: its default or cap may have). A job no longer placed has none."""
+        active = self.reader.active
+        every = self._limits_of != self.state.queue_edits
+        self._limits_of = self.state.queue_edits
+        limits = {}
+        gone = {key for key in touched - active.keys() if not is_gang_key(key)}  # (a pod gang's are its own)
+        for key in set(active) if every else candidates | gone:
+            view = active.get(key)
+            limit = self._guarded("limits", lambda v=view: self.queues.job_limit(v), None) if view else None
+            started = view.time(view.status.attemptStartTime) if view is not None else None
+            self.deadlines.set(key, limit.deadline(started) if limit is not None and started is not None else None)
+            if limit is not None:
+                limits[key] = limit
+        return limits
+
+    def _gang_limits(self, due: list[str], now: float) -> list[Plan]:
+        """Pod gangs' deadlines followed, and those whose limit came evicted (unless draining does)."""
+        gangs = self.room.gangs
+        plans = self.gang_limits.follow(self.state, gangs, self.queues, self.deadlines)
+        for key in due:
+            if plan := self.gang_limits.stop(self.state, gangs, self.queues, self.deadlines, key, now):
+                plans.append(plan)
         return plans
 
     def _record_deleted(self, now: float) -> list[Plan]:
@@ -376,20 +422,21 @@ class Controller:
                 plans[request.key] = plan
         return plans
 
-    def _judge_unless_steady(self, view: JobView, seen: tuple[int, int], now: float) -> list[Plan]:
+    def _judge_unless_steady(self, view: JobView, seen: tuple[int, int], now: float,
+                             limit: RuntimeLimit | None) -> list[Plan]:
         """Judge a placed job, and remember it as steady when there is nothing to write (`seen`: its change stamp
-        and the last change of its nodes)."""
-        plans = self._judge(view, now)
+        and the last change of its nodes); a steady job's runtime `limit` wakes it (`deadlines`)."""
+        plans = self._judge(view, now, limit)
         self.quiet.pop(view.uid, None)
         if not plans and view.phase == Phase.RUNNING and view.status.reason == Reason.RUNNING:
             self.steady[view.uid] = seen
         elif not plans:
-            self.quiet[view.uid] = (seen, revisit_at(self.state, view, now, self.settings))
+            self.quiet[view.uid] = (seen, revisit_at(self.state, view, now, self.settings, limit))
         return plans
 
-    def _judge(self, view: JobView, now: float) -> list[Plan]:
+    def _judge(self, view: JobView, now: float, limit: RuntimeLimit | None) -> list[Plan]:
         try:
-            plan = judge(self.state, view, now, self.settings, self.metrics, self.queues.labels)
+            plan = judge(self.state, view, now, self.settings, self.metrics, self.queues.labels, limit)
         except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
             log.exception("judging %s failed", view.key)
             self._count_error("judge")

@@ -7,6 +7,7 @@ learned survives a restart and is the same on every replica. A waiting job is es
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 
 from superpod.api.convert import estimate_key
@@ -19,9 +20,12 @@ from superpod.core.request import JobRequest
 
 
 class Estimator:
-    def __init__(self, state: ClusterState, ordering: Ordering | None = None) -> None:
+    def __init__(self, state: ClusterState, ordering: Ordering | None = None,
+                 limits: Callable[[JobView], float | None] = lambda view: None) -> None:
+        """`limits(view)`: a TrainingJob's runtime limit in force (QueueBook.max_runtime)."""
         self.state = state
         self.ordering = ordering or Ordering()
+        self.limits = limits
         self.horizon = Horizon()
 
     def runtime(self, view) -> float | None:
@@ -32,9 +36,8 @@ class Estimator:
         return estimates.estimate(self.state.ledger.runtimes(namespace, estimate_key(view.obj)), self.limit(view))
 
     def limit(self, view) -> float | None:
-        """The job's runtime limit (spec.maxRuntimeSeconds), if it has one."""
-        limit = view.obj["spec"].get("maxRuntimeSeconds") if isinstance(view, JobView) else None
-        return float(limit) if isinstance(limit, int) and limit > 0 else None
+        """A TrainingJob's runtime limit in force, if it has one (a pod gang: not known here)."""
+        return self.limits(view) if isinstance(view, JobView) else None
 
     def request(self, view) -> JobRequest:
         """The request the waiting line holds: the job's, with its estimate and, ordered by service, its turn."""

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from superpod.api.convert import job_from_k8s
+from superpod.api.crd import ADMITTED_FIELDS
 from superpod.api.models import TrainingJobSpec, TrainingJobStatus
 from superpod.api.resources import ConvertError
 from superpod.api.status import condition, read_status, updated
@@ -77,14 +78,20 @@ class JobView:
     def admission(self) -> dict:
         """What a gang placed now is admitted under (status.admitted): the spec's fields that decide accounting
         and protection, as they are at placement."""
-        fields = ("queue", "serviceClass", "priority", "minRuntimeSeconds")
-        return {field: value for field in fields if (value := self.spec(field)) is not None}
+        return {field: value for field in ADMITTED_FIELDS if (value := self.spec(field)) is not None}
 
     @property
     def min_runtime(self) -> int | None:
         """The job's own minRuntimeSeconds: as admitted while it is placed, else as its spec says."""
         admitted = self.status.admitted if self.phase in ACTIVE else None
         return admitted.minRuntimeSeconds if admitted is not None else self.obj["spec"].get("minRuntimeSeconds")
+
+    @property
+    def max_runtime_asked(self) -> int | None:
+        """The job's own maxRuntimeSeconds: as admitted while it is placed, else as its spec says (the limit in
+        force, with its queue's default and cap: QueueBook.max_runtime)."""
+        admitted = self.status.admitted if self.phase in ACTIVE else None
+        return admitted.maxRuntimeSeconds if admitted is not None else self.obj["spec"].get("maxRuntimeSeconds")
 
     # ---- writes ---------------------------------------------------------------------------------------------------
     def write(self, changes: dict, now: float, conditions: list[tuple[str, str, str, str]] = ()) -> WriteStatus:

@@ -19,6 +19,7 @@ from superpod.core import lifecycle
 from superpod.core.cycle import ReservationRule
 from superpod.core.estimates import Ordering
 from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Condition, Phase, Reason
+from superpod.core.runtime_limit import RuntimeLimit
 from superpod.core.usage import Record
 
 STATUS_DELAY = 5.0  # seconds (Settings.status_delay)
@@ -38,12 +39,16 @@ class Settings:
     ordering: Ordering = Ordering()  # jobs of one priority by arrival or by predicted service (core/estimates.py)
 
 
-def revisit_at(state: ClusterState, view: JobView, now: float, settings: Settings) -> float:
+def revisit_at(state: ClusterState, view: JobView, now: float, settings: Settings,
+               limit: RuntimeLimit | None = None) -> float:
     """When time alone may change what `judge` says of a placed job while nothing of it, its pods or its nodes
-    changes: its startup deadline, the end of an unsent status' delay, the grace of a node of it that is not ready.
-    Until then an unchanged job is judged the same."""
+    changes: its startup deadline, the end of an unsent status' delay, the grace of a node of it that is not ready,
+    the end of its runtime `limit`. Until then an unchanged job is judged the same."""
     status, due = view.status, []
-    due.append((view.time(status.attemptStartTime) or now) + float(view.spec("startupTimeoutSeconds")))
+    started = view.time(status.attemptStartTime) or now
+    due.append(started + float(view.spec("startupTimeoutSeconds")))
+    if limit is not None:
+        due.append(limit.deadline(started))
     if (unsent := state.unsent.get(view.key)) is not None:
         due.append(unsent[1] + settings.status_delay)
     for node in set(view.placement().values()):
@@ -59,7 +64,9 @@ def own_pods(state: ClusterState, view: JobView) -> list[PodInfo]:
 
 
 def judge(state: ClusterState, view: JobView, now: float, settings: Settings, metrics=None,
-          labels: Callable[[JobView], Labels] = outside_queues) -> Plan | None:
+          labels: Callable[[JobView], Labels] = outside_queues, limit: RuntimeLimit | None = None) -> Plan | None:
+    """The plan for a placed job (None: nothing to do). `limit`: its runtime limit in force
+    (QueueBook.job_limit), counted from its placement (status.attemptStartTime)."""
     status = view.status
     attempt, placement = status.attempt, view.placement()
     if sorted(placement) != list(range(view.replicas)):
@@ -74,7 +81,7 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         container_errors=status.containerErrors, placement=placement, pods={i: p.state for i, p in current.items()},
         lost_nodes=lost, not_ready=not_ready, not_ready_grace=settings.not_ready_grace,
         deleted=frozenset(p.index for p in mine if p.attempt == attempt and p.deleting and p.index is not None
-                          and p.phase not in POD_FINISHED)), now)
+                          and p.phase not in POD_FINISHED), limit=limit), now)
     plan = Plan(f"job:{view.key}")
     changes = _changes(state, view, verdict, current, now)
     unsent = state.unsent.get(view.key)

@@ -32,6 +32,7 @@ from superpod.api.podgang import (
     grouping,
     in_slot_order,
     is_gang_key,
+    max_runtime_of,
     nomination_of,
     rank_of,
 )
@@ -190,6 +191,7 @@ class PodGangs:
                 why = f"waiting for all {size} pods of the gang to exist"
                 return None, view.wait("", why, now), f"{why} ({len(waiting)} do)"
             request = gang_request(key, waiting, extra_selector=_inside(state, list(bound.values()), waiting))
+            max_runtime_of(key, waiting)  # a limit that does not read is said before the gang is bound
             if bound:  # the rest of a gang: slices are the whole gang's, not this remainder's
                 request = replace(request, slice_size=None, slice_required=None)
             members = in_slot_order(waiting)  # member i goes to the placement's slot i, where its request fits
@@ -318,11 +320,21 @@ class PodGangs:
             plans.append(_evict(key, pods, "GangIncomplete", Reason.GANG_INCOMPLETE, why, now))
         return plans
 
-    def drain(self, state: ClusterState, key: str, why: str, now: float) -> Plan | None:
-        """Evict every bound pod of a gang whose queue's budget is spent and drains (HoldAndDrain); None when none
-        is left to evict."""
+    def drain(self, state: ClusterState, key: str, why: str, now: float,
+              reason: Reason = Reason.BUDGET_EXHAUSTED) -> Plan | None:
+        """Evict every bound pod of a gang whose queue's budget is spent and drains (HoldAndDrain), or whose runtime
+        limit came (`reason` MaxRuntimeExceeded); None when none is left to evict."""
         pods = self._bound(state, key)
-        return _evict(key, pods, str(Reason.BUDGET_EXHAUSTED), Reason.BUDGET_EXHAUSTED, why, now) if pods else None
+        return _evict(key, pods, str(reason), reason, why, now) if pods else None
+
+    def bound(self, state: ClusterState, key: str) -> list[dict]:
+        """The gang's pods that hold their nodes (bound, not finished, not being deleted), by pod key."""
+        return self._bound(state, key)
+
+    def first_start(self, state: ClusterState, key: str) -> float | None:
+        """When the first of the gang's bound pods started (its runtime limit runs from then); None: none has."""
+        return min((state.pods[_key(pod)].run.start for pod in self._bound(state, key)
+                    if state.pods[_key(pod)].run.start is not None), default=None)
 
     def _bound(self, state: ClusterState, key: str) -> list[dict]:
         return [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods

@@ -27,6 +27,7 @@ from superpod.core.model import Snapshot
 from superpod.core.phases import Condition, Reason
 from superpod.core.queues import HOLD_AND_DRAIN, FairQueues, QueueTree, Usage, capacity
 from superpod.core.request import JobRequest
+from superpod.core.runtime_limit import RuntimeLimit, effective_limit
 from superpod.core.usage import period_of, runs_within
 
 STATUS_GRAIN = 60.0  # seconds: the status's usage figures are as of the last multiple of this
@@ -138,6 +139,30 @@ class QueueBook:
             return 0
         queue = self.tree()[0].counted(request)[0]
         return int(self.tree()[0].queues[queue].min_runtime) if queue else 0
+
+    def max_runtime(self, view: JobView) -> float | None:
+        """The runtime limit in force of a TrainingJob, in seconds from its attempt's placement
+        (status.attemptStartTime); None: no limit. The one answer for enforcement and estimates alike."""
+        limit = self.job_limit(view)
+        return limit.seconds if limit is not None else None
+
+    def job_limit(self, view: JobView) -> RuntimeLimit | None:
+        """A TrainingJob's limit in force, with what set it: its spec.maxRuntimeSeconds (as admitted while it is
+        placed), else its queue's default, never more than its queue's cap."""
+        asked = view.max_runtime_asked
+        if not isinstance(view.request, JobRequest):
+            return effective_limit(asked, "spec.maxRuntimeSeconds", None)
+        return self.runtime_limit(view.request, asked, "spec.maxRuntimeSeconds")
+
+    def runtime_limit(self, request: JobRequest, asked: float | None, asked_by: str) -> RuntimeLimit | None:
+        """The limit in force of a gang (a TrainingJob's or a pod gang's) that asks for `asked` seconds (None: it
+        asks for none), in the queue it counts in: core/runtime_limit.py's rule."""
+        queue = None
+        if self.state.queues:
+            tree = self.tree()[0]
+            name = tree.counted(request)[0]
+            queue = tree.queues.get(name) if name else None
+        return effective_limit(asked, asked_by, queue)
 
     def labels(self, view: JobView) -> Labels:
         """The GPU-seconds counter's labels of a job: its queue and the flavor it counts against, when it has one."""

@@ -5,7 +5,9 @@ Succeeded) or Failed. A replica that exits non-zero is the user's failure: the w
 maxRestarts. A node that is gone or stays NotReady past a grace period, or a replica deleted or evicted by someone
 else, is an interruption by the infrastructure: the gang restarts without using up maxRestarts. Image and container
 config errors tear the attempt down at once and fail the job after CONTAINER_ERROR_LIMIT attempts; not all replicas
-Running within the startup timeout requeues with backoff. Pure: time is passed in, the verdict is data."""
+Running within the startup timeout requeues with backoff. An attempt placed longer ago than its runtime limit is
+stopped and the job fails (MaxRuntimeExceeded): a limit reached is no failure to retry. Pure: time is passed in, the
+verdict is data."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from superpod.core.phases import ACTIVE, Phase, Reason
+from superpod.core.runtime_limit import RuntimeLimit
 
 KEEP = "keep"  # nothing to do but maybe write the phase
 CREATE_MISSING = "create-missing"  # finish a gang whose pods were partly written (an operator crash mid-write)
@@ -59,6 +62,7 @@ class Attempt:
     not_ready: dict[str, float] = field(default_factory=dict)
     not_ready_grace: float = NOT_READY_GRACE
     deleted: frozenset[int] = frozenset()  # replicas whose pods someone else is deleting (or evicting)
+    limit: RuntimeLimit | None = None  # how long after created_at it is stopped (None: never)
 
 
 @dataclass(frozen=True)
@@ -87,16 +91,21 @@ def backoff(failures: int, base: float = 10.0, cap: float = 300.0) -> float:
 def decide(a: Attempt, now: float) -> Verdict:
     if a.phase not in ACTIVE:
         return _same(a, a.phase)
+    missing = sorted(set(range(a.replicas)) - set(a.pods))
+    done = {i for i, pod in a.pods.items() if pod.phase == "Succeeded"}
+    if not missing and len(done) == a.replicas:  # finished, whatever happens to its nodes from now on
+        return _same(a, Phase.SUCCEEDED, reason=Reason.COMPLETED, message=f"all {a.replicas} replicas succeeded")
+    if a.limit is not None and now >= a.limit.deadline(a.created_at):  # whatever else befell it meanwhile
+        message = a.limit.message()
+        return Verdict(Phase.FAILED, TEARDOWN, Reason.MAX_RUNTIME_EXCEEDED, message, a.restarts, a.interruptions,
+                       a.startup_failures, a.container_errors,
+                       failure=_failure(Reason.MAX_RUNTIME_EXCEEDED, now, message=message))
     for i, pod in sorted(a.pods.items()):
         if pod.phase == "Failed":
             return _pod_failed(a, now, i, pod)
     for i, pod in sorted(a.pods.items()):
         if pod.waiting_reason in CONTAINER_ERRORS:
             return _container_error(a, now, i, pod)
-    missing = sorted(set(range(a.replicas)) - set(a.pods))
-    done = {i for i, pod in a.pods.items() if pod.phase == "Succeeded"}
-    if not missing and len(done) == a.replicas:  # finished, whatever happens to its nodes from now on
-        return _same(a, Phase.SUCCEEDED, reason=Reason.COMPLETED, message=f"all {a.replicas} replicas succeeded")
     working = {a.placement[i] for i in range(a.replicas) if i not in done and i in a.placement}
     lost = sorted(working & a.lost_nodes)
     if lost:

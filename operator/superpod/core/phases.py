@@ -41,6 +41,7 @@ class Reason(StrEnum):
     POD_DELETED = "PodDeleted"  # infrastructure: a replica was deleted or evicted by someone else
     STARTUP_TIMEOUT = "StartupTimeout"
     CONTAINER_ERROR = "ContainerError"  # image or container config errors: the spec, not the cluster
+    MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"  # its runtime limit came: stopped, Failed, not retried
     WRITE_FAILED = "WriteFailed"  # the API refused a write of the attempt; rolled back
     INTERNAL_ERROR = "InternalError"  # a bug met this object; the rest of the cluster schedules on
     STATUS_REPAIRED = "StatusRepaired"  # fields of the status could not be read: dropped and written anew
@@ -55,6 +56,7 @@ class Reason(StrEnum):
     NOMINATION_EXPIRED = "NominationExpired"  # the gangs it preempted did not free its nodes in time: decided again
     GANG_INCOMPLETE = "GangIncomplete"  # part of a pod gang stayed bound while the rest found no room: evicted
     BUDGET_EXHAUSTED = "BudgetExhausted"  # the queue's budget is spent and it drains: the gang was stopped, it waits
+    MAX_RUNTIME_IGNORED = "MaxRuntimeIgnored"  # a bound pod gang's limit annotation does not read: its queue's apply
 
 
 class Condition(StrEnum):

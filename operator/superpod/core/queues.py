@@ -60,6 +60,8 @@ class Queue:
     weight: float = 1.0
     budget: Budget | None = None
     min_runtime: float = 0.0  # seconds its gangs run before they may be preempted (a job may say otherwise)
+    default_max_runtime: float | None = None  # seconds: the runtime limit of its jobs that ask for none
+    max_runtime: float | None = None  # seconds: the most runtime any of its jobs gets (core/runtime_limit.py)
 
     def quota(self, flavor: str) -> Quota | None:
         return next((q for q in self.quotas if q.flavor == flavor), None)

@@ -5,7 +5,9 @@ Single-threaded and deterministic: no wall clock, no threads; the same inputs gi
 Per instant: submit what is due, then settle — deliver watch events to the cache, run a cycle, let the kubelet
 start or remove pods — until an instant writes nothing more. A gang starts when all its pods run; it ends when its
 runtime (runtime.py) has passed: its pods exit 0 (or 1 at the trace's failure time) and the operator does the rest;
-a requeued job's backoff end (status.notBefore) is an instant too (the operator cycles at least every second).
+a requeued job's backoff end (status.notBefore) and a placed gang's runtime limit (Controller.next_deadline) are
+instants too (the operator cycles at least every second). A gang the operator stopped at its limit ends its attempt
+with outcome MaxRuntimeExceeded, and its job ends.
 A finished job is deleted once its end is recorded, as a user's cleanup (or a TTL) would, so the cache holds what
 runs and waits, not the whole history; Events are dropped at each instant, as the API server's event TTL would."""
 
@@ -14,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import copy
 import heapq
-import math
 import logging
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -26,7 +28,7 @@ from superpod.controller.judge import Settings
 from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import QueuePolicy
-from superpod.core.phases import FINISHED
+from superpod.core.phases import FINISHED, Reason
 from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, GPUQUEUES, NODES, PODS, TRAININGJOBS, WATCHED, object_key
 from superpod.k8s.memory import MemoryAPI
 from superpod.sim.kubelet import SimKubelet
@@ -53,6 +55,7 @@ class JobRecord:
     attempts: list[Attempt] = field(default_factory=list)
     end: float | None = None
     phase: str = ""
+    reason: str = ""  # status.reason, as last seen
 
 
 @dataclass
@@ -108,7 +111,8 @@ class Simulation:
         self.controller = Controller(self.state, api, lambda: True, Settings(),
                                      MigFlow(self.state, "superpod-system", "superpod-mig-parted-config", 300),
                                      policy=policy, clock=self._clock)
-        self.controller.estimator = estimator(estimates, self.state, policy.ordering, jobs)
+        self.controller.estimator = estimator(estimates, self.state, policy.ordering,
+                                              self.controller.queues.max_runtime, jobs)
         for kind in WATCHED:
             items, version = self._run(api.list(kind))
             self.state.resync(kind, items, version, self._clock())
@@ -159,6 +163,9 @@ class Simulation:
                 heapq.heappop(self._wakes)
             following = [self._ends[0][0]] if self._ends else []
             following += self._wakes[:1]
+            deadline = self.controller.next_deadline()
+            if deadline is not None and deadline - EPOCH > self.now:  # (one come already was met at this instant)
+                following.append(deadline - EPOCH)
             if self.next_submit < len(self.upcoming):
                 following.append(self.upcoming[self.next_submit].submit)
             if not following or min(following) > until:
@@ -226,7 +233,8 @@ class Simulation:
         gang = self._gangs.get((job_key, attempt))
         if kind == "DELETED" or meta.get("deletionTimestamp") or phase == "Failed":
             if gang is not None and gang.attempt_record is not None:  # torn down before its runtime passed
-                self._end(gang, "Interrupted")
+                limited = record.phase in FINISHED and record.reason == Reason.MAX_RUNTIME_EXCEEDED
+                self._end(gang, Reason.MAX_RUNTIME_EXCEEDED.value if limited else "Interrupted")
             return
         if phase != "Running":
             return
@@ -257,7 +265,7 @@ class Simulation:
         phase = (obj.get("status") or {}).get("phase") or ""
         if record is None or kind == "DELETED":
             return
-        record.phase = phase
+        record.phase, record.reason = phase, (obj.get("status") or {}).get("reason") or ""
         not_before = (obj.get("status") or {}).get("notBefore")
         if not_before and timestamp(not_before) - EPOCH > self.now:  # a requeued job: a cycle when its backoff ends
             heapq.heappush(self._wakes, timestamp(not_before) - EPOCH)
@@ -284,7 +292,7 @@ class Simulation:
         del self._gangs[(gang.key, gang.attempt)]
         self._ended.add((gang.key, gang.attempt))
         self._busy -= self.records[gang.key].job.total_gpus
-        if outcome != "Succeeded":
+        if outcome != "Succeeded" and self.records[gang.key].end is None:  # (a job stopped at its limit has ended)
             self._wait(gang.key)
 
     def _wait(self, key: str) -> None:

@@ -17,8 +17,8 @@ class LimitOnly(Estimator):
 
 
 class Oracle(Estimator):
-    def __init__(self, state: ClusterState, ordering: Ordering, jobs: list[TraceJob]) -> None:
-        super().__init__(state, ordering)
+    def __init__(self, state: ClusterState, ordering: Ordering, limits, jobs: list[TraceJob]) -> None:
+        super().__init__(state, ordering, limits)
         self.durations = {f"{job.namespace}/{job.name}": job.duration for job in jobs}
 
     def runtime(self, view) -> float | None:
@@ -28,11 +28,12 @@ class Oracle(Estimator):
 ESTIMATES = ("history", "limit", "oracle")
 
 
-def estimator(kind: str, state: ClusterState, ordering: Ordering, jobs: list[TraceJob]) -> Estimator:
+def estimator(kind: str, state: ClusterState, ordering: Ordering, limits, jobs: list[TraceJob]) -> Estimator:
+    """The estimator of `kind`; `limits`: the jobs' runtime limits in force (QueueBook.max_runtime)."""
     if kind == "oracle":
-        return Oracle(state, ordering, jobs)
+        return Oracle(state, ordering, limits, jobs)
     if kind == "limit":
-        return LimitOnly(state, ordering)
+        return LimitOnly(state, ordering, limits)
     if kind == "history":
-        return Estimator(state, ordering)
+        return Estimator(state, ordering, limits)
     raise ValueError(f"--estimates: {kind!r} is not one of {', '.join(ESTIMATES)}")

@@ -1,0 +1,72 @@
+"""Pod gangs' runtime limits: the annotation superpod.dev/max-runtime-seconds on a gang's pods
+(api/podgang.max_runtime_of), else its queue's default, never more than its queue's cap (QueueBook.runtime_limit),
+counted from the first start of its bound pods. A gang whose limit came is evicted as a drained one is
+(DisruptionTarget with reason MaxRuntimeExceeded, graceful delete, a Warning); its owner decides what comes next.
+A bound gang whose annotation does not read (edited after binding: a gang is not bound with one) is told once with a
+Warning, and its queue's default and cap apply."""
+
+from __future__ import annotations
+
+from superpod.api.podgang import MAX_RUNTIME, gang_name, max_runtime_of
+from superpod.api.resources import ConvertError
+from superpod.controller.actions import Emit, Plan, pod_ref
+from superpod.controller.deadlines import Deadlines
+from superpod.controller.podgangs import PodGangs
+from superpod.controller.queues import QueueBook
+from superpod.controller.state import ClusterState
+from superpod.core.phases import Reason
+from superpod.core.request import JobRequest
+from superpod.core.runtime_limit import RuntimeLimit
+
+ASKED_BY = f"annotation {MAX_RUNTIME}"
+
+
+class GangLimits:
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[int, int]] = {}  # gang key -> (its change stamp, queue edits) its deadline is of
+        self.told: dict[str, str] = {}  # gang key -> the unreadable annotation it was warned of
+
+    def follow(self, state: ClusterState, gangs: PodGangs, queues: QueueBook, deadlines: Deadlines) -> list[Plan]:
+        """The deadline of every bound gang whose pods or queues changed; a Warning for a limit that does not
+        read."""
+        plans, placed = [], {request.key: request for request in gangs.placed(state)}
+        for key, request in placed.items():
+            seen = (state.changes.get(key, 0), state.queue_edits)
+            if self.seen.get(key) == seen:
+                continue
+            self.seen[key] = seen
+            limit, problem = self.limit(state, gangs, queues, request)
+            started = gangs.first_start(state, key)
+            deadlines.set(key, limit.deadline(started) if limit is not None and started is not None else None)
+            if problem and self.told.get(key) != problem and (pods := gangs.bound(state, key)):
+                self.told[key] = problem
+                then = f"{limit.source} ({limit.seconds:.0f} s) applies" if limit else "it runs without a limit"
+                plans.append(Plan(f"limit:{key}", [Emit(pod_ref(pods[0]), "Warning", str(Reason.MAX_RUNTIME_IGNORED),
+                                                        f"gang {gang_name(key)}: {problem}; ignored, {then}")]))
+        for key in self.seen.keys() - placed.keys():
+            del self.seen[key]
+            self.told.pop(key, None)
+            deadlines.set(key, None)
+        return plans
+
+    def limit(self, state: ClusterState, gangs: PodGangs, queues: QueueBook,
+              request: JobRequest) -> tuple[RuntimeLimit | None, str]:
+        """The gang's limit in force, and why its annotation was ignored ("" when it reads)."""
+        try:
+            asked, problem = max_runtime_of(request.key, gangs.bound(state, request.key)), ""
+        except ConvertError as e:
+            asked, problem = None, str(e).strip('"')
+        return queues.runtime_limit(request, asked, ASKED_BY), problem
+
+    def stop(self, state: ClusterState, gangs: PodGangs, queues: QueueBook, deadlines: Deadlines, key: str,
+             now: float) -> Plan | None:
+        """A gang whose deadline came: evicted if its limit (read again) has passed, else its deadline moved."""
+        request = next((r for r in gangs.placed(state) if r.key == key), None)
+        started = gangs.first_start(state, key)
+        limit = self.limit(state, gangs, queues, request)[0] if request is not None else None
+        if limit is None or started is None:
+            return None
+        if now < limit.deadline(started):
+            deadlines.set(key, limit.deadline(started))
+            return None
+        return gangs.drain(state, key, limit.message(), now, Reason.MAX_RUNTIME_EXCEEDED)
