@@ -399,3 +399,18 @@ def test_a_pod_of_a_closed_attempt_that_ends_on_its_own_is_billed():
     truth = sum(ran(c).values())
     assert truth > 2 * 4 * 30 + 4 * 5, truth
     assert math.isclose(billed(c)["a"], truth, abs_tol=2 * 4.0), (billed(c), truth)
+
+
+def test_the_pods_of_a_finished_job_leave_the_bills_once_nothing_is_due():
+    """Found by the simulator's profile: the pods of a succeeded job stay (until the job is deleted), ended, each
+    with nothing to bill past its attempt's record; they were kept as due and billed again every cycle (the replay of
+    1,500 jobs spent 85 % of its time there)."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("done", replicas=2, gpus=8))
+    c.settle(3)
+    for pod_obj in c.pods("done"):
+        c.kubelet.finish(f"{pod_obj['metadata']['namespace']}/{pod_obj['metadata']['name']}", 0)
+    c.settle(3)
+    kept = [key for key in c.store.objects[PODS] if "/done-" in key]
+    assert c.status("done")["phase"] == "Succeeded" and len(kept) == 2, kept  # its pods stay until it is deleted
+    assert c.controller.bills.ended == {} and c.state.unbilled == {}

@@ -72,6 +72,11 @@ class PodBill:
         """Its usage for the queues until its record is in the ledger."""
         return Open(self.labels[0], self.labels[2], self.labels[3], (self.run,), self.units)
 
+    @property
+    def nothing_due(self) -> bool:
+        """Settled, and not one GPU-second to record (a pod that ended with its attempt's record): it is done."""
+        return self.settled and self.record().gpu_seconds <= 0
+
     def record(self) -> Record:
         queue, namespace, flavor, service_class = self.labels
         run = self.run
@@ -147,8 +152,8 @@ class PodBills:
             self._change(uid, None)
         for uid, info in list(state.unbilled.items()):
             bill, again = bill_of(state, reader, self.book, gang_request, pending, info)
-            if bill is None and not again:  # its attempt bills it, or no queue takes it
-                del state.unbilled[uid]
+            if (bill is None and not again) or (bill is not None and bill.nothing_due):  # its attempt bills it,
+                del state.unbilled[uid]  # no queue takes it, or nothing is left to bill
                 self.ended.pop(uid, None)
                 self._change(uid, None)
             elif bill is not None and self.ended.get(uid) != bill:
@@ -168,7 +173,7 @@ class PodBills:
         out = []
         for uid, bill in self.ended.items():
             record = bill.record()
-            if not bill.settled or record.gpu_seconds <= 0:
+            if not bill.settled or record.gpu_seconds <= 0:  # settles later (nothing due leaves at `update`)
                 continue
             plan = Plan(f"usage:{pod_usage_name(uid)}", [RecordUsage(usage_object(record, bill.job_uid, uid))])
             self._plans[plan.key] = uid
