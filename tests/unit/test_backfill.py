@@ -1,11 +1,11 @@
-"""Reservations that know when their holder is predicted to start, and the jobs predicted to end before then that
-run inside them (EASY backfilling); which blocked jobs reserve at all (ReservationRule)."""
+"""Reservations that know when their holder is predicted to start, and the jobs bound (by their limit, or by their
+estimate) to end before then that run inside them (EASY backfilling); which blocked jobs reserve (ReservationRule)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from superpod.core.cycle import PriorityFifo, ReservationRule, schedule
+from superpod.core.cycle import ESTIMATE, PriorityFifo, ReservationRule, schedule
 from superpod.core.estimates import estimate, predicted_end, rounded, turn
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU
@@ -30,8 +30,10 @@ def big():
     return job("big").gpus(8).replicas(2).required("leaf").priority(0, 0.0).build()
 
 
-def one(name: str, submitted: float, runtime: float | None):
-    return replace(job(name).gpus(8).priority(0, submitted).build(), estimate=runtime)
+def one(name: str, submitted: float, runtime: float | None, estimate: float | None = None):
+    """A one-node job whose limit is `runtime` (and estimate `estimate`, else the same)."""
+    return replace(job(name).gpus(8).priority(0, submitted).build(), limit=runtime,
+                   estimate=runtime if estimate is None else estimate)
 
 
 def test_the_head_reserves_the_leaf_predicted_to_free_first_and_says_when_it_starts():
@@ -44,6 +46,12 @@ def test_the_head_reserves_the_leaf_predicted_to_free_first_and_says_when_it_sta
 def test_a_job_predicted_to_end_before_the_reserved_start_runs_inside_the_reservation():
     decisions = schedule(cluster(), [big(), one("quick", 1.0, 500.0)])
     assert decisions[1].placed and decisions[1].placement.assignments == {"su2-n0": [0]}
+
+
+def test_by_limit_a_job_whose_estimate_ends_before_but_limit_after_keeps_off_and_by_estimate_runs_inside():
+    jobs = [big(), one("guess", 1.0, 5_000.0, estimate=500.0)]
+    assert not schedule(cluster(), jobs)[1].placed
+    assert schedule(cluster(), jobs, PriorityFifo(ReservationRule(backfill_by=ESTIMATE)))[1].placed
 
 
 def test_a_job_predicted_to_end_after_it_or_with_no_estimate_keeps_off():

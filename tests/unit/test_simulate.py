@@ -142,7 +142,8 @@ def test_a_bad_trace_is_refused_with_its_line(tmp_path, capsys):
     args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, priorities=None, trace=str(trace),
                               format="jobs", limit=None,
                               window=None, load=None, policy="superpod", seed=0, slowdown=None, startup_delay=0.0,
-                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False, queues=None, estimates="history")
+                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False, queues=None,
+                              estimates="history")
     assert cli.run(args) == 2
     assert "line 2" in capsys.readouterr().err
 

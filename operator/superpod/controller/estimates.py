@@ -42,12 +42,12 @@ class Estimator:
     def request(self, view) -> JobRequest:
         """The request the waiting line holds: the job's, with its estimate and, ordered by service, its turn."""
         request = view.request
-        guess = self.runtime(view)
+        guess, limit = self.runtime(view), self.limit(view)
         if self.ordering.by != SERVICE:
-            return replace(request, estimate=guess) if guess is not None else request
+            return replace(request, estimate=guess, limit=limit) if (guess or limit) is not None else request
         order = self.ordering
-        return replace(request, estimate=guess, turn=estimates.turn(request.submitted, guess, request.total_units,
-                                                                   order.weight, order.unknown))
+        return replace(request, estimate=guess, limit=limit, turn=estimates.turn(
+            request.submitted, guess, request.total_units, order.weight, order.unknown))
 
     def horizon_at(self, reader: JobReader, now: float) -> Horizon:
         """The predicted ends of the placed TrainingJobs, as of `now` (put when placed, dropped when they end)."""

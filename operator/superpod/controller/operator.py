@@ -43,7 +43,7 @@ from superpod.controller.judge import Settings
 from superpod.controller.metrics import Metrics
 from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState, Relist
-from superpod.core.cycle import ReservationRule
+from superpod.core.cycle import ESTIMATE, LIMIT, ReservationRule
 from superpod.core.estimates import ARRIVAL, SERVICE, Ordering
 from superpod.k8s.api import NODES, PODGROUPS, PODS, TRAININGJOBS, WATCHED, ApiError, ClusterAPI, Kind
 from superpod.k8s.client import load
@@ -334,6 +334,9 @@ def register(sub) -> None:
                    "(--reserve-from-gpus)")
     p.add_argument("--reserve-from-gpus", type=float, default=Settings.reserving.from_units,
                    help="a blocked job of this many GPUs or more reserves at once")
+    p.add_argument("--backfill-by", choices=(LIMIT, ESTIMATE), default=Settings.reserving.backfill_by,
+                   help="a job runs inside a reservation when its limit (never delays the holder) or its estimate "
+                   "ends before the holder's predicted start")
     p.add_argument("--preemption", action=argparse.BooleanOptionalAction, default=Settings.preemption,
                    help="a blocked job may evict lower-priority gangs, and a queue below its guarantee what others "
                         "borrow")
@@ -369,7 +372,8 @@ def run(args) -> int:
     api_client.user_agent = f"{AGENT}{identity}"  # the API server's audit log names each replica
     settings = Settings(args.scheduler_name, args.not_ready_grace, usage_half_life=args.usage_half_life,
                         preemption=args.preemption, status_delay=args.status_delay,
-                        reserving=ReservationRule(args.reservations, args.reserve_after, args.reserve_from_gpus),
+                        reserving=ReservationRule(args.reservations, args.reserve_after, args.reserve_from_gpus,
+                                                  args.backfill_by),
                         ordering=Ordering(args.order, args.service_weight))
     metrics = Metrics()
     api = KubeAPI(api_client, workers=args.api_workers, qps=args.api_qps, burst=args.api_burst,

@@ -2,6 +2,9 @@
 QueuePolicy (core/cycle.py); the queue order is superpod's (priority, then submission), so only placement and the
 reservation differ.
 
+- `superpod-service`: superpod, its queue ordered by predicted service (core/estimates.py turn) instead of arrival.
+- `superpod-estimate-backfill`: superpod letting a job run inside a reservation when its estimate (not its limit)
+  ends before the holder's predicted start.
 - `superpod-nopreempt`: superpod without preemption: a blocked gang waits for running ones to end.
 - `superpod-nobackfill`: superpod's exact placement with no reservation: every job that fits now is placed in
   order, a blocked big gang holds nothing (greedy list scheduling; big gangs can starve behind small ones).
@@ -20,7 +23,7 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from superpod.core.cycle import PriorityFifo, QueuePolicy, ReservationRule
+from superpod.core.cycle import ESTIMATE, PriorityFifo, QueuePolicy, ReservationRule
 from superpod.core.estimates import SERVICE, Ordering
 from superpod.core.placement import Placement, Solver, placement_of
 
@@ -83,9 +86,7 @@ class RandomFit(_Greedy):
 POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
     "superpod": lambda seed: PriorityFifo(),
     "superpod-service": lambda seed: PriorityFifo(ordering=Ordering(SERVICE)),
-    "superpod-aged": lambda seed: PriorityFifo(ReservationRule(after=3600.0, from_units=64)),
-    "superpod-aged-service": lambda seed: PriorityFifo(ReservationRule(after=3600.0, from_units=64),
-                                                       Ordering(SERVICE)),
+    "superpod-estimate-backfill": lambda seed: PriorityFifo(ReservationRule(backfill_by=ESTIMATE)),
     "superpod-nopreempt": lambda seed: NoPreemption(),
     "superpod-nobackfill": lambda seed: NoBackfill(),
     "gang-spread": lambda seed: GangSpread(),

@@ -45,14 +45,21 @@ class Decision:
         return self.placement is not None
 
 
+ESTIMATE, LIMIT = "estimate", "limit"
+
+
 @dataclass(frozen=True)
 class ReservationRule:
     """Which blocked jobs hold a reservation: at most `per_group` at once in each group, each for a job that has
-    waited `after` seconds or asks for `from_units` GPU units or more (0 and 0: every blocked job may)."""
+    waited `after` seconds or asks for `from_units` GPU units or more (0 and 0: every blocked job may). Which jobs
+    run inside one (`backfill_by`): those whose limit ends before its holder's predicted start (LIMIT: an enforced
+    bound, so a job let in never delays the holder), or whose estimate does (ESTIMATE: more are let in, and one
+    that outlives its estimate delays the holder)."""
 
     per_group: int = 1
     after: float = 0.0
     from_units: float = 0.0
+    backfill_by: str = LIMIT
 
     def worth(self, job: JobRequest, now: float) -> bool:
         if not self.after or now - job.submitted >= self.after:
@@ -134,10 +141,12 @@ class Reservation:
     def identity(self) -> tuple:
         return (self.holder.key, self.holder.priority, self.domains, self.nodes, self.label, self.pinned, self.start)
 
-    def lets(self, job: JobRequest, now: float) -> bool:
-        """Whether `job` may run inside it: predicted to end before its holder is predicted to start (EASY)."""
-        return self.start is not None and not self.pinned and job.estimate is not None and \
-            now + job.estimate <= self.start.at
+    def lets(self, job: JobRequest, now: float, by: str = LIMIT) -> bool:
+        """Whether `job` may run inside it: bound (`by` LIMIT) or predicted (ESTIMATE) to end before its holder is
+        predicted to start (EASY)."""
+        runtime = job.limit if by == LIMIT else job.estimate
+        return self.start is not None and not self.pinned and runtime is not None and \
+            now + runtime <= self.start.at
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Reservation) and self.identity == other.identity
@@ -347,9 +356,9 @@ def unfit_key(job: JobRequest, policy: QueuePolicy, held: Held,
     blocking = policy.blocking(job, held)
     if held.pinned and any(r.holder.key == job.key for r in held.pinned):
         blocking = frozenset(r for r in blocking if r.holder.key != job.key)
-    if job.estimate is not None and any(r.start is not None for r in blocking):
-        blocking = frozenset(r for r in blocking if not r.lets(job, now))
     rule = policy.reserving
+    if (job.limit or job.estimate) is not None and any(r.start is not None for r in blocking):
+        blocking = frozenset(r for r in blocking if not r.lets(job, now, rule.backfill_by))
     may_reserve = policy.reserves and held.count(policy.group(job)) < rule.per_group and rule.worth(job, now)
     return job.shape(), blocking, may_reserve
 

@@ -117,6 +117,7 @@ class JobRequest:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)  # seam for queues (GPUQueue)
     others: tuple[Requests, ...] = ()  # the members whose requests differ from `requests`, each its own
     estimate: float | None = None  # predicted runtime in seconds (core/estimates.py); None: unknown
+    limit: float | None = None  # its runtime limit in force, seconds (enforced: it never runs longer); None: none
     turn: float | None = None  # its place in the queue among equal priorities (None: `submitted`; estimates.turn)
 
     @property
@@ -193,7 +194,8 @@ class JobRequest:
     @cached_property
     def _shape(self) -> Shape:  # the request is frozen: computed once
         return Shape.of((self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
-                         self.slice_size, self.slice_required, self.others, self.estimate))
+                         self.slice_size, self.slice_required, self.others, self.estimate,
+                         self.limit))
 
 
 class Shape:

@@ -10,6 +10,9 @@ Sizes, as total GPUs, mapped to gangs by `trace.gang_shape` (≤ a server: one r
 - "llm": gangs of 8–512 GPUs with a Pareto tail, P(n) ∝ 1/n (`LLM_GPU_WEIGHTS`: each doubling is half as likely,
   so every size class brings the same GPU demand and 512-GPU jobs, 0.8 % of jobs, are 1/7 of it);
   `required: leaf` for 16–256 GPUs (a DGX SuperPOD leaf is 256 GPUs), none for 8 or above 256.
+- "acme": an LLM datacenter's mix as Acme's Kalos and Seren clusters show it (Hu et al., NSDI'24): many one-GPU and
+  one-server jobs (evaluation, debugging) beside pretraining gangs up to 1,024 GPUs (`ACME_GPU_WEIGHTS`, about 26
+  GPUs a job on average); `required` as "llm".
 Arrivals: "poisson" (exponential gaps, mean `mean_gap`) or "bursty", a two-state Markov-modulated Poisson process:
 at each arrival the state flips with probability `BURST_SWITCH` (runs of 20 jobs on average); burst gaps average
 `BURST_GAP` × mean_gap and calm gaps `CALM_GAP` × mean_gap (a 9× rate ratio). Both states are equally likely over
@@ -40,7 +43,9 @@ CSV_COLUMNS = (*REQUIRED_COLUMNS, "fail_after", "limit", "user")
 PHILLY_GPU_COUNTS = {1: 76_627, 2: 1_818, 4: 1_870, 8: 1_643, 12: 7, 16: 199, 24: 7, 32: 67, 64: 6, 128: 3}
 # LLM training gangs: P(n) ∝ 1/n from 8 to 512 GPUs (50 %, 25 %, 12.6 %, 6.3 %, 3.1 %, 1.6 %, 0.8 %).
 LLM_GPU_WEIGHTS = {8: 64, 16: 32, 32: 16, 64: 8, 128: 4, 256: 2, 512: 1}
-SIZES = {"philly": PHILLY_GPU_COUNTS, "llm": LLM_GPU_WEIGHTS}
+# An LLM datacenter's mix: one-GPU and one-server jobs beside pretraining gangs up to 1,024 GPUs (mean ≈ 26 GPUs).
+ACME_GPU_WEIGHTS = {1: 40, 2: 6, 4: 8, 8: 28, 16: 7, 32: 6, 64: 4, 128: 2, 256: 1.3, 512: 1, 1024: 0.7}
+SIZES = {"philly": PHILLY_GPU_COUNTS, "llm": LLM_GPU_WEIGHTS, "acme": ACME_GPU_WEIGHTS}
 ARRIVALS = ("poisson", "bursty")
 
 DURATION_SIGMA = 2.15
@@ -155,7 +160,7 @@ def _generated_job(submit: float, total_gpus: int, duration: float, namespace: s
 
 
 def _required(sizes: str, total_gpus: int, replicas: int) -> str:
-    if sizes == "llm":
+    if sizes in ("llm", "acme"):
         return "leaf" if 16 <= total_gpus <= 256 else ""
     return "leaf" if replicas > 1 else ""  # as trace.read_philly
 
