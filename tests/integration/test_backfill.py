@@ -64,7 +64,7 @@ def test_the_estimators_history_survives_a_restart(cluster, operator, namespace)
     jobs.create(second)
     jobs.wait_phase("pretrain-2", "Running", timeout=60)
     jobs.create(training_job("next", sim, 4, gpus=8, required="leaf"))
-    message = jobs.wait_message("next", "is reserved for it", timeout=60)
+    message = jobs.wait_message("next", "reserved for it", timeout=60)
     assert f"when {namespace}/pretrain-2 ends" in message, message  # predicted from pretrain-1's 20 s
     assert expected_seconds(message) <= 30, message
     wait_for(lambda: jobs.phase("pretrain-2") in ("Running", "Succeeded"), 5, "pretrain-2 runs on")
