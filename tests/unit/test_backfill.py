@@ -9,7 +9,9 @@ from superpod.core.cycle import ESTIMATE, PriorityFifo, ReservationRule, schedul
 from superpod.core.estimates import estimate, predicted_end, rounded, turn
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU
+from superpod.k8s.api import PODS
 from tests.unit.builders import job, node, snapshot
+from tests.unit.memory_cluster import MemoryCluster, training_job
 
 EIGHT = ((GPU, 8),)
 
@@ -105,3 +107,19 @@ def test_order_by_service_lets_short_small_jobs_pass_but_only_those_submitted_so
     huge = turn(0.0, 86_400.0, 1_024, 600.0, 3_600.0)
     assert small < huge  # a one-GPU hour, submitted later, goes first
     assert huge < turn(huge + 1.0, 60.0, 1, 600.0, 3_600.0) + 1.0  # the huge one is passed only for a while
+
+
+def test_the_operator_predicts_a_start_from_a_limit_and_forgets_the_gangs_that_ended():
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)  # one leaf
+    c.submit(training_job("running", 4, maxRuntimeSeconds=600))
+    c.settle(3)
+    c.submit(training_job("next", 4, topology={"required": "leaf"}))
+    c.settle(3)
+    assert "expected to start in about 10 min, when team-a/running ends" in c.status("next")["message"]
+    for key in [key for key in c.store.objects[PODS] if "/running-" in key]:
+        c.kubelet.finish(key, 0)
+    c.settle(5)
+    assert c.status("next")["phase"] == "Running"
+    assert set(c.controller.estimator.horizon.nodes_of) == {"team-a/next"}
+    assert {holder for releases in c.controller.estimator.horizon.on.values() for holder in releases} == {
+        "team-a/next"}

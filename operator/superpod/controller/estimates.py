@@ -50,12 +50,18 @@ class Estimator:
             request.submitted, guess, request.total_units, order.weight, order.unknown))
 
     def horizon_at(self, reader: JobReader, now: float) -> Horizon:
-        """The predicted ends of the placed TrainingJobs, as of `now` (put when placed, dropped when they end)."""
+        """The predicted ends of the placed TrainingJobs, as of `now`: put when placed, dropped when they end,
+        looking only at the gangs that changed and those the last cycle placed."""
         horizon = self.horizon
         horizon.now = now
-        for key in [key for key in horizon.nodes_of if key not in reader.gangs]:
-            horizon.drop(key)
-        for key, (request, uid, attempt, nodes) in reader.gangs.items():
+        changed = reader.take_gang_changes()
+        keys = (reader.gangs.keys() | horizon.nodes_of.keys()) if changed is None else (changed | horizon.assumed)
+        for key in keys:
+            gang = reader.gangs.get(key)
+            if gang is None:
+                horizon.drop(key)
+                continue
+            request, uid, attempt, nodes = gang
             if horizon.nodes_of.get(key, ((), ()))[1] == (uid, attempt):
                 continue
             view = reader.by_key.get(key)

@@ -154,6 +154,7 @@ class JobReader:
         self.active: dict[str, JobView] = {}  # the jobs placed (phase in ACTIVE), by key
         self.gangs: dict[str, tuple[JobRequest, str, int, dict[int, str]]] = {}  # JobView.gang of those placed
         self.priorities: Counter = Counter()  # priority -> how many gangs of it are placed
+        self.gangs_changed: set[str] | None = None  # keys whose `gangs` entry changed since taken (None: any may have)
         self.nominated: dict[str, JobView] = {}  # the jobs whose status holds a nomination (core/preempt.py)
         self.deleted_placed: list[JobView] = []  # the last views of placed jobs deleted since the caller took them
         self.phases: Counter = Counter()  # phase (a job without one counts as Queued) -> how many jobs are in it
@@ -210,8 +211,19 @@ class JobReader:
                     self.priorities[self.gangs[key][0].priority] -= 1
                 self.gangs[key] = view.gang
                 self.priorities[view.gang[0].priority] += 1
+                self._gang_changed(key)
             elif key in self.gangs:
                 self.priorities[self.gangs.pop(key)[0].priority] -= 1
+                self._gang_changed(key)
+
+    def _gang_changed(self, key: str) -> None:
+        if self.gangs_changed is not None:
+            self.gangs_changed.add(key)
+
+    def take_gang_changes(self) -> set[str] | None:
+        """The keys whose placed gang changed since the last call (None the first time: any may have)."""
+        changed, self.gangs_changed = self.gangs_changed, set()
+        return changed
 
 
 def _view(key: str, obj: dict, previous: JobView | None = None) -> JobView:

@@ -36,6 +36,7 @@ class Horizon:
         self.now = now
         self.on: dict[str, dict[str, Release]] = {}  # node name -> holder -> its release there
         self.nodes_of: dict[str, tuple[tuple[str, ...], tuple]] = {}  # holder -> (its nodes, what it was put with)
+        self.assumed: set[str] = set()  # holders put with no version: placed by a cycle, not observed yet
 
     def put(self, holder: str, start: float, estimate: float | None, limit: float | None,
             members: Iterable[tuple[str, Requests]], version: tuple = ()) -> None:
@@ -44,6 +45,8 @@ class Horizon:
         if (known := self.nodes_of.get(holder)) is not None and known[1] == version and version:
             return
         self.drop(holder)
+        if not version:
+            self.assumed.add(holder)
         by_node: dict[str, dict[str, int]] = {}
         for node, requests in members:
             total = by_node.setdefault(node, {})
@@ -55,6 +58,7 @@ class Horizon:
         self.nodes_of[holder] = (tuple(by_node), version)
 
     def drop(self, holder: str) -> None:
+        self.assumed.discard(holder)
         known = self.nodes_of.pop(holder, None)
         for node in known[0] if known is not None else ():
             releases = self.on.get(node)
