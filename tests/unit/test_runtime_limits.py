@@ -10,6 +10,7 @@ import pytest
 from superpod.api.convert import queue_from_k8s
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
+from superpod.core.estimates import LIMIT_GRACE
 from superpod.core.queues import Queue
 from superpod.core.runtime_limit import RuntimeLimit, effective_limit
 from superpod.k8s.api import EVENTS, GPUQUEUES, GPUUSAGES, PODS
@@ -153,7 +154,9 @@ def test_a_pod_gang_is_evicted_at_its_annotated_limit_and_a_bad_annotation_is_sa
     assert any(reason == "MaxRuntimeExceeded" for reason, _ in c.events("ok-0"))
 
 
-def test_a_bound_gangs_annotation_edited_to_nonsense_is_warned_once_and_its_queues_cap_applies():
+def test_a_bound_gangs_limit_edited_to_nonsense_or_up_is_warned_once_and_never_grows():
+    """A hostile review: a bound gang's annotation edited (to nonsense, or up to its queue's cap) was honoured, so a
+    gang let into a reservation by its limit could hold it longer. Its limit now never grows while it is bound."""
     c = MemoryCluster(nodes=4)
     run(c.admin.create(GPUQUEUES, gpu_queue("a", 32, maxRuntimeSeconds=40)))
     create(c, limited("g-0", "g", "20"), limited("g-1", "g", "20"))
@@ -162,11 +165,30 @@ def test_a_bound_gangs_annotation_edited_to_nonsense_is_warned_once_and_its_queu
     first = min(timestamp(stored(c, f"g-{i}")["status"]["startTime"]) for i in range(2))
     run(c.admin.patch(PODS, "g-0", {"metadata": {"annotations": {"superpod.dev/max-runtime-seconds": "1e999"}}},
                       "team-a"))
-    run_until(c, first + 39)
+    run(c.admin.patch(PODS, "g-1", {"metadata": {"annotations": {"superpod.dev/max-runtime-seconds": "40"}}},
+                      "team-a"))
+    run_until(c, first + 19)
     warned = [text for reason, text in c.events("g-0") if reason == "MaxRuntimeIgnored"]
     assert len(warned) == 1 and "'1e999'" in warned[0], warned
-    assert "queue a's maxRuntimeSeconds (40 s) applies" in warned[0]
-    assert disruption(c, "g-0") is None, "not at the 20 s its pods asked before: the annotation no longer reads"
-    run_until(c, first + 40)
+    assert "annotation superpod.dev/max-runtime-seconds (20 s) applies" in warned[0]
+    assert disruption(c, "g-0") is None
+    run_until(c, first + 20)
     assert disruption(c, "g-0")["reason"] == "MaxRuntimeExceeded"
-    assert "queue a's maxRuntimeSeconds 40 reached" in disruption(c, "g-1")["message"]
+    assert "superpod.dev/max-runtime-seconds 20 reached" in disruption(c, "g-1")["message"]
+
+
+def test_a_gang_stopped_at_its_limit_gets_the_limit_grace_not_its_pods_own_and_its_pods_carry_its_limit():
+    """A hostile review: a job let into a reservation by its limit, with a year of termination grace, held the
+    reserved nodes for that year after its limit; and its template's annotation set the limit its pods would keep as
+    a pod gang once orphaned. Its pods now carry the job's own limit, and are deleted with LIMIT_GRACE."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    body = training_job("stubborn", 1, 8, maxRuntimeSeconds=30,
+                        annotations={"superpod.dev/max-runtime-seconds": "999999999"})
+    body["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 31_536_000
+    c.submit(body)
+    c.settle(3)
+    [pod_key] = [key for key in c.store.objects[PODS] if "/stubborn-" in key]
+    assert c.store.peek(PODS, pod_key)["metadata"]["annotations"]["superpod.dev/max-runtime-seconds"] == "30"
+    run_until(c, started(c, "stubborn") + 30)
+    assert c.status("stubborn")["reason"] == "MaxRuntimeExceeded"
+    assert c.store.peek(PODS, pod_key)["metadata"]["deletionGracePeriodSeconds"] == LIMIT_GRACE

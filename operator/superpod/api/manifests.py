@@ -12,6 +12,7 @@ from superpod.api.models import GROUP, VERSION
 from superpod.api.resources import ConvertError, pod_requests, quantity
 
 SCHEDULER_NAME = "superpod-scheduler"
+MAX_RUNTIME = "superpod.dev/max-runtime-seconds"  # a gang's runtime limit, as a TrainingJob's spec.maxRuntimeSeconds
 JOB_LABEL = "superpod.dev/job-name"
 INDEX_LABEL = "superpod.dev/replica-index"
 ATTEMPT_LABEL = "superpod.dev/attempt"
@@ -73,6 +74,9 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
               JOB_LABEL: name, INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
     annotations = {**_strings(tmeta.get("annotations"), where, "spec.template.metadata.annotations"),
                    GANG_ANNOTATION: gang_digest(spec)}
+    annotations.pop(MAX_RUNTIME, None)  # the job's own limit, never the template's: it follows a pod orphaned
+    if spec.get("maxRuntimeSeconds"):  # (a pod gang then) and let the job into reservations (core/cycle.py)
+        annotations[MAX_RUNTIME] = str(spec["maxRuntimeSeconds"])
     if writer:
         annotations[WRITER_ANNOTATION] = writer
     # Each attempt's pods have their own host names (the pod names): a terminating pod of the last attempt is never

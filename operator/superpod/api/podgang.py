@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from superpod.api.convert import affinity_of, describe, resources_of, submitted_at, tolerations_of
+from superpod.api.manifests import MAX_RUNTIME
 from superpod.api.resources import ConvertError, pod_requests
 from superpod.core.request import PRODUCT_LABEL, JobRequest, Requests, gpu_units
 
@@ -21,7 +22,6 @@ GANG_SIZE = "superpod.dev/gang-size"
 POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 QUEUE_LABEL = "superpod.dev/queue"
 RANK_LABEL = "superpod.dev/rank"
-MAX_RUNTIME = "superpod.dev/max-runtime-seconds"  # a gang's runtime limit, as a TrainingJob's spec.maxRuntimeSeconds
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 JOBSET_INDEX = "jobset.sigs.k8s.io/job-global-index"
 POD_INDEX = "apps.kubernetes.io/pod-index"  # a StatefulSet pod's ordinal

@@ -3,7 +3,8 @@
 counted from the first start of its bound pods. A gang whose limit came is evicted as a drained one is
 (DisruptionTarget with reason MaxRuntimeExceeded, graceful delete, a Warning); its owner decides what comes next.
 A bound gang whose annotation does not read (edited after binding: a gang is not bound with one) is told once with a
-Warning, and its queue's default and cap apply."""
+Warning, and its queue's default and cap apply. While a gang stays bound its limit never grows and its start never
+moves later (an annotation edited up or away, members deleted and made again one by one, keep the first ones)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class GangLimits:
     def __init__(self) -> None:
         self.seen: dict[str, tuple[int, int]] = {}  # gang key -> (its change stamp, queue edits) its deadline is of
         self.told: dict[str, str] = {}  # gang key -> the unreadable annotation it was warned of
+        self.kept: dict[str, tuple[RuntimeLimit | None, float | None]] = {}  # gang key -> (least limit, first start)
 
     def follow(self, state: ClusterState, gangs: PodGangs, queues: QueueBook, deadlines: Deadlines) -> list[Plan]:
         """The deadline of every bound gang whose pods or queues changed; a Warning for a limit that does not
@@ -36,7 +38,7 @@ class GangLimits:
                 continue
             self.seen[key] = seen
             limit, problem = self.limit(state, gangs, queues, request)
-            started = gangs.first_start(state, key)
+            limit, started = self._keep(key, limit, gangs.first_start(state, key))
             deadlines.set(key, limit.deadline(started) if limit is not None and started is not None else None)
             if problem and self.told.get(key) != problem and (pods := gangs.bound(state, key)):
                 self.told[key] = problem
@@ -46,8 +48,20 @@ class GangLimits:
         for key in self.seen.keys() - placed.keys():
             del self.seen[key]
             self.told.pop(key, None)
+            self.kept.pop(key, None)
             deadlines.set(key, None)
         return plans
+
+    def _keep(self, key: str, limit: RuntimeLimit | None,
+              started: float | None) -> tuple[RuntimeLimit | None, float | None]:
+        """The least limit and the first start seen while the gang is bound, with these."""
+        kept_limit, kept_start = self.kept.get(key, (None, None))
+        if kept_limit is not None and (limit is None or kept_limit.seconds < limit.seconds):
+            limit = kept_limit
+        if kept_start is not None and (started is None or kept_start < started):
+            started = kept_start
+        self.kept[key] = (limit, started)
+        return limit, started
 
     def limit(self, state: ClusterState, gangs: PodGangs, queues: QueueBook,
               request: JobRequest) -> tuple[RuntimeLimit | None, str]:
@@ -62,8 +76,8 @@ class GangLimits:
              now: float) -> Plan | None:
         """A gang whose deadline came: evicted if its limit (read again) has passed, else its deadline moved."""
         request = next((r for r in gangs.placed(state) if r.key == key), None)
-        started = gangs.first_start(state, key)
         limit = self.limit(state, gangs, queues, request)[0] if request is not None else None
+        limit, started = self._keep(key, limit, gangs.first_start(state, key))
         if limit is None or started is None:
             return None
         if now < limit.deadline(started):

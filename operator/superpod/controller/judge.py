@@ -17,7 +17,7 @@ from superpod.controller.metering import Labels, attempt_bill, attempt_runs, att
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle
 from superpod.core.cycle import ReservationRule
-from superpod.core.estimates import Ordering
+from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Condition, Phase, Reason
 from superpod.core.runtime_limit import RuntimeLimit
 from superpod.core.usage import Record
@@ -103,8 +103,9 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         if metrics and verdict.reason in (Reason.POD_FAILED, *INTERRUPTIONS):
             metrics.gang_restarts.labels("interruption" if verdict.reason in INTERRUPTIONS else "failure").inc()
         live = [(p.key, p.uid) for p in current.values() if p.phase not in POD_FINISHED]
-        if live:
-            plan.then(DeletePods(tuple(sorted(live))))
+        if live:  # a gang stopped at its limit gets LIMIT_GRACE, not its pods' own grace (reservations count on it)
+            plan.then(DeletePods(tuple(sorted(live)),
+                                 LIMIT_GRACE if verdict.reason == Reason.MAX_RUNTIME_EXCEEDED else None))
     elif verdict.action == lifecycle.CREATE_MISSING:
         missing = sorted(set(placement) - set(current))
         plan.then(CreatePods(view.key, tuple(

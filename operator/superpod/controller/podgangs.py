@@ -40,6 +40,7 @@ from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339
 from superpod.controller.actions import BindPods, DeletePods, Emit, Plan, SetPodCondition, pod_ref
 from superpod.controller.state import ClusterState
+from superpod.core.estimates import LIMIT_GRACE
 from superpod.core.model import Pod, Snapshot
 from superpod.core.phases import POD_FINISHED, Phase, Reason
 from superpod.core.preempt import Running
@@ -422,7 +423,8 @@ def _evict(key: str, pods: list[dict], reason: str, event: Reason, why: str, now
     steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
         "type": "DisruptionTarget", "status": "True", "reason": reason, "message": f"superpod-scheduler: {why}",
         "lastTransitionTime": rfc3339(now)}) for pod in pods]
-    steps.append(DeletePods(tuple((_key(pod), pod["metadata"].get("uid") or "") for pod in pods)))
+    grace = LIMIT_GRACE if event == Reason.MAX_RUNTIME_EXCEEDED else None  # a limit is not the pods' to stretch
+    steps.append(DeletePods(tuple((_key(pod), pod["metadata"].get("uid") or "") for pod in pods), grace))
     if pods:
         steps.append(Emit(pod_ref(pods[0]), "Warning", str(event), f"gang {gang_name(key)} {why}"))
     return Plan(f"gang:{key}", steps)

@@ -87,6 +87,8 @@ POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
     "superpod": lambda seed: PriorityFifo(),
     "superpod-service": lambda seed: PriorityFifo(ordering=Ordering(SERVICE)),
     "superpod-estimate-backfill": lambda seed: PriorityFifo(ReservationRule(backfill_by=ESTIMATE)),
+    "x1": lambda seed: PriorityFifo(ReservationRule(after=3600.0, from_units=16)),
+    "x2": lambda seed: PriorityFifo(ReservationRule(after=6 * 3600.0, from_units=16)),
     "superpod-nopreempt": lambda seed: NoPreemption(),
     "superpod-nobackfill": lambda seed: NoBackfill(),
     "gang-spread": lambda seed: GangSpread(),

@@ -20,7 +20,7 @@ from functools import cached_property
 from operator import attrgetter
 from typing import Protocol
 
-from superpod.core.estimates import Ordering
+from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.explain import explain_solver
 from superpod.core.horizon import Start, predicted_start, slots_at
 from superpod.core.model import UNLABELLED, Snapshot
@@ -52,9 +52,9 @@ ESTIMATE, LIMIT = "estimate", "limit"
 class ReservationRule:
     """Which blocked jobs hold a reservation: at most `per_group` at once in each group, each for a job that has
     waited `after` seconds or asks for `from_units` GPU units or more (0 and 0: every blocked job may). Which jobs
-    run inside one (`backfill_by`): those whose limit ends before its holder's predicted start (LIMIT: an enforced
-    bound, so a job let in never delays the holder), or whose estimate does (ESTIMATE: more are let in, and one
-    that outlives its estimate delays the holder)."""
+    run inside one (`backfill_by`): those whose limit, and the grace a stopped gang gets, end before its holder's
+    predicted start (LIMIT: an enforced bound, so a job let in never delays the holder), or whose estimate does
+    (ESTIMATE: more are let in, and one that outlives its estimate delays the holder)."""
 
     per_group: int = 1
     after: float = 0.0
@@ -144,7 +144,8 @@ class Reservation:
     def lets(self, job: JobRequest, now: float, by: str = LIMIT) -> bool:
         """Whether `job` may run inside it: bound (`by` LIMIT) or predicted (ESTIMATE) to end before its holder is
         predicted to start (EASY)."""
-        runtime = job.limit if by == LIMIT else job.estimate
+        runtime = job.limit + LIMIT_GRACE if by == LIMIT and job.limit is not None else \
+            job.estimate if by == ESTIMATE else None
         return self.start is not None and not self.pinned and runtime is not None and \
             now + runtime <= self.start.at
 

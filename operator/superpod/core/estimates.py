@@ -20,6 +20,7 @@ from dataclasses import dataclass
 RUNS = 2  # runtimes averaged per estimate key
 GRID = 4  # estimate grid steps per doubling
 OUTLIVED = 1.5  # a gang past its prediction: predicted to run this many times what it has run so far
+LIMIT_GRACE = 30  # seconds a gang stopped at its runtime limit has to exit (its pods' own grace is not trusted)
 ARRIVAL, SERVICE = "arrival", "service"
 
 

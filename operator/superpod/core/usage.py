@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from superpod.core.accounting import Run
+from superpod.core.estimates import RUNS
 from superpod.core.phases import Phase
 
 
@@ -125,15 +126,18 @@ class Ledger:
                 if not names:
                     del self.by_attempt[(record.namespace, record.job, record.attempt)]
             if record.teaches:
-                key = (record.namespace, record.estimate_key)
-                self.taught[key].remove((record.end, record.end - record.start, name))
-                if not self.taught[key]:
+                key, entry = (record.namespace, record.estimate_key), (record.end, record.end - record.start, name)
+                taught = self.taught[key]
+                at = bisect.bisect_left(taught, entry)
+                if at < len(taught) and taught[at] == entry:
+                    del taught[at]
+                if not taught:
                     del self.taught[key]
             self._count(record, -1.0)
 
-    def runtimes(self, namespace: str, estimate_key: str) -> list[float]:
-        """The runtimes recorded under an estimate key, oldest first."""
-        return [runtime for _, runtime, _ in self.taught.get((namespace, estimate_key), ())]
+    def runtimes(self, namespace: str, estimate_key: str, last: int = RUNS) -> list[float]:
+        """The last runtimes recorded under an estimate key, oldest first."""
+        return [runtime for _, runtime, _ in self.taught.get((namespace, estimate_key), [])[-last:]]
 
     def attempt(self, namespace: str, job: str, attempt: int, started: float) -> Record | None:
         """The record of a TrainingJob's attempt whose span holds `started` (the start of one of its pods)."""
