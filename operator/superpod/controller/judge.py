@@ -16,7 +16,7 @@ from superpod.controller.jobs import JobView
 from superpod.controller.metering import Labels, attempt_bill, attempt_runs, attempt_usage, outside_queues
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle
-from superpod.core.cycle import ReservationRule
+from superpod.core.cycle import RESERVE_AFTER, RESERVE_FROM_UNITS, ReservationRule
 from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Condition, Phase, Reason
 from superpod.core.runtime_limit import RuntimeLimit
@@ -35,7 +35,8 @@ class Settings:
     # Seconds a placed gang's status may wait after its pods are written: a gang whose pods all run by then is
     # written once, Running, instead of Starting then Running (a status write costs the API server 2-4 pod creates).
     status_delay: float = STATUS_DELAY
-    reserving: ReservationRule = ReservationRule()  # which blocked jobs hold reservations (core/cycle.py)
+    # which blocked jobs hold reservations (core/cycle.py)
+    reserving: ReservationRule = ReservationRule(after=RESERVE_AFTER, from_units=RESERVE_FROM_UNITS)
     ordering: Ordering = Ordering()  # jobs of one priority by arrival or by predicted service (core/estimates.py)
 
 

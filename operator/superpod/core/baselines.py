@@ -5,6 +5,7 @@ reservation differ.
 - `superpod-service`: superpod, its queue ordered by predicted service (core/estimates.py turn) instead of arrival.
 - `superpod-estimate-backfill`: superpod letting a job run inside a reservation when its estimate (not its limit)
   ends before the holder's predicted start.
+- `superpod-reserve-all`: superpod with every blocked job reserving (the rule before it was measured).
 - `superpod-nopreempt`: superpod without preemption: a blocked gang waits for running ones to end.
 - `superpod-nobackfill`: superpod's exact placement with no reservation: every job that fits now is placed in
   order, a blocked big gang holds nothing (greedy list scheduling; big gangs can starve behind small ones).
@@ -23,13 +24,16 @@ import random
 from collections.abc import Callable
 from dataclasses import replace
 
-from superpod.core.cycle import ESTIMATE, PriorityFifo, QueuePolicy, ReservationRule
+from superpod.core.cycle import ESTIMATE, RESERVE_AFTER, RESERVE_FROM_UNITS, PriorityFifo, QueuePolicy, ReservationRule
 from superpod.core.estimates import SERVICE, Ordering
 from superpod.core.placement import Placement, Solver, placement_of
+
+OPERATOR_RULE = ReservationRule(after=RESERVE_AFTER, from_units=RESERVE_FROM_UNITS)  # `superpod run`'s default
 
 
 class NoPreemption(PriorityFifo):
     preempts = False
+    reserving = OPERATOR_RULE
 
 
 class NoBackfill(PriorityFifo):
@@ -84,11 +88,10 @@ class RandomFit(_Greedy):
 
 
 POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
-    "superpod": lambda seed: PriorityFifo(),
-    "superpod-service": lambda seed: PriorityFifo(ordering=Ordering(SERVICE)),
-    "superpod-estimate-backfill": lambda seed: PriorityFifo(ReservationRule(backfill_by=ESTIMATE)),
-    "x1": lambda seed: PriorityFifo(ReservationRule(after=3600.0, from_units=16)),
-    "x2": lambda seed: PriorityFifo(ReservationRule(after=6 * 3600.0, from_units=16)),
+    "superpod": lambda seed: PriorityFifo(OPERATOR_RULE),
+    "superpod-service": lambda seed: PriorityFifo(OPERATOR_RULE, Ordering(SERVICE)),
+    "superpod-estimate-backfill": lambda seed: PriorityFifo(replace(OPERATOR_RULE, backfill_by=ESTIMATE)),
+    "superpod-reserve-all": lambda seed: PriorityFifo(ReservationRule()),
     "superpod-nopreempt": lambda seed: NoPreemption(),
     "superpod-nobackfill": lambda seed: NoBackfill(),
     "gang-spread": lambda seed: GangSpread(),

@@ -46,6 +46,8 @@ class Decision:
 
 
 ESTIMATE, LIMIT = "estimate", "limit"
+RESERVE_AFTER = 3600.0  # the operator's rule, chosen on the simulator: a blocked job reserves once it waited an hour
+RESERVE_FROM_UNITS = 16.0  # or at once when it asks for two servers' worth of GPUs or more (docs/benchmarks.md)
 
 
 @dataclass(frozen=True)
@@ -169,6 +171,7 @@ class Held:
         self.all: frozenset[Reservation] = frozenset()
         self.pinned: frozenset[Reservation] = frozenset()
         self._only: dict[str, frozenset[Reservation]] = {}
+        self.headed: set[str] = set()  # groups whose first blocked job was not worth a reservation (ReservationRule)
 
     def add(self, group: str, reservation: Reservation) -> None:
         """A reservation a blocked job of the group took; a pinned one (a preemptor's nodes) is kept off by every
@@ -332,11 +335,16 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
     if why:
         return Decision(job, None, why), None
     seen = unfit_key(job, policy, held, snap.horizon.now)
+    head = seen[2][1]
+    if head and not seen[2][0]:  # the group's first blocked job, not worth a reservation: its turn is used all the same
+        held.headed.add(policy.group(job))
     known = snap.unfit.get(seen)
     if known is not None:
         return Decision(job, None, known), None
-    decision, taken = _search(snap, job, policy, seen[1], seen[2])
-    if decision.placement is None and taken is None:
+    decision, taken = _search(snap, job, policy, seen[1], seen[2][0], head)
+    if decision.placement is not None:
+        held.headed.discard(policy.group(job))
+    elif taken is None and not head:  # a head searches each cycle: its victims' protection may have run out
         snap.unfit[seen] = decision.reason
     return decision, taken
 
@@ -351,21 +359,25 @@ def decide_isolated(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed
 
 
 def unfit_key(job: JobRequest, policy: QueuePolicy, held: Held,
-              now: float) -> tuple[Shape, frozenset[Reservation], bool]:
+              now: float) -> tuple[Shape, frozenset[Reservation], tuple[bool, bool]]:
     """What a search for `job` reads besides the snapshot: its shape, the reservations it keeps off (never its own
-    pinned nodes, nor those it is predicted to leave before their holders start), whether it may take one."""
+    pinned nodes, nor those it is bound to leave before their holders start), and (whether it may take one, whether
+    it is its group's head: the first blocked job, which may preempt)."""
     blocking = policy.blocking(job, held)
     if held.pinned and any(r.holder.key == job.key for r in held.pinned):
         blocking = frozenset(r for r in blocking if r.holder.key != job.key)
     rule = policy.reserving
     if (job.limit or job.estimate) is not None and any(r.start is not None for r in blocking):
         blocking = frozenset(r for r in blocking if not r.lets(job, now, rule.backfill_by))
-    may_reserve = policy.reserves and held.count(policy.group(job)) < rule.per_group and rule.worth(job, now)
-    return job.shape(), blocking, may_reserve
+    group = policy.group(job)
+    head = policy.reserves and held.count(group) < rule.per_group and group not in held.headed
+    return job.shape(), blocking, (head and rule.worth(job, now), head)
 
 
 def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: frozenset[Reservation],
-            may_reserve: bool) -> tuple[Decision, Reservation | None]:
+            may_reserve: bool, head: bool) -> tuple[Decision, Reservation | None]:
+    """`head`: the first blocked job of its group this cycle, which may preempt (core/preempt.py); `may_reserve`:
+    that, and worth a reservation by the policy's ReservationRule."""
     if blocking:
         sv = Solver(snap, job, frozenset().union(*(r.domains for r in blocking)),
                     exclude_nodes=frozenset().union(*(r.nodes for r in blocking)))
@@ -380,7 +392,7 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
         return Decision(job, p, None), None
     if (preempt := getattr(policy, "preempt", None)) is not None:  # core/preempt.py: Preempting
         found = preempt(snap, job, lambda: frozenset(sv.excluded_nodes).union(
-            *(snap.child_nodes[d] for d in sv.excluded_domains)), may_reserve)
+            *(snap.child_nodes[d] for d in sv.excluded_domains)), head)
         if found is not None:
             return found
     anywhere = Solver(snap, job) if blocking else sv

@@ -280,6 +280,7 @@ class Snapshot:
                 resource, 0)
         self.nodes[i] = node
         grew = any(amount > old.allocatable.get(resource, 0) for resource, amount in node.allocatable.items())
+        refiltered = False  # a node cordoned, held or tainted: what did not fit still does not, but not for that reason
         for signature, view in self.views.items():
             job = self.view_jobs[signature]
             before, after = filter_reason(old, job), filter_reason(node, job)
@@ -291,12 +292,13 @@ class Snapshot:
                 view.reasons[after] += 1
             view.eligible[i] = after is None
             grew |= before is not None and after is None
+            refiltered |= before != after
             if view.eligible[i]:
                 view.add_node(self, i, 1)
             if before != after or old.allocatable != node.allocatable:
                 view.static = {}  # facts of the eligible nodes' allocatable
         self.idle_answers = {}
-        if grew:  # what did not fit may now: only a node that offers more (a cordon takes, an uncordon gives)
+        if grew or refiltered:  # what did not fit may now (a node offers more), or says why differently (a cordon)
             self.unfit = {}
         self.generation += 1
         return True
