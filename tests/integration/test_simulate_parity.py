@@ -7,7 +7,7 @@ import uuid
 
 from kubernetes import client
 
-from superpod.core.cycle import PriorityFifo
+from superpod.core.baselines import POLICIES
 from superpod.sim import nodes, presets
 from superpod.simulate.engine import Simulation, training_job
 from superpod.simulate.runtime import RuntimeModel
@@ -63,7 +63,7 @@ def test_a_replay_places_a_scenario_exactly_as_the_operator_on_the_real_control_
     assert wait_for(settled, 30, "the same") and real == {job.name: _counts(jobs.status(job.name).get("placement"))
                                                          for job in trace}, "settled: a second look agrees"
 
-    simulation = Simulation(objs, TOPOLOGY, trace, PriorityFifo(), RuntimeModel.of(TOPOLOGY, objs))
+    simulation = Simulation(objs, TOPOLOGY, trace, POLICIES["superpod"](0), RuntimeModel.of(TOPOLOGY, objs))
     simulation.run(until=0.0)
     replayed = {key.split("/", 1)[1]: record.attempts[-1].nodes if record.attempts else {}
                 for key, record in simulation.records.items()}
