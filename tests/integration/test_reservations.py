@@ -28,11 +28,11 @@ def test_a_job_that_ends_before_the_reserved_start_runs_inside_the_reservation(c
                              annotations={RUN: "600s"}))  # one leaf, long
     jobs.wait_phase("hold", "Running")
     jobs.create(training_job("soon", sim, 3, gpus=8, required="leaf", maxRuntimeSeconds=100,
-                             annotations={RUN: "30s"}))  # three nodes of the other leaf, predicted to end by 100 s
+                             annotations={RUN: "80s"}))  # three nodes of the other leaf, predicted to end by 100 s
     jobs.wait_phase("soon", "Running")
     soon_start = timestamp(jobs.status("soon")["attemptStartTime"])
     jobs.create(training_job("big", sim, 4, gpus=8, required="leaf"))
-    message = jobs.wait_message("big", "is reserved for it")
+    message = jobs.wait_message("big", "is reserved for it", timeout=60)
     assert f"when {namespace}/soon ends" in message, message
     predicted = soon_start + 100
     assert abs(time.time() + expected_seconds(message) - predicted) < 35, message  # "about 1 min" is 60-89 s

@@ -342,10 +342,8 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
     if known is not None:
         return Decision(job, None, known), None
     decision, taken = _search(snap, job, policy, seen[1], seen[2][0], head)
-    if decision.placement is not None:
-        held.headed.discard(policy.group(job))
-    elif taken is None and not head:  # a head searches each cycle: its victims' protection may have run out
-        snap.unfit[seen] = decision.reason
+    if decision.placement is None and taken is None and not head:  # a head searches each cycle: its victims'
+        snap.unfit[seen] = decision.reason  # protection may have run out
     return decision, taken
 
 
