@@ -231,11 +231,11 @@ def _reservation(sv: Solver) -> Reservation | None:
         if sv.required_level == sv.node_level:
             one = [i for i in nodes if sv.idle_slots(i) >= replicas]
             if at is None:
-                i = max(one, key=sv.slots)
-            else:
-                i = min(one, key=lambda i: (_at(_start_on(sv, [i])), -sv.slots(i), i))
-            return Reservation(job, nodes=frozenset([i]), label=f"node {snap.nodes[i].name}",
-                               start=_start_on(sv, [i]) if at is not None else None)
+                i, node_start = max(one, key=sv.slots), None
+            else:  # each node's predicted start, searched once
+                node_start, i = min(((_start_on(sv, [i]), i) for i in one),
+                                    key=lambda found: (_at(found[0]), -sv.slots(found[1]), found[1]))
+            return Reservation(job, nodes=frozenset([i]), label=f"node {snap.nodes[i].name}", start=node_start)
         kids = [((_room_at(sv, [i], at), sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True))
                 for i in nodes]
         picked = _enough(kids, replicas, (lambda ids: sv.covers(sv.idle_capacity(ids))) if sv.others else None)

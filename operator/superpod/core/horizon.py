@@ -100,7 +100,8 @@ def predicted_start(horizon: Horizon, nodes: Iterable[tuple[str, dict[str, int]]
     copied: set[str] = set()
     for end, holder, name, released in sorted(events):
         if name not in copied:
-            free[name], _ = dict(free[name]), copied.add(name)
+            free[name] = dict(free[name])  # the caller's free counts are never changed
+            copied.add(name)
         for resource, amount in released:
             free[name][resource] = free[name].get(resource, 0) + amount
         now_slots = _slots(free[name], requests, replicas, step)
