@@ -32,7 +32,7 @@ def test_a_job_that_ends_before_the_reserved_start_runs_inside_the_reservation(c
     jobs.wait_phase("soon", "Running")
     soon_start = timestamp(jobs.status("soon")["attemptStartTime"])
     jobs.create(training_job("big", sim, 4, gpus=8, required="leaf"))
-    message = jobs.wait_message("big", "is reserved for it", timeout=60)
+    message = jobs.wait_message("big", "reserved for it", timeout=60)  # "leaf su-2 is" or "4 nodes of leaf su-2 are"
     assert f"when {namespace}/soon ends" in message, message
     predicted = soon_start + 100
     assert abs(time.time() + expected_seconds(message) - predicted) < 35, message  # "about 1 min" is 60-89 s
