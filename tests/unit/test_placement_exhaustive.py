@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import combinations
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from superpod.core.model import Snapshot, Topology, filter_reason
+from superpod.core.model import Pod, Snapshot, Topology, filter_reason
 from superpod.core.placement import Solver, solve
-from superpod.core.request import JobRequest
+from superpod.core.request import GPU, PODS, JobRequest
 from tests.unit.builders import LEAF, NODE, NVLINK, SPINE, job, node, snapshot
 
 TOPOS = [Topology((LEAF, NODE)), Topology((SPINE, LEAF, NODE)), Topology((SPINE, LEAF, NVLINK, NODE))]
@@ -176,3 +177,23 @@ def _check_against_exhaustive(
     _check_feasible(snap, job, got.assignments)
     assert _cost(snap, job, list(got.assignments)) == best
     assert got.counts == best[: len(snap.levels) + 1]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), st.data())
+def test_a_domains_room_read_from_the_aggregates_is_the_room_its_nodes_give(sc, data):
+    """Solver.room answers a gang asking only for GPUs (and a pod slot) from the view's free-GPU aggregates where no
+    node is short of pod slots: the same as summing its nodes. Nodes get 1-110 pod slots, some already taken."""
+    snap, job, exclude, exclude_nodes = sc
+    nodes = [replace(n, allocatable={**n.allocatable, PODS: data.draw(st.sampled_from([1, 3, 110, 110]))})
+             for n in snap.nodes]
+    taken = [Pod(f"other/{n.name}-{k}", n.name, ((PODS, 1),)) for n in nodes
+             for k in range(data.draw(st.integers(0, 2)))]
+    snap = Snapshot(nodes, snap.topology, [*snap.pods.values(), *taken])
+    job = replace(job, requests=(*job.requests, (PODS, 1)))
+    sv = Solver(snap, job, exclude, exclude_nodes=exclude_nodes)
+    walked = Solver(snap, job, exclude, exclude_nodes=exclude_nodes)
+    walked.room_by_gpus = False
+    assert [sv.room(d) for d in range(len(snap.domains))] == [walked.room(d) for d in range(len(snap.domains))]
+    if {r for r, _ in job.requests} == {GPU, PODS} and not job.slice_required and not (exclude or exclude_nodes):
+        assert sv.room_by_gpus  # the examples reach the aggregates

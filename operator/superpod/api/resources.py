@@ -10,9 +10,9 @@ from typing import Any
 
 from kubernetes.utils import parse_quantity
 
-from superpod.core.request import GPU, MIG_PREFIX
+from superpod.core.request import GPU, MIG_PREFIX, PODS
 
-PODS = "pods"  # every pod takes one of the node's allocatable pod slots
+__all__ = ["PODS"]  # re-exported: the api layer names it too
 # Resources the API server lets a container request without an equal limit; any other (extended) resource needs one.
 STANDARD = ("cpu", "memory", "ephemeral-storage")
 

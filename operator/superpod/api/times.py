@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import datetime
+import functools
 from typing import Any
 
 
+@functools.lru_cache(maxsize=256)  # a cycle stamps many objects with the same instant
 def rfc3339(t: float, micro: bool = False) -> str:
     """`metadata` times have whole seconds; MicroTime fields (a Lease's renewTime) have microseconds."""
     fmt = "%Y-%m-%dT%H:%M:%S.%fZ" if micro else "%Y-%m-%dT%H:%M:%SZ"

@@ -368,9 +368,8 @@ class PodGangs:
         """The bound pod gangs, as requests (what the queues count as in use): one per gang, its live bound pods;
         each recomputed only when its pods changed."""
         out = []
-        for key, pod_keys in state.by_job.items():
-            if not is_gang_key(key):
-                continue
+        for key in sorted(state.gang_keys):
+            pod_keys = state.by_job.get(key, ())
             stamp = state.changes.get(key, 0)
             known = self._placed.get(key)
             if known is None or known[0] != stamp:
@@ -384,9 +383,9 @@ class PodGangs:
                     known = self._placed[key] = (stamp, None)
             if known[1] is not None:
                 out.append(known[1])
-        for key in self._placed.keys() - state.by_job.keys():
+        for key in [key for key in self._placed if key not in state.gang_keys]:
             del self._placed[key]
-        for key in self.admitted.keys() - state.by_job.keys():
+        for key in [key for key in self.admitted if key not in state.gang_keys]:
             del self.admitted[key]
             self._told.discard(key)
         return out

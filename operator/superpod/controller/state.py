@@ -206,6 +206,7 @@ class ClusterState:
         self.queue_edits = 0  # bumped on every stored or deleted GPUQueue
         self.ledger = Ledger()  # the GPUUsage records, by queue
         self.by_job: dict[str, set[str]] = {}  # job key (or pod gang key) -> keys of its pods
+        self.gang_keys: set[str] = set()  # the pod gang keys of by_job
         self.gang_pods: dict[str, dict] = {}  # pod key -> object, of the pods other controllers ask it to bind
         self.gang_nominations: dict[str, str] = {}  # pod key -> gang key, of those pods holding a nomination
         self.pod_groups: dict[str, dict] = {}  # PodGroup key -> object (scheduling.x-k8s.io, when served)
@@ -427,6 +428,7 @@ class ClusterState:
                 self.by_job.get(pod.job, set()).discard(key)
                 if not self.by_job.get(pod.job):
                     self.by_job.pop(pod.job, None)
+                    self.gang_keys.discard(pod.job)
                     if pod.owner is None:  # a pod gang's last pod: what is remembered of the gang goes with it
                         self._gone(pod.job)
                 if pod.owner is None:
@@ -497,6 +499,8 @@ class ClusterState:
             self.holding.pop(key, None)
         if info.job:
             self.by_job.setdefault(info.job, set()).add(key)
+            if is_gang_key(info.job):
+                self.gang_keys.add(info.job)
         if info.job and not info.owner:
             self.gang_pods[key] = obj
         else:

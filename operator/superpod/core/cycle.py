@@ -22,7 +22,7 @@ from typing import Protocol
 
 from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.explain import explain_solver
-from superpod.core.horizon import Start, predicted_start, slots_at
+from superpod.core.horizon import Start, earliest_starts, predicted_start, slots_at
 from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.placement import Placement, Solver, could_ever_hold, solve, validate
 from superpod.core.request import JobRequest, Shape
@@ -269,21 +269,25 @@ def _reservation(sv: Solver) -> Reservation | None:
 def _soonest(sv: Solver, domains: list[int]) -> tuple[int, Start | None]:
     """The domain predicted to hold the gang soonest, and that start; without predicted ends (or with none that
     frees enough), the one closest to fitting: most room now, then most free GPUs (or the job's primary resource)."""
-    closest = max(domains, key=lambda d: (sv.room(d), sv.free_primary(d), -d))
-    if not sv.snap.horizon.on:
-        return closest, None
-    starts = {d: _start_on(sv, sv.snap.nodes_under(d)) for d in domains}
-    soonest = min(domains, key=lambda d: (_at(starts[d]), -sv.room(d), -sv.free_primary(d), d))
-    if starts[soonest] is None:
-        return closest, None
-    return soonest, starts[soonest]
+    snap = sv.snap
+    if snap.horizon.on:
+        starts = earliest_starts(snap.horizon, {d: _open_free(sv, snap.nodes_under(d)) for d in domains}, sv.requests,
+                                 sv.replicas, sv.node_step)
+        if starts:
+            soonest = min(starts, key=lambda d: (-sv.room(d), -sv.free_primary(d), d))
+            return soonest, starts[soonest]
+    return max(domains, key=lambda d: (sv.room(d), sv.free_primary(d), -d)), None
+
+
+def _open_free(sv: Solver, nodes) -> list[tuple[str, dict[str, int]]]:
+    """(name, free now) of those of `nodes` the gang may use."""
+    snap = sv.snap
+    return [(snap.nodes[i].name, snap.free[i]) for i in nodes if sv.is_open(i)]
 
 
 def _start_on(sv: Solver, nodes) -> Start | None:
     """The gang's predicted start on `nodes` (those it may use), counting replicas per node."""
-    snap = sv.snap
-    return predicted_start(snap.horizon, [(snap.nodes[i].name, snap.free[i]) for i in nodes if sv.is_open(i)],
-                           sv.requests, sv.replicas, sv.node_step)
+    return predicted_start(sv.snap.horizon, _open_free(sv, nodes), sv.requests, sv.replicas, sv.node_step)
 
 
 def _room_at(sv: Solver, nodes, at: float | None) -> int:

@@ -19,15 +19,7 @@ _FILTER_WORDS = {
 
 
 def demand(snap: Snapshot, job: JobRequest) -> str:
-    unit = "replicas"
-    if job.gpus:
-        ok = [n for n, good in zip(snap.nodes, snap.view(job).eligible, strict=True) if good]
-        products = {n.labels.get(PRODUCT_LABEL) for n in ok}
-        product = job.gpu_product or (products.pop() if len(products) == 1 else None)
-        if {n.allocatable.get(GPU, 0) for n in ok} == {job.gpus}:
-            unit = "nodes"
-    else:
-        product = job.gpu_product
+    unit, product = _unit_and_product(snap, job)
     word = unit if job.replicas != 1 else unit[:-1]
     text = f"needs {job.replicas} {word} {'with' if unit == 'nodes' else 'of'} {_each(job.requests, product)}"
     others = Counter(job.others)
@@ -39,6 +31,23 @@ def demand(snap: Snapshot, job: JobRequest) -> str:
     if job.slice_size and job.slice_required:
         text += f", in slices of {job.slice_size} per {job.slice_required}"
     return text
+
+
+def _unit_and_product(snap: Snapshot, job: JobRequest) -> tuple[str, str | None]:
+    """("nodes" when each replica takes a whole eligible node, else "replicas"; the GPU product named): read from the
+    eligible nodes' allocatable and labels, so kept with the job's view."""
+    if not job.gpus:
+        return "replicas", job.gpu_product
+    view = snap.view(job)
+    key = ("unit-and-product", job.gpus)
+    known = view.static.get(key)
+    if known is None:
+        ok = [n for n, good in zip(snap.nodes, view.eligible, strict=True) if good]
+        products = {n.labels.get(PRODUCT_LABEL) for n in ok}
+        product = job.gpu_product or (products.pop() if len(products) == 1 else None)
+        known = view.static[key] = ("nodes" if {n.allocatable.get(GPU, 0) for n in ok} == {job.gpus} else "replicas",
+                                    product)
+    return known
 
 
 def _each(requests: tuple[tuple[str, int], ...], product: str | None) -> str:
@@ -107,11 +116,11 @@ def explain_solver(sv: Solver) -> str:
         best = max(nodes, key=lambda i: (sv.slots(i), snap.nodes[i].name))
         now = sv.slots(best)
         where = f"the best node has room for {now} ({snap.nodes[best].name})"
-        ever = max((sv.idle_slots(i) for i in nodes), default=0)
+        ever = sv.remembered(("largest-idle-node",), lambda: max((sv.idle_slots(i) for i in nodes), default=0))
         ever_domain = 0
     else:
         domains = sv.domains_at(sv.required_level)
-        ever_domain, ever = sv.best_room(domains, idle=True)
+        ever_domain, ever = sv.remembered(("largest-idle",), lambda: sv.best_room(domains, idle=True))
         best, now = sv.best_room(domains)
         if level:
             where = f"the best {level} has room for {now} ({snap.domain_label(best)})"

@@ -7,11 +7,15 @@ a reservation over them has no predicted start and is kept off by everyone, as b
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import heapq
+from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from superpod.core.estimates import predicted_end
 from superpod.core.request import Requests
+
+G = TypeVar("G", bound=Hashable)
 
 
 @dataclass(frozen=True)
@@ -37,6 +41,8 @@ class Horizon:
         self.on: dict[str, dict[str, Release]] = {}  # node name -> holder -> its release there
         self.nodes_of: dict[str, tuple[tuple[str, ...], tuple]] = {}  # holder -> (its nodes, what it was put with)
         self.assumed: set[str] = set()  # holders put with no version: placed by a cycle, not observed yet
+        self._ends: dict[str, list[tuple[float, str, str, Requests]]] = {}  # node -> ends, sorted, at _ends_at
+        self._ends_at = now
 
     def put(self, holder: str, start: float, estimate: float | None, limit: float | None,
             members: Iterable[tuple[str, Requests]], version: tuple = ()) -> None:
@@ -53,6 +59,7 @@ class Horizon:
             for resource, amount in requests:
                 total[resource] = total.get(resource, 0) + amount
         for node, total in by_node.items():
+            self._ends.pop(node, None)
             self.on.setdefault(node, {})[holder] = Release(holder, start, estimate, limit,
                                                            tuple(sorted(total.items())))
         self.nodes_of[holder] = (tuple(by_node), version)
@@ -61,6 +68,7 @@ class Horizon:
         self.assumed.discard(holder)
         known = self.nodes_of.pop(holder, None)
         for node in known[0] if known is not None else ():
+            self._ends.pop(node, None)
             releases = self.on.get(node)
             if releases is not None:
                 releases.pop(holder, None)
@@ -73,6 +81,17 @@ class Horizon:
             end = release.end(self.now)
             if end is not None:
                 yield end, release
+
+    def ends(self, node: str) -> list[tuple[float, str, str, Requests]]:
+        """(predicted end, holder, `node`, what it frees there) of the releases on `node` with a predicted end, in
+        that order; kept until the clock moves or a gang on `node` is put or dropped."""
+        if self._ends_at != self.now:
+            self._ends, self._ends_at = {}, self.now
+        known = self._ends.get(node)
+        if known is None:
+            known = self._ends[node] = sorted((end, release.holder, node, release.requests)
+                                              for end, release in self.releases(node))
+        return known
 
 
 @dataclass(frozen=True)
@@ -87,39 +106,59 @@ def predicted_start(horizon: Horizon, nodes: Iterable[tuple[str, dict[str, int]]
                     replicas: int, step: int = 1) -> Start | None:
     """The earliest predicted time `replicas` members of `requests` fit on `nodes` ((name, free now), each holding
     whole multiples of `step` members), counting members per node; None if the predicted ends never free enough."""
+    return earliest_starts(horizon, {0: nodes}, requests, replicas, step).get(0)
+
+
+def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[str, int]]]], requests: Requests,
+                    replicas: int, step: int = 1) -> dict[G, Start]:
+    """Of `groups` of nodes (disjoint, each as predicted_start takes them), those predicted to hold the members
+    first, each with its start (several when they start at the same time); {} if the predicted ends never free
+    enough in any. The nodes' ends are merged in time order and read only up to that start."""
     free: dict[str, dict[str, int]] = {}
     slots: dict[str, int] = {}
-    events: list[tuple[float, str, str, Requests]] = []
-    for name, now_free in nodes:
-        free[name] = now_free
-        slots[name] = _slots(now_free, requests, replicas, step)
-        events.extend((end, release.holder, name, release.requests) for end, release in horizon.releases(name))
-    total = sum(slots.values())
-    if total >= replicas:
-        return Start(horizon.now)
+    group_of: dict[str, G] = {}
+    totals: dict[G, int] = {}
+    found: dict[G, Start] = {}
+    for group, nodes in groups.items():
+        total = 0
+        for name, now_free in nodes:
+            free[name], group_of[name] = now_free, group
+            slots[name] = _slots(now_free, requests, replicas, step)
+            total += slots[name]
+        totals[group] = total
+        if total >= replicas:
+            found[group] = Start(horizon.now)
+    if found:
+        return found
     copied: set[str] = set()
-    for end, holder, name, released in sorted(events):
+    first = None
+    for end, holder, name, released in heapq.merge(*(horizon.ends(name) for name in free)):
+        at = max(end, horizon.now)
+        if first is not None and at > first:
+            break
         if name not in copied:
             free[name] = dict(free[name])  # the caller's free counts are never changed
             copied.add(name)
         for resource, amount in released:
             free[name][resource] = free[name].get(resource, 0) + amount
         now_slots = _slots(free[name], requests, replicas, step)
-        total += now_slots - slots[name]
+        group = group_of[name]
+        totals[group] += now_slots - slots[name]
         slots[name] = now_slots
-        if total >= replicas:
-            return Start(max(end, horizon.now), holder)
-    return None
+        if totals[group] >= replicas and group not in found:
+            found[group], first = Start(at, holder), at
+    return found
 
 
 def slots_at(horizon: Horizon, name: str, free: dict[str, int], requests: Requests, replicas: int, until: float,
              step: int = 1) -> int:
     """Members of `requests` node `name` is predicted to hold at `until` (its pods ending by then gone)."""
     free = dict(free)
-    for end, release in horizon.releases(name):
-        if end <= until:
-            for resource, amount in release.requests:
-                free[resource] = free.get(resource, 0) + amount
+    for end, _, _, released in horizon.ends(name):
+        if end > until:
+            break
+        for resource, amount in released:
+            free[resource] = free.get(resource, 0) + amount
     return _slots(free, requests, replicas, step)
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from superpod.core.horizon import Horizon
-from superpod.core.request import GPU, PRODUCT_LABEL, JobRequest, Taint
+from superpod.core.request import GPU, PODS, PRODUCT_LABEL, JobRequest, Taint
 
 HOSTNAME = "kubernetes.io/hostname"
 UNLABELLED = "?"  # prefix of the domain a node forms on its own at a level whose label it lacks
@@ -107,16 +107,18 @@ class View:
         self.gpu_histogram = [[0] * (top + 1) for _ in range(n_domains)]  # eligible nodes by free whole GPUs
         self.free: list[Counter] = [Counter() for _ in range(n_domains)]  # free resources of eligible nodes
         self.node_count = [0] * n_domains  # eligible nodes
+        self.few_pods = [0] * n_domains  # eligible nodes with fewer free pod slots than a node has GPUs
         self.version = [0] * n_domains  # bumped on every change below a domain; keys the memo
         # (domain, gpus per replica) -> (version, GPU-bound capacity, children's capacities descending)
         self.capacity_memo: dict[tuple[int, int], tuple[int, int, list[int]]] = {}
-        self.static: dict[tuple, object] = {}  # facts of the eligible nodes' allocatable, which never change
+        self.static: dict[tuple, object] = {}  # facts of the eligible nodes' allocatable and labels
         for d in range(n_domains):  # per finest domain from its nodes, then fold upwards
             for i in snap.child_nodes[d]:
                 if eligible[i]:
                     free = snap.free[i]
                     self.gpu_histogram[d][min(max(free.get(GPU, 0), 0), top)] += 1
                     self.node_count[d] += 1
+                    self.few_pods[d] += free.get(PODS, 0) < top
                     total = self.free[d]
                     for r, v in free.items():
                         if v > 0:
@@ -125,6 +127,7 @@ class View:
             for d in snap.domains_by_level[level]:
                 parent = snap.domains[d].parent
                 self.node_count[parent] += self.node_count[d]
+                self.few_pods[parent] += self.few_pods[d]
                 self.free[parent].update(self.free[d])
                 self.gpu_histogram[parent] = [
                     a + b for a, b in zip(self.gpu_histogram[parent], self.gpu_histogram[d], strict=True)
@@ -134,10 +137,12 @@ class View:
         """Add (sign 1) or remove (sign -1) an eligible node's free capacity in every domain above it."""
         free = snap.free[node]
         bucket = min(max(free.get(GPU, 0), 0), snap.max_gpus_per_node)
+        few = sign if free.get(PODS, 0) < snap.max_gpus_per_node else 0
         for d in snap.ancestors[node]:
             self.version[d] += 1
             self.gpu_histogram[d][bucket] += sign
             self.node_count[d] += sign
+            self.few_pods[d] += few
             total = self.free[d]
             for r, v in free.items():
                 total[r] += sign * max(v, 0)
@@ -295,8 +300,8 @@ class Snapshot:
             refiltered |= before != after
             if view.eligible[i]:
                 view.add_node(self, i, 1)
-            if before != after or old.allocatable != node.allocatable:
-                view.static = {}  # facts of the eligible nodes' allocatable
+            if before != after or old.allocatable != node.allocatable or old.labels != node.labels:
+                view.static = {}  # facts of the eligible nodes' allocatable and labels
         self.idle_answers = {}
         if grew or refiltered:  # what did not fit may now (a node offers more), or says why differently (a cordon)
             self.unfit = {}

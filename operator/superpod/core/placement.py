@@ -33,17 +33,19 @@ placement); when the others find no room at all, the gang is placed as if every 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from itertools import repeat
 from operator import add
+from typing import TypeVar
 
 from superpod.core.model import Snapshot, View
-from superpod.core.request import GPU, JobRequest, gpu_units, primary_of
+from superpod.core.request import GPU, PODS, JobRequest, gpu_units, primary_of
 
 INF = 1 << 1000  # anything >= INF is infeasible; finite costs stay far below (48 bits x 2 x levels)
 BASE_BITS = 48
 KEEP_EXTRA = 2  # children kept beyond the minimum when a combination step is over budget
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,11 @@ class Solver:
         for d in exclude:
             self.excluded_domains.update(snap.descendants(d))
         self.excluded_nodes = exclude_nodes
+        # free GPUs alone decide a domain's room now where no node is short of pod slots: the view's aggregates
+        # answer room() without visiting nodes
+        self.room_by_gpus = (self.primary == GPU and {r for r, _ in self.requests} <= {GPU, PODS}
+                             and dict(self.requests).get(PODS, 1) == 1 and self.slice_level is None
+                             and not (exclude_nodes or self.excluded_domains))
         self._slots: dict[int, int] = {}
         self._tables: dict[tuple[int, int], _Table] = {}
         self._floors: dict[tuple[int, int], int] = {}
@@ -170,6 +177,8 @@ class Solver:
 
     def room(self, domain: int, idle: bool = False) -> int:
         """Most replicas `domain` could hold on its own now (or `idle`: if no pod ran), slices respected."""
+        if self.room_by_gpus and not idle and not self.view.few_pods[domain]:
+            return self._capacity_bound(domain)
         slots = self.idle_slots if idle else self.slots
         size, slice_level, ancestors = self.slice_size, self.slice_level, self.snap.ancestors
         total = 0
@@ -210,6 +219,19 @@ class Solver:
         if self.required_level == self.node_level:
             return any(self.idle_slots(i) >= gang for i in self.snap.nodes_under(domain))
         return True
+
+    def remembered(self, question: tuple, answer: Callable[[], T]) -> T:
+        """`answer()`, for a question that reads only the nodes, the topology and the job's request, never pods:
+        kept on the snapshot until a node changes (Snapshot.idle_answers), unless something is excluded."""
+        if self.excluded_domains or self.excluded_nodes:
+            return answer()
+        job = self.job
+        key = (question, job.replicas, job.requests, job.others, job.filter_signature(), job.required,
+               job.slice_size, job.slice_required)
+        known = self.snap.idle_answers.get(key, self)
+        if known is self:
+            known = self.snap.idle_answers[key] = answer()
+        return known
 
     def idle_capacity(self, nodes: Iterable[int]) -> Counter:
         """The allocatable of those of `nodes` the gang may use, summed."""
@@ -703,12 +725,8 @@ def _scopes(sv: Solver, parts: list[tuple[int, int]], domain: int) -> Iterable[l
 def could_ever_hold(sv: Solver, level: int) -> list[int]:
     """The domains of `level` that could hold the gang on an idle cluster (kept on the snapshot when nothing is
     excluded: the answer reads only nodes and topology)."""
-    if sv.excluded_domains or sv.excluded_nodes:
-        return [d for d in sv.domains_at(level) if sv.could_ever_hold(d)]
-    key = ("could-ever-hold", sv.job.shape(), level)
-    if key not in sv.snap.idle_answers:
-        sv.snap.idle_answers[key] = [d for d in sv.domains_at(level) if sv.could_ever_hold(d)]
-    return sv.snap.idle_answers[key]
+    return sv.remembered(("could-ever-hold", level),
+                         lambda: [d for d in sv.domains_at(level) if sv.could_ever_hold(d)])
 
 
 def _domains_above(snap: Snapshot, d: int) -> list[int]:

@@ -8,6 +8,7 @@ from functools import cached_property
 from typing import Any
 
 GPU = "nvidia.com/gpu"
+PODS = "pods"  # every pod takes one of the node's allocatable pod slots
 MIG_PREFIX = "nvidia.com/mig-"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"

@@ -193,7 +193,7 @@ class MemoryClient:
         if given != cur["metadata"]["resourceVersion"]:
             raise ApiError(409, "Conflict", f'Operation cannot be fulfilled on {kind.plural} "{key}": the object has '
                            "been modified; please apply your changes to the latest version and try again")
-        new = _clone(cur)
+        new = {**cur, "metadata": dict(cur["metadata"])}  # cur leaves the store: its parts are not copied again
         if status:
             new["status"] = obj.get("status")  # obj is this call's own copy
         else:

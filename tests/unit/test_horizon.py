@@ -1,0 +1,65 @@
+"""The predicted start of a blocked gang on groups of nodes (core/horizon.py) against a search of every instant."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from superpod.core.horizon import Horizon, earliest_starts, slots_at
+from superpod.core.request import GPU
+
+NODES = [f"n{i}" for i in range(6)]
+
+
+@st.composite
+def horizons(draw):
+    """Six 8-GPU nodes with some GPUs free, gangs holding the rest with predicted ends (some outlived), the
+    nodes in up to three groups, and a gang of 1-8 GPU members."""
+    now = 100.0
+    horizon = Horizon(now)
+    free = {}
+    for name in NODES:
+        held = draw(st.lists(st.integers(1, 4), max_size=3))
+        free[name] = {GPU: 8 - sum(held)}
+        for k, gpus in enumerate(held):
+            start = draw(st.sampled_from([0.0, 50.0, 90.0]))
+            estimate = draw(st.sampled_from([None, 20.0, 60.0, 200.0, 500.0]))
+            horizon.put(f"ns/{name}-{k}", start, estimate, None, [(name, ((GPU, gpus),))])
+    group = {name: draw(st.integers(0, 2)) for name in NODES}
+    groups: dict[int, list] = {}
+    for name in NODES:
+        groups.setdefault(group[name], []).append((name, free[name]))
+    gpus, replicas = draw(st.sampled_from([1, 2, 4, 8])), draw(st.integers(1, 8))
+    return horizon, groups, ((GPU, gpus),), replicas
+
+
+@settings(max_examples=300, deadline=None)
+@given(horizons())
+def test_the_earliest_start_is_the_first_instant_a_group_holds_the_gang(case):
+    horizon, groups, requests, replicas = case
+    found = earliest_starts(horizon, groups, requests, replicas)
+    instants = sorted({horizon.now} | {max(end, horizon.now) for name in NODES for end, *_ in horizon.ends(name)})
+
+    def holds(group: int, at: float) -> bool:
+        return sum(slots_at(horizon, name, free, requests, replicas, at) for name, free in groups[group]) >= replicas
+
+    first = next((at for at in instants if any(holds(g, at) for g in groups)), None)
+    if first is None:
+        assert found == {}
+        return
+    assert found.keys() == {g for g in groups if holds(g, first)}
+    for group, start in found.items():
+        assert start.at == first
+        if start.after:  # the gang whose end completes the room ends by then, on one of the group's nodes
+            assert any(holder == start.after and max(end, horizon.now) <= first
+                       for name, _ in groups[group] for end, holder, *_ in horizon.ends(name))
+
+
+def test_groups_that_free_at_the_same_instant_all_start_then():
+    horizon = Horizon(100.0)
+    for name in ("a", "b", "c"):
+        horizon.put(f"ns/{name}", 0.0, 120.0 if name != "c" else 300.0, None, [(name, ((GPU, 8),))])
+    found = earliest_starts(horizon, {1: [("a", {GPU: 0})], 2: [("b", {GPU: 0})], 3: [("c", {GPU: 0})]},
+                            ((GPU, 8),), 1)
+    assert {group: (start.at, start.after) for group, start in found.items()} == {1: (120.0, "ns/a"),
+                                                                                  2: (120.0, "ns/b")}
