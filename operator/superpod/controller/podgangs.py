@@ -31,7 +31,6 @@ from superpod.api.podgang import (
     gang_size,
     grouping,
     in_slot_order,
-    is_gang_key,
     max_runtime_of,
     nomination_of,
     rank_of,
