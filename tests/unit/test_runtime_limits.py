@@ -13,7 +13,7 @@ from superpod.api.times import timestamp
 from superpod.core.estimates import LIMIT_GRACE
 from superpod.core.queues import Queue
 from superpod.core.runtime_limit import RuntimeLimit, effective_limit
-from superpod.k8s.api import EVENTS, GPUQUEUES, GPUUSAGES, PODS
+from superpod.k8s.api import EVENTS, GPUQUEUES, GPUUSAGES, PODS, TRAININGJOBS
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.test_controller_queues import gpu_queue
 from tests.unit.test_pod_gangs import create, pod, scheduled, stored
@@ -61,6 +61,29 @@ def test_a_job_is_stopped_at_its_limit_not_before_failed_with_the_reason_the_eve
     [record] = [r for r in c.store.objects.get(GPUUSAGES, {}).values() if not r["spec"].get("pod")]
     assert record["spec"]["attempt"] == 1
     assert record["spec"]["gpuSeconds"] == c.status("capped")["finishedGpuSeconds"] > 8 * 25
+
+
+def test_a_limits_step_that_fails_keeps_the_deadline_and_tries_again():
+    """A bug met while computing a job's limit must not cost the job its deadline (it would then run on unstopped
+    until something of it changed)."""
+    c = MemoryCluster(nodes=2, nodes_per_unit=2)
+    c.submit(training_job("capped", 1, 8, maxRuntimeSeconds=30))
+    c.settle(3)
+    deadline = started(c, "capped") + 30
+    book, failed = c.controller.queues, []
+
+    def broken(view):
+        failed.append(view.key)
+        raise RuntimeError("a bug in the limits step")
+
+    book.job_limit = broken
+    run(c.admin.patch(TRAININGJOBS, "capped", {"metadata": {"labels": {"seen": "again"}}}, "team-a"))  # judged anew
+    c.tick(1)
+    c.cycle()
+    assert failed == ["team-a/capped"], "the limits step was reached, and failed"
+    del book.job_limit
+    run_until(c, deadline)
+    assert c.status("capped")["phase"] == "Failed" and c.status("capped")["reason"] == "MaxRuntimeExceeded"
 
 
 def test_the_queue_default_applies_to_jobs_asking_none_and_its_cap_to_jobs_asking_more():

@@ -49,6 +49,7 @@ from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
 
 log = logging.getLogger(__name__)
+_FAILED = object()  # what a guarded step that failed answers, where None is an answer
 
 
 class Controller:
@@ -370,7 +371,10 @@ class Controller:
         gone = {key for key in touched - active.keys() if not is_gang_key(key)}  # (a pod gang's are its own)
         for key in set(active) if every else candidates | gone:
             view = active.get(key)
-            limit = self._guarded("limits", lambda v=view: self.queues.job_limit(v), None) if view else None
+            limit = self._guarded("limits", lambda v=view: self.queues.job_limit(v), _FAILED) if view else None
+            if limit is _FAILED:  # its deadline stays as it was; tried again next cycle
+                self.judge_next.add(key)
+                continue
             started = view.time(view.status.attemptStartTime) if view is not None else None
             self.deadlines.set(key, limit.deadline(started) if limit is not None and started is not None else None)
             if limit is not None:
