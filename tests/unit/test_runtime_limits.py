@@ -86,6 +86,22 @@ def test_a_limits_step_that_fails_keeps_the_deadline_and_tries_again():
     assert c.status("capped")["phase"] == "Failed" and c.status("capped")["reason"] == "MaxRuntimeExceeded"
 
 
+def test_a_placed_job_whose_spec_turns_unreadable_keeps_its_queues_default_limit():
+    """A tenant's edit that makes the spec unreadable must not free its running job from the queue's limit."""
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 32, defaultMaxRuntimeSeconds=20, maxRuntimeSeconds=40)))
+    c.submit(job_in("plain", "team-a"))
+    c.settle(2)
+    deadline = started(c, "plain") + 20
+    run(c.admin.patch(TRAININGJOBS, "plain", {"spec": {"resources": {"gpus": "all of them"}}}, "team-a"))
+    c.tick(1)
+    c.cycle()
+    view = c.controller.reader.by_key["team-a/plain"]
+    assert isinstance(view.request, ConvertError) and view.phase == "Running", "placed, with an unreadable spec"
+    run_until(c, deadline)
+    assert c.status("plain")["reason"] == "MaxRuntimeExceeded", c.status("plain")
+
+
 def test_the_queue_default_applies_to_jobs_asking_none_and_its_cap_to_jobs_asking_more():
     c = MemoryCluster(nodes=4, nodes_per_unit=4)
     run(c.admin.create(GPUQUEUES, gpu_queue("a", 32, defaultMaxRuntimeSeconds=20, maxRuntimeSeconds=40)))

@@ -24,8 +24,8 @@ from superpod.controller.state import ClusterState
 from superpod.core.accounting import Run, gpu_seconds
 from superpod.core.cycle import Decision
 from superpod.core.model import Snapshot
-from superpod.core.phases import Condition, Reason
-from superpod.core.queues import HOLD_AND_DRAIN, FairQueues, QueueTree, Usage, capacity
+from superpod.core.phases import ACTIVE, Condition, Reason
+from superpod.core.queues import HOLD_AND_DRAIN, FairQueues, Queue, QueueTree, Usage, capacity
 from superpod.core.request import JobRequest
 from superpod.core.runtime_limit import RuntimeLimit, effective_limit
 from superpod.core.usage import period_of, runs_within
@@ -150,8 +150,10 @@ class QueueBook:
         """A TrainingJob's limit in force, with what set it: its spec.maxRuntimeSeconds (as admitted while it is
         placed), else its queue's default, never more than its queue's cap."""
         asked = view.max_runtime_asked
-        if not isinstance(view.request, JobRequest):
-            return effective_limit(asked, "spec.maxRuntimeSeconds", None)
+        if not isinstance(view.request, JobRequest):  # an unreadable spec: the queue it was admitted under still caps
+            admitted = view.status.admitted if view.phase in ACTIVE else None
+            queue = self._queue_of(view.key.partition("/")[0], admitted.queue if admitted is not None else None)
+            return effective_limit(asked, "spec.maxRuntimeSeconds", queue)
         return self.runtime_limit(view.request, asked, "spec.maxRuntimeSeconds")
 
     def runtime_limit(self, request: JobRequest, asked: float | None, asked_by: str) -> RuntimeLimit | None:
@@ -163,6 +165,17 @@ class QueueBook:
             name = tree.counted(request)[0]
             queue = tree.queues.get(name) if name else None
         return effective_limit(asked, asked_by, queue)
+
+    def _queue_of(self, namespace: str, named: str | None) -> Queue | None:
+        """The queue a gang of `namespace` that named `named` counts in, as QueueTree.counted finds it, without its
+        request: that queue if it takes the namespace, else the namespace's."""
+        if not self.state.queues:
+            return None
+        tree = self.tree()[0]
+        name, problem = tree.leaf_of(namespace, named)
+        if problem and named:
+            name, problem = tree.leaf_of(namespace, None)
+        return tree.queues.get(name) if name and not problem else None
 
     def labels(self, view: JobView) -> Labels:
         """The GPU-seconds counter's labels of a job: its queue and the flavor it counts against, when it has one."""

@@ -111,18 +111,22 @@ class QueueTree:
 
     def leaf(self, job: JobRequest) -> tuple[str | None, str | None]:
         """The leaf queue a job lands in, or why none takes it."""
-        if job.queue:
-            if job.queue not in self.queues:
-                why = self.problems.get(job.queue)
-                return None, f"queue {job.queue} {'is not in force: ' + why if why else 'does not exist'}"
-            if self.children.get(job.queue):
-                return None, f"queue {job.queue} has child queues; only leaf queues take jobs"
-            if job.namespace not in self.queues[job.queue].namespaces:  # a tenant spends only its own quota
-                return None, f"queue {job.queue} does not take jobs from namespace {job.namespace}"
-            return job.queue, None
-        if job.namespace in self.by_namespace:
-            return self.by_namespace[job.namespace], None
-        return None, f"namespace {job.namespace} belongs to no GPUQueue and its job names none in spec.queue"
+        return self.leaf_of(job.namespace, job.queue)
+
+    def leaf_of(self, namespace: str, queue: str | None) -> tuple[str | None, str | None]:
+        """The leaf queue a job of `namespace` naming `queue` (None: none) lands in, or why none takes it."""
+        if queue:
+            if queue not in self.queues:
+                why = self.problems.get(queue)
+                return None, f"queue {queue} {'is not in force: ' + why if why else 'does not exist'}"
+            if self.children.get(queue):
+                return None, f"queue {queue} has child queues; only leaf queues take jobs"
+            if namespace not in self.queues[queue].namespaces:  # a tenant spends only its own quota
+                return None, f"queue {queue} does not take jobs from namespace {namespace}"
+            return queue, None
+        if namespace in self.by_namespace:
+            return self.by_namespace[namespace], None
+        return None, f"namespace {namespace} belongs to no GPUQueue and its job names none in spec.queue"
 
     def classify(self, job: JobRequest) -> tuple[str | None, str | None, str | None]:
         """(leaf queue, flavor, None), or why no queue takes the job."""
