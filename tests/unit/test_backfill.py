@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from superpod.api.convert import estimate_key
 from superpod.core.cycle import ESTIMATE, PriorityFifo, ReservationRule, schedule
 from superpod.core.estimates import estimate, predicted_end, rounded, turn
 from superpod.core.horizon import Horizon
@@ -123,3 +124,14 @@ def test_the_operator_predicts_a_start_from_a_limit_and_forgets_the_gangs_that_e
     assert set(c.controller.estimator.horizon.nodes_of) == {"team-a/next"}
     assert {holder for releases in c.controller.estimator.horizon.on.values() for holder in releases} == {
         "team-a/next"}
+
+
+def test_runs_of_one_job_share_an_estimate_key_and_names_that_merely_end_alike_do_not():
+    def key(name: str, generated: str = "", label: str = "") -> str:
+        meta = {"name": name, "generateName": generated, "labels": {"superpod.dev/estimate-key": label} if label else {}}
+        return estimate_key({"metadata": meta})
+
+    assert key("train-llama-17") == key("train-llama-18") == key("train-llama-x7k2q", "train-llama-") == "train-llama"
+    assert key("train-small") != key("train-large")
+    assert key("sweep-3", label="pretrain") == "pretrain"
+    assert key("42") == "42" and key("llama3-7") != key("llama2-7")

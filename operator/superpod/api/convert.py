@@ -194,16 +194,19 @@ def duration(text: str) -> float:
 
 
 ESTIMATE_KEY_LABEL = "superpod.dev/estimate-key"
-_NAME_SUFFIX = re.compile(r"-(?:[0-9]+|[a-z0-9]{5})$")  # a run number, or the suffix generateName adds
+_RUN_NUMBER = re.compile(r"-[0-9]+$")
 
 
 def estimate_key(obj: dict) -> str:
     """What a job's runtime is predicted from (core/estimates.py), within its namespace: its
-    superpod.dev/estimate-key label, else its name without a trailing run number or generated suffix
-    (train-llama-17 and train-llama-18 teach each other)."""
+    superpod.dev/estimate-key label, else its name without the suffix its metadata.generateName got and without a
+    trailing run number (train-llama-17 and train-llama-18 teach each other; train-small and train-large do not)."""
     meta = obj.get("metadata") or {}
     given = str((meta.get("labels") or {}).get(ESTIMATE_KEY_LABEL) or "")
-    return given or _NAME_SUFFIX.sub("", str(meta.get("name") or ""))
+    name, generated = str(meta.get("name") or ""), str(meta.get("generateName") or "")
+    if generated and name.startswith(generated):
+        name = generated
+    return given or _RUN_NUMBER.sub("", name.rstrip("-")) or name
 
 
 def submitted_at(obj: dict) -> float:
