@@ -135,3 +135,17 @@ def test_runs_of_one_job_share_an_estimate_key_and_names_that_merely_end_alike_d
     assert key("train-small") != key("train-large")
     assert key("sweep-3", label="pretrain") == "pretrain"
     assert key("42") == "42" and key("llama3-7") != key("llama2-7")
+
+
+def test_limits_a_few_seconds_apart_make_one_shape_in_the_waiting_line():
+    """A tenant's jobs whose limits differ by seconds must not each become a shape of their own (each shape waiting
+    is searched when capacity frees)."""
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)
+    c.submit(training_job("running", 4, maxRuntimeSeconds=600))
+    c.settle(3)
+    for k in range(8):
+        c.submit(training_job(f"wait-{k}", 1, maxRuntimeSeconds=3600 + k))
+    c.settle(3)
+    line = c.controller.room.line
+    assert len(line.jobs) == 8 and len(line.lines) == 1
+    assert {job.limit for job in line.jobs.values()} == {rounded(3607)} and rounded(3607) >= 3607

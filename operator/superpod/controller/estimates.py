@@ -42,7 +42,10 @@ class Estimator:
     def request(self, view) -> JobRequest:
         """The request the waiting line holds: the job's, with its estimate and, ordered by service, its turn."""
         request = view.request
-        guess, limit = self.runtime(view), self.limit(view)
+        # on the estimate grid, rounded up: jobs that differ by seconds share a shape (the waiting line's cost
+        # follows the shapes), and a bound rounded up never lets a job into a reservation it could overrun
+        guess, limit = (estimates.rounded(seconds) if seconds else None for seconds in (self.runtime(view),
+                                                                                        self.limit(view)))
         if self.ordering.by != SERVICE:
             return replace(request, estimate=guess, limit=limit) if (guess or limit) is not None else request
         order = self.ordering
