@@ -128,7 +128,8 @@ def test_the_operator_predicts_a_start_from_a_limit_and_forgets_the_gangs_that_e
 
 def test_runs_of_one_job_share_an_estimate_key_and_names_that_merely_end_alike_do_not():
     def key(name: str, generated: str = "", label: str = "") -> str:
-        meta = {"name": name, "generateName": generated, "labels": {"superpod.dev/estimate-key": label} if label else {}}
+        labels = {"superpod.dev/estimate-key": label} if label else {}
+        meta = {"name": name, "generateName": generated, "labels": labels}
         return estimate_key({"metadata": meta})
 
     assert key("train-llama-17") == key("train-llama-18") == key("train-llama-x7k2q", "train-llama-") == "train-llama"
