@@ -150,3 +150,21 @@ def test_limits_a_few_seconds_apart_make_one_shape_in_the_waiting_line():
     line = c.controller.room.line
     assert len(line.jobs) == 8 and len(line.lines) == 1
     assert {job.limit for job in line.jobs.values()} == {rounded(3607)} and rounded(3607) >= 3607
+
+
+def test_the_runs_of_one_size_teach_only_jobs_of_that_size():
+    """A tenant must not lend a big job the runtime of cheap, short small runs under the same estimate key."""
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)
+    c.submit(training_job("probe-1", 1))
+    c.settle(3)
+    c.tick(120)
+    for key in [key for key in c.store.objects[PODS] if "/probe-1-" in key]:
+        c.kubelet.finish(key, 0)
+    c.settle(5)
+    assert c.status("probe-1")["phase"] == "Succeeded"
+    c.submit(training_job("probe-2", 1))
+    c.submit(training_job("probe-3", 4))
+    c.cycle()
+    views, estimator = c.controller.reader.by_key, c.controller.estimator
+    assert estimator.runtime(views["team-a/probe-2"]) == rounded(120), "a run of its size teaches it"
+    assert estimator.runtime(views["team-a/probe-3"]) is None, "a run of another size does not"

@@ -52,6 +52,11 @@ class JobView:
         """GPUs per replica (MIG slices as g/7)."""
         return gpu_units(self.request.requests) if isinstance(self.request, JobRequest) else 0.0
 
+    @property
+    def gang_units(self) -> float:
+        """GPU units of the whole gang, as its usage records carry them (Record.gpus)."""
+        return round(self.units * self.replicas, 4)
+
     def spec(self, field: str):
         """A spec field as given, else the model's default (one source for the defaults: api/models.py)."""
         value = self.obj["spec"].get(field)

@@ -197,7 +197,7 @@ def _usage_record(state: ClusterState, view: JobView, changes: dict, now: float,
     used = changes["finishedGpuSeconds"] - view.status.finishedGpuSeconds
     queue, namespace, flavor, service_class = labels(view)
     record = Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, attempt,
-                    round(view.units * view.replicas, 4), min(run.start for run in runs),
+                    view.gang_units, min(run.start for run in runs),
                     max(now if run.end is None else run.end for run in runs), round(max(0.0, used), 3),
                     estimate_key=estimate_key(view.obj), outcome=str(changes.get("phase") or ""))
     return [RecordUsage(usage_object(record, view.uid))]

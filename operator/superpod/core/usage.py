@@ -109,7 +109,7 @@ class Ledger:
         if not record.pod:
             self.by_attempt.setdefault((record.namespace, record.job, record.attempt), set()).add(name)
         if record.teaches:
-            bisect.insort(self.taught.setdefault((record.namespace, record.estimate_key), []),
+            bisect.insort(self.taught.setdefault((record.namespace, record.estimate_key, record.gpus), []),
                           (record.end, record.end - record.start, name))
         self._count(record, 1.0)
 
@@ -126,7 +126,8 @@ class Ledger:
                 if not names:
                     del self.by_attempt[(record.namespace, record.job, record.attempt)]
             if record.teaches:
-                key, entry = (record.namespace, record.estimate_key), (record.end, record.end - record.start, name)
+                key = (record.namespace, record.estimate_key, record.gpus)
+                entry = (record.end, record.end - record.start, name)
                 taught = self.taught[key]
                 at = bisect.bisect_left(taught, entry)
                 if at < len(taught) and taught[at] == entry:
@@ -135,9 +136,10 @@ class Ledger:
                     del self.taught[key]
             self._count(record, -1.0)
 
-    def runtimes(self, namespace: str, estimate_key: str, last: int = RUNS) -> list[float]:
-        """The last runtimes recorded under an estimate key, oldest first."""
-        return [runtime for _, runtime, _ in self.taught.get((namespace, estimate_key), [])[-last:]]
+    def runtimes(self, namespace: str, estimate_key: str, gpus: float, last: int = RUNS) -> list[float]:
+        """The last runtimes recorded under an estimate key by gangs of `gpus` GPU units (Record.gpus), oldest first:
+        the runs of one size teach only that size (a tenant cannot lend a big job the runtimes of cheap small runs)."""
+        return [runtime for _, runtime, _ in self.taught.get((namespace, estimate_key, gpus), [])[-last:]]
 
     def attempt(self, namespace: str, job: str, attempt: int, started: float) -> Record | None:
         """The record of a TrainingJob's attempt whose span holds `started` (the start of one of its pods)."""
