@@ -2,38 +2,55 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from superpod.core.baselines import POLICIES
 from superpod.core.cycle import schedule
+from superpod.core.horizon import Horizon
+from superpod.core.request import GPU
 from superpod.core.waiting import WaitingLine, schedule_waiting
 from tests.unit.builders import TOPO, job, node, snapshot
 
 SIZES = [(1, 1), (1, 2), (1, 4), (1, 8), (2, 8), (4, 8), (6, 8)]
 
 
-def cluster(used: dict[str, int]):
+def cluster(used: dict[str, int], ends: dict[str, float] | None = None):
+    """Three leaves of four 8-GPU nodes, `used` GPUs taken on each; `ends`: when those are predicted to free."""
     nodes = [node(f"l{leaf}-n{i}").gpus(8).spine("spine-1").leaf(f"l{leaf}") for leaf in range(3) for i in range(4)]
-    return snapshot(nodes, TOPO, used)
+    snap = snapshot(nodes, TOPO, used)
+    snap.horizon = Horizon(0.0)
+    for name, end in (ends or {}).items():
+        if used.get(name):
+            snap.horizon.put(f"other/{name}", 0.0, end, None, [(name, ((GPU, used[name]),))])
+    return snap
 
 
-def workload(draw) -> tuple[dict[str, int], list]:
+def workload(draw, runtimes: bool = False) -> tuple[dict[str, int], list, dict[str, float]]:
+    """`runtimes`: the used GPUs have predicted ends and the jobs limits and estimates (reservations then know
+    their start, and jobs bound to end before it run inside them)."""
     used = {f"l{leaf}-n{i}": draw(st.sampled_from([0, 0, 2, 4, 7, 8])) for leaf in range(3) for i in range(4)}
+    ends = {name: float(draw(st.sampled_from([100, 1_000, 10_000]))) for name in used} if runtimes else {}
     jobs = []
     for index in range(draw(st.integers(1, 60))):
         replicas, gpus = draw(st.sampled_from(SIZES))
         built = job(f"j{index:02d}").gpus(gpus).replicas(replicas)
         if replicas > 1 and draw(st.booleans()):
             built = built.required("leaf")
-        jobs.append(built.priority(draw(st.sampled_from([0, 0, 0, 5])), float(draw(st.integers(0, 30)))).build())
-    return used, jobs
+        request = built.priority(draw(st.sampled_from([0, 0, 0, 5])), float(draw(st.integers(0, 30)))).build()
+        if runtimes:
+            request = replace(request, limit=draw(st.sampled_from([None, 50.0, 500.0, 50_000.0])),
+                              estimate=draw(st.sampled_from([None, 20.0, 200.0, 5_000.0])))
+        jobs.append(request)
+    return used, jobs, ends
 
 
-def both(used: dict[str, int], jobs: list, policy_name: str, cycles: int = 2):
+def both(used: dict[str, int], jobs: list, policy_name: str, cycles: int = 2, ends: dict[str, float] | None = None):
     """Decisions per job of both, over `cycles` cycles on one snapshot each (what did not fit carries over; the
     jobs placed leave the queue, as in the controller)."""
-    full_snap, line_snap = cluster(used), cluster(used)
+    full_snap, line_snap = cluster(used, ends), cluster(used, ends)
     waiting = WaitingLine()
     for request in jobs:
         waiting.add(request)
@@ -50,12 +67,13 @@ def both(used: dict[str, int], jobs: list, policy_name: str, cycles: int = 2):
     return out
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(st.data())
 def test_passing_over_a_shape_that_did_not_fit_changes_no_decision(data):
-    used, jobs = workload(data.draw)
+    runtimes = data.draw(st.booleans())
+    used, jobs, ends = workload(data.draw, runtimes)
     policy = data.draw(st.sampled_from(["superpod", "superpod-nobackfill", "gang-firstfit", "gang-spread"]))
-    for full, visited, passed in both(used, jobs, policy):
+    for full, visited, passed in both(used, jobs, policy, ends=ends):
         assert not visited.keys() & passed.keys()
         assert visited.keys() | passed.keys() == full.keys()
         for key, decision in {**visited, **passed}.items():
@@ -63,6 +81,11 @@ def test_passing_over_a_shape_that_did_not_fit_changes_no_decision(data):
             assert (decision.placement and decision.placement.assignments) == \
                 (expected.placement and expected.placement.assignments), key
             assert (decision.reason, decision.reserved) == (expected.reason, expected.reserved), key
+
+
+def test_a_policy_that_backfills_by_estimate_visits_every_job():
+    """The estimate is not in a job's shape: jobs of one shape may differ in which reservations they may use."""
+    assert not POLICIES["superpod-estimate-backfill"](0).parks and POLICIES["superpod"](0).parks
 
 
 def test_a_long_queue_of_one_shape_is_visited_once():

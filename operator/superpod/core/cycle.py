@@ -110,6 +110,7 @@ class PriorityFifo:
             self.reserving = reserving
         if ordering is not None:
             self.ordering = ordering
+        self.parks = self.reserving.backfill_by != ESTIMATE  # the estimate is not in a job's shape
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return sorted(jobs, key=attrgetter("queue_key"))

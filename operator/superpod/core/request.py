@@ -182,8 +182,9 @@ class JobRequest:
         return (self.gpu_product, self.node_selector, self.affinity, self.tolerations, self.avoid_nodes)
 
     def shape(self) -> Shape:
-        """Everything placement reads (the estimate too: it decides which reservations a job may use): two jobs of
-        one shape get the same answer on the same snapshot."""
+        """Everything placement reads, and the limit (by which a job may run inside a reservation): two jobs of one
+        shape that keep off the same reservations get the same answer on the same snapshot. The estimate is not in it
+        (jobs of one stem would each make a shape): a policy that backfills by estimate does not pass jobs over."""
         return self._shape
 
     @cached_property
@@ -195,8 +196,7 @@ class JobRequest:
     @cached_property
     def _shape(self) -> Shape:  # the request is frozen: computed once
         return Shape.of((self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
-                         self.slice_size, self.slice_required, self.others, self.estimate,
-                         self.limit))
+                         self.slice_size, self.slice_required, self.others, self.limit))
 
 
 class Shape:
