@@ -96,7 +96,7 @@ def test_changing_the_arrival_process_keeps_sizes_durations_and_tenants():
 
 
 def test_users_names_and_limits_leave_the_jobs_generated_before_them_as_they_were():
-    """The README's measured LLM trace, regenerated: same submits, sizes, durations and tenants as before users,
+    """The measured LLM trace (docs/benchmarks.md), regenerated: same submits, sizes, durations and tenants as before users,
     names and limits were added (figures printed by the generator before that change)."""
     jobs = generate(seed=1, jobs=300, tenants=4, sizes="llm", arrival="poisson", mean_gap=600.0,
                     mean_duration=21600.0)

@@ -1,11 +1,10 @@
 """Runtime estimates: how long the queue policy expects a gang to run, from its limit and from history.
 
-- A job's estimate is the mean of the last RUNS runtimes recorded under its estimate key (Tsafrir, Etsion and
+- A job's estimate is the mean of the last RUNS runtimes recorded under its estimate key and size (Tsafrir, Etsion and
   Feitelson: the mean of a user's last two runtimes predicts better than the user's own estimate), capped by its
   limit; its limit alone when nothing is recorded; None (unknown) when it has neither.
-- Estimates from history are rounded up to a grid of quarter octaves (at most 19 % more, never past the limit): jobs
-  of one shape whose estimates are close wait in one line (an estimate is part of a job's shape: it decides which
-  reservations the job may use).
+- Estimates and limits are held in the waiting line rounded up to a grid of quarter octaves (at most 19 % more): a
+  limit is part of a job's shape (it decides which reservations the job may use), so limits seconds apart make one.
 - A gang that outlives its prediction is predicted to run half as long again as it has so far, up to its limit.
 - Order by service: a job's turn is its submission time pushed back by the square root of its predicted GPU-hours,
   `weight` seconds for one GPU-hour. Short, small jobs pass long, big ones; a job is passed only by those submitted
