@@ -96,8 +96,8 @@ def test_changing_the_arrival_process_keeps_sizes_durations_and_tenants():
 
 
 def test_users_names_and_limits_leave_the_jobs_generated_before_them_as_they_were():
-    """The measured LLM trace (docs/benchmarks.md), regenerated: same submits, sizes, durations and tenants as before users,
-    names and limits were added (figures printed by the generator before that change)."""
+    """The measured LLM trace (docs/benchmarks.md), regenerated: same submits, sizes, durations and tenants as
+    before users, names and limits were added (figures printed by the generator before that change)."""
     jobs = generate(seed=1, jobs=300, tenants=4, sizes="llm", arrival="poisson", mean_gap=600.0,
                     mean_duration=21600.0)
     shape = [(job.submit, job.namespace, job.replicas, job.gpus, job.duration, job.required) for job in jobs]

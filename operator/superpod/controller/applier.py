@@ -66,6 +66,12 @@ class Outcome:
     stopped: bool = False  # leadership was lost: writes stopped
 
 
+WRITES = {Emit: "_emit", WriteStatus: "_write_status", WriteQueueStatus: "_write_queue_status",
+          CreatePods: "_create_pods", RecordUsage: "_record_usage", DeletePods: "_delete_pods",
+          BindPods: "_bind_pods", SetPodCondition: "_set_pod_condition", CreateService: "_create_service",
+          PatchNode: "_patch_node", MergeMigConfigs: "_merge_configs"}  # each step's write, by the step's type
+
+
 class Applier:
     def __init__(self, api: ClusterAPI, state: ClusterState, leading: Callable[[], bool], metrics=None,
                  concurrency: int = 64, writer: str = "", clock: Callable[[], float] = time.time) -> None:
@@ -165,12 +171,7 @@ class Applier:
 
     async def _do(self, step) -> None:
         self._check()
-        write = {Emit: self._emit, WriteStatus: self._write_status, WriteQueueStatus: self._write_queue_status,
-                 CreatePods: self._create_pods, RecordUsage: self._record_usage,
-                 DeletePods: self._delete_pods, BindPods: self._bind_pods, SetPodCondition: self._set_pod_condition,
-                 CreateService: self._create_service, PatchNode: self._patch_node,
-                 MergeMigConfigs: self._merge_configs}[type(step)]
-        await write(step)
+        await getattr(self, WRITES[type(step)])(step)
         if not isinstance(step, Emit):
             self._count("deferred" if isinstance(step, WriteStatus) and step.deferred else "ok", step)
 

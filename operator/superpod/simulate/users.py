@@ -9,7 +9,7 @@ similar run times, and who ask for time limits well above what their jobs take. 
   log-normal mean with spread √(σ² − `RUN_SIGMA`²), so stem means and the spread of runs around them together
   make the trace's σ. The durations themselves are drawn before, as they always were (same seed, same durations);
   a job goes to one of its user's stems with probability ∝ the normal density of its log duration around that
-  stem's mean (σ `RUN_SIGMA`): the runs of one stem cluster around its mean (the LLM trace of docs/benchmarks.md, seed 1:
+  stem's mean (σ `RUN_SIGMA`): the runs of one stem cluster around its mean (docs/benchmarks.md's LLM trace, seed 1:
   σ of log run time 1.16 within a stem, ×3.2, against 2.13 over the trace).
 - Time limits: users over-estimate (Tsafrir, Etsion and Feitelson, "Backfilling using system-generated
   predictions rather than user runtime estimates", IEEE TPDS 2007: limits are often 2-5× the run time, or the
