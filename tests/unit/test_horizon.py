@@ -13,8 +13,8 @@ NODES = [f"n{i}" for i in range(6)]
 
 @st.composite
 def horizons(draw):
-    """Six 8-GPU nodes with some GPUs free, gangs holding the rest with predicted ends (some outlived), the
-    nodes in up to three groups, and a gang of 1-8 GPU members."""
+    """Six 8-GPU nodes with some GPUs free, gangs holding the rest with predicted ends (some outlived, some capped by
+    a limit), the nodes in up to three groups, and a gang of 1-8 GPU members."""
     now = 100.0
     horizon = Horizon(now)
     free = {}
@@ -24,7 +24,8 @@ def horizons(draw):
         for k, gpus in enumerate(held):
             start = draw(st.sampled_from([0.0, 50.0, 90.0]))
             estimate = draw(st.sampled_from([None, 20.0, 60.0, 200.0, 500.0]))
-            horizon.put(f"ns/{name}-{k}", start, estimate, None, [(name, ((GPU, gpus),))])
+            limit = draw(st.sampled_from([None, None, 150.0, 400.0]))
+            horizon.put(f"ns/{name}-{k}", start, estimate, limit, [(name, ((GPU, gpus),))])
     group = {name: draw(st.integers(0, 2)) for name in NODES}
     groups: dict[int, list] = {}
     for name in NODES:
@@ -63,3 +64,18 @@ def test_groups_that_free_at_the_same_instant_all_start_then():
                             ((GPU, 8),), 1)
     assert {group: (start.at, start.after) for group, start in found.items()} == {1: (120.0, "ns/a"),
                                                                                   2: (120.0, "ns/b")}
+
+
+@settings(max_examples=200, deadline=None)
+@given(horizons(), st.lists(st.sampled_from([100.0, 110.0, 119.9, 120.0, 150.0, 260.0, 700.0, 2_000.0]),
+                            min_size=1, max_size=6))
+def test_ends_kept_while_the_clock_moves_are_the_ends_read_afresh(case, clocks):
+    """A node's ends are kept across cycles until a predicted end there is reached: read at each later clock, they
+    are what a horizon holding the same gangs reads for the first time."""
+    horizon = case[0]
+    for now in clocks:
+        horizon.now = now
+        fresh = Horizon(now)
+        fresh.on = horizon.on
+        for name in NODES:
+            assert horizon.ends(name) == fresh.ends(name), (name, now)

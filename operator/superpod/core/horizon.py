@@ -41,8 +41,8 @@ class Horizon:
         self.on: dict[str, dict[str, Release]] = {}  # node name -> holder -> its release there
         self.nodes_of: dict[str, tuple[tuple[str, ...], tuple]] = {}  # holder -> (its nodes, what it was put with)
         self.assumed: set[str] = set()  # holders put with no version: placed by a cycle, not observed yet
-        self._ends: dict[str, list[tuple[float, str, str, Requests]]] = {}  # node -> ends, sorted, at _ends_at
-        self._ends_at = now
+        # node -> (its ends, sorted; the clock they were read at; until when they hold whatever the clock says)
+        self._ends: dict[str, tuple[list[tuple[float, str, str, Requests]], float, float]] = {}
 
     def put(self, holder: str, start: float, estimate: float | None, limit: float | None,
             members: Iterable[tuple[str, Requests]], version: tuple = ()) -> None:
@@ -84,14 +84,27 @@ class Horizon:
 
     def ends(self, node: str) -> list[tuple[float, str, str, Requests]]:
         """(predicted end, holder, `node`, what it frees there) of the releases on `node` with a predicted end, in
-        that order; kept until the clock moves or a gang on `node` is put or dropped."""
-        if self._ends_at != self.now:
-            self._ends, self._ends_at = {}, self.now
+        that order; kept until a gang on `node` is put or dropped, or the clock reaches a predicted end there (past
+        it, an outlived gang's end moves with the clock)."""
         known = self._ends.get(node)
-        if known is None:
-            known = self._ends[node] = sorted((end, release.holder, node, release.requests)
-                                              for end, release in self.releases(node))
-        return known
+        if known is not None and (known[1] == self.now or self.now < known[2]):
+            return known[0]
+        ends = sorted((end, release.holder, node, release.requests) for end, release in self.releases(node))
+        self._ends[node] = (ends, self.now, _steady_until(self.on.get(node, {}).values(), self.now))
+        return ends
+
+
+def _steady_until(releases: Iterable[Release], now: float) -> float:
+    """Until when the releases' ends read at `now` stay what they are: the first predicted end still ahead (an
+    outlived one moves with the clock: -inf)."""
+    until = float("inf")
+    for release in releases:
+        if release.estimate is not None:
+            predicted = release.start + release.estimate
+            if predicted <= now:
+                return float("-inf")
+            until = min(until, predicted)
+    return until
 
 
 @dataclass(frozen=True)
