@@ -4,7 +4,8 @@
 #   the JobSet, Kubeflow Trainer (v2) and Training Operator (v1) controllers (their CRDs and webhook configurations
 #   in <name>-config/, with the coscheduling PodGroup CRD);
 #   with --kind also what a kind node runs: kubelet, kubeadm, kube-proxy, crictl, coredns, and kind itself;
-#   with --kueue also Kueue, the peer the fleet benchmark compares with (its CRDs and webhooks in kueue-config/).
+#   with --kueue also Kueue, the peer the fleet benchmark compares with (its CRDs and webhooks in kueue-config/);
+#   with --control-plane only what the local control plane runs (the Kubernetes components, etcd, kwok): the demo.
 # A second run with the same versions does nothing. Prints the folder with the binaries on its last line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,14 +15,17 @@ cache=${SUPERPOD_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/superpod}
 key="k8s-${K8S_VERSION}_etcd-${ETCD_VERSION}_kwok-${KWOK_VERSION}_helm-${HELM_VERSION}"
 bin="$cache/$key/bin"
 k8s_bins=(kube-apiserver kube-controller-manager kube-scheduler kubectl)
-tools=(etcd kwok helm jobset trainer training-operator)
+tools=(etcd kwok)
+for_tests=(helm jobset trainer training-operator)  # what the tests run besides the control plane
 for flag in "$@"; do
   case $flag in
     --kind) k8s_bins+=(kubelet kubeadm kube-proxy); tools+=(coredns kind crictl) ;;
     --kueue) tools+=(kueue) ;;
-    *) echo "build.sh: unknown flag $flag (--kind, --kueue)" >&2; exit 2 ;;
+    --control-plane) for_tests=() ;;
+    *) echo "build.sh: unknown flag $flag (--kind, --kueue, --control-plane)" >&2; exit 2 ;;
   esac
 done
+tools+=("${for_tests[@]}")
 all=("${k8s_bins[@]}" "${tools[@]}")
 
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -142,30 +146,31 @@ build_wrapped() {
 }
 
 start=$(date +%s)
+wants() { [[ " ${tools[*]} " == *" $1 "* ]]; }
 build_k8s
-build_wrapped jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset \
+wants jobset && build_wrapped jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset \
   sigs.k8s.io/jobset:config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml \
   sigs.k8s.io/jobset:config/components/webhook/manifests.yaml
 trainer=github.com/kubeflow/trainer/v2
-build_wrapped trainer "$trainer" "$TRAINER_VERSION" "$trainer/cmd/trainer-controller-manager" \
+wants trainer && build_wrapped trainer "$trainer" "$TRAINER_VERSION" "$trainer/cmd/trainer-controller-manager" \
   "$trainer:manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml" \
   "$trainer:manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml" \
   "$trainer:manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml" \
   "$trainer:manifests/base/webhook/manifests.yaml" \
   sigs.k8s.io/scheduler-plugins:config/crd/bases/scheduling.x-k8s.io_podgroups.yaml
 operator_v1=github.com/kubeflow/training-operator
-build_wrapped training-operator "$operator_v1" "$TRAINING_OPERATOR_VERSION" "$operator_v1/cmd/training-operator.v1" \
+wants training-operator && build_wrapped training-operator "$operator_v1" "$TRAINING_OPERATOR_VERSION" "$operator_v1/cmd/training-operator.v1" \
   "$operator_v1:manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
 install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
-install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
-if [[ " ${tools[*]} " == *" kueue "* ]]; then  # served by the proxy: go install builds it as published
+wants helm && install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
+if wants kueue; then  # served by the proxy: go install builds it as published
   install_tool kueue sigs.k8s.io/kueue/cmd/kueue "$KUEUE_VERSION"
   kueue_dir=$(go env GOMODCACHE)/sigs.k8s.io/kueue@$KUEUE_VERSION
   mkdir -p "$bin/kueue-config"
   install -m 0644 "$kueue_dir"/config/components/crd/bases/*.yaml "$kueue_dir/config/components/webhook/manifests.yaml" \
     "$bin/kueue-config/"
 fi
-if [[ " ${tools[*]} " == *" kind "* ]]; then
+if wants kind; then
   install_tool coredns github.com/coredns/coredns "$COREDNS_VERSION"
   install_tool kind sigs.k8s.io/kind "$KIND_VERSION"
   install_tool crictl sigs.k8s.io/cri-tools/cmd/crictl "$CRICTL_VERSION"

@@ -50,7 +50,7 @@ def cluster():
         pytest.skip("Go is not installed: the local control plane is built from Go modules (or set KUBECONFIG)")
     local = LocalCluster(state_dir().parent / "cluster-test", TEST_PORTS)
     local.wipe()
-    bin_dir = local.build()
+    bin_dir = local.build(for_tests=True)
     local.up(bin_dir)
     try:
         yield Cluster(local.kubeconfig, str(bin_dir / "kubectl"), load(local.kubeconfig), local)

@@ -91,16 +91,17 @@ class LocalCluster:
         self.kubeconfig = self.root / "kubeconfig"
 
     # ---- binaries -------------------------------------------------------------------------------------------
-    def build(self, quiet: bool = False) -> Path:
-        """Run hack/build.sh (a no-op when the cache has this version) and return the folder of binaries."""
+    def build(self, quiet: bool = False, for_tests: bool = False) -> Path:
+        """Run hack/build.sh (a no-op when the cache has this version) and return the folder of binaries: what the
+        control plane runs, and with `for_tests` what the tests run beside it (Helm, JobSet, Kubeflow)."""
         script = REPO / "hack" / "build.sh"
         if not script.exists():
             raise ClusterError(f"{script} not found: run from a checkout of superpod-scheduler")
         if shutil.which("go") is None and not os.environ.get("SUPERPOD_BIN"):
             raise ClusterError("Go is not installed: hack/build.sh needs it to build the Kubernetes components")
-        out = subprocess.run(
-            ["bash", str(script)], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL if quiet else None, text=True
-        )
+        flags = [] if for_tests else ["--control-plane"]
+        out = subprocess.run(["bash", str(script), *flags], stdout=subprocess.PIPE,
+                             stderr=subprocess.DEVNULL if quiet else None, text=True)
         if out.returncode != 0:
             raise ClusterError(f"hack/build.sh failed with exit code {out.returncode}")
         return Path(out.stdout.strip().splitlines()[-1])
