@@ -1,6 +1,5 @@
-"""GPUs offered and held, by product, kept as nodes and pods are stored: the cluster gauges read them. Summed over
-every node and pod whenever either changed, they were 69 % of the operator's CPU at 10,000 nodes while pods came
-and went (bench_operator's bare run: node heartbeats and pod updates move them at every cycle)."""
+"""GPUs offered and held, by product, kept as nodes and pods are stored: the cluster gauges read them, and no cycle
+sums over every node or pod (node heartbeats and pod updates move them at every cycle)."""
 
 from __future__ import annotations
 

@@ -70,8 +70,8 @@ class QueueBook:
     def policy(self, snap: Snapshot, placed: Callable[[], list[JobRequest]], active: Iterable[JobView], now: float,
                inner=None, pods: Callable[[], list[Open]] = list) -> FairQueues | None:
         """The admission policy for this cycle, or None when the cluster has no GPUQueue. `placed`: the requests of
-        the placed gangs, asked only when there are queues (a list of every placed gang each cycle was 6 % of the
-        operator's CPU at 10,000 nodes); `active`: the placed jobs' views (their running attempts count as used);
+        the placed gangs, asked only when there are queues (no cycle without queues lists every placed gang);
+        `active`: the placed jobs' views (their running attempts count as used);
         `inner`: the configured policy, whose placement runs under the queues; `pods`: the usage of the pods billed
         on their own and not recorded yet (asked only when there are queues)."""
         self.draining, self.open = set(), []

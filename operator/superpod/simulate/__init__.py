@@ -1,1 +1,1 @@
-"""`superpod simulate`: replay a trace through the operator's own controller on a virtual clock (work in progress)."""
+"""`superpod simulate`: replay a trace through the operator's own controller on a virtual clock, beside baselines."""
