@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from superpod.api.podgang import NOMINATED, POD_GROUP_LABEL, QUEUE_LABEL, nomination_of
+from superpod.api.podgang import GANG_LABEL, NOMINATED, POD_GROUP_LABEL, QUEUE_LABEL, nomination_of
 from superpod.api.times import rfc3339
 from superpod.controller import podgangs
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODGROUPS, PODS, TRAININGJOBS, ApiError
@@ -437,3 +437,15 @@ def test_a_bound_pod_gang_member_that_finished_no_longer_counts_in_its_queue():
     create(c, pod("small", gpus=4))
     c.settle(2)
     assert stored(c, "small")["spec"].get("nodeName"), "8 + 4 GPUs are within the limit of 16"
+
+
+def test_a_pod_relabelled_from_gang_to_gang_leaves_nothing_of_the_gangs_it_left():
+    """Review of the pod gangs' key set: each relabel of one pod into another gang left the gang it left behind for
+    good (listed and sorted every cycle, its bookkeeping never freed)."""
+    c = MemoryCluster(nodes=1)
+    create(c, pod("wanderer", gang="g0", gpus=16))  # asks more than a node has: it waits
+    c.settle(1)
+    for index in range(1, 40):
+        run(c.admin.patch(PODS, "wanderer", {"metadata": {"labels": {GANG_LABEL: f"g{index}"}}}, "team-a"))
+        c.settle(1)
+    assert len(c.state.gang_keys) == 1 and set(c.state.by_job) == c.state.gang_keys, sorted(c.state.gang_keys)[:5]

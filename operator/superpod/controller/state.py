@@ -425,12 +425,7 @@ class ClusterState:
             self.gang_pods.pop(key, None)
             self.gang_nominations.pop(key, None)
             if pod is not None and pod.job:
-                self.by_job.get(pod.job, set()).discard(key)
-                if not self.by_job.get(pod.job):
-                    self.by_job.pop(pod.job, None)
-                    self.gang_keys.discard(pod.job)
-                    if pod.owner is None:  # a pod gang's last pod: what is remembered of the gang goes with it
-                        self._gone(pod.job)
+                self._leave_job(key, pod)
                 if pod.owner is None:
                     self._gone(pod.uid)  # the Events said on it
             if pod is not None:
@@ -481,12 +476,22 @@ class ClusterState:
         if not self.followed and len(self.ended) > self._ended_bound:
             self._forget_accounted()
 
+    def _leave_job(self, key: str, pod: PodInfo) -> None:
+        """Pod `key` no longer counts for `pod.job` (deleted, or relabelled into another gang); a pod gang left with
+        no pods is gone, with what is remembered of it."""
+        self.by_job.get(pod.job, set()).discard(key)
+        if not self.by_job.get(pod.job):
+            self.by_job.pop(pod.job, None)
+            self.gang_keys.discard(pod.job)
+            if pod.owner is None:
+                self._gone(pod.job)
+
     def _store_pod(self, key: str, obj: dict, now: float) -> None:
         held = self.holding.get(key)
         info = pod_info(obj, self.scheduler_name, held)
         old = self.pods.get(key)
         if old is not None and old.job and old.job != info.job:
-            self.by_job.get(old.job, set()).discard(key)
+            self._leave_job(key, old)
             self._stamp(old.job)  # the job it left has one pod fewer
         self.pods[key] = info
         if info.holds is not held:

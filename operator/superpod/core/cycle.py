@@ -100,7 +100,6 @@ class PriorityFifo:
     """Priority descending, then submission time, then namespace/name. Admits everything; places exactly."""
 
     reserves = True
-    parks = True
     preempts = True  # the operator may add preemption (core/preempt.py) to it
     reserving = ReservationRule()
     ordering = Ordering()  # by arrival, or by predicted service: the turn the controller gives each request
@@ -110,7 +109,11 @@ class PriorityFifo:
             self.reserving = reserving
         if ordering is not None:
             self.ordering = ordering
-        self.parks = self.reserving.backfill_by != ESTIMATE  # the estimate is not in a job's shape
+
+    @property
+    def parks(self) -> bool:
+        """The estimate is not in a job's shape: backfilling by estimate reads more of a job than its shape."""
+        return self.reserving.backfill_by != ESTIMATE
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return sorted(jobs, key=attrgetter("queue_key"))

@@ -86,6 +86,8 @@ class Horizon:
         """(predicted end, holder, `node`, what it frees there) of the releases on `node` with a predicted end, in
         that order; kept until a gang on `node` is put or dropped, or the clock reaches a predicted end there (past
         it, an outlived gang's end moves with the clock)."""
+        if node not in self.on:
+            return []  # nothing kept for a node no gang holds: what is kept goes with the gangs put and dropped
         known = self._ends.get(node)
         if known is not None and (known[1] == self.now or self.now < known[2]):
             return known[0]
