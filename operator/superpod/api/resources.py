@@ -12,7 +12,6 @@ from kubernetes.utils import parse_quantity
 
 from superpod.core.request import GPU, MIG_PREFIX, PODS
 
-__all__ = ["PODS"]  # re-exported: the api layer names it too
 # Resources the API server lets a container request without an equal limit; any other (extended) resource needs one.
 STANDARD = ("cpu", "memory", "ephemeral-storage")
 

@@ -382,9 +382,9 @@ class PodGangs:
                     known = self._placed[key] = (stamp, None)
             if known[1] is not None:
                 out.append(known[1])
-        for key in [key for key in self._placed if key not in state.gang_keys]:
+        for key in self._placed.keys() - state.gang_keys:
             del self._placed[key]
-        for key in [key for key in self.admitted if key not in state.gang_keys]:
+        for key in self.admitted.keys() - state.gang_keys:
             del self.admitted[key]
             self._told.discard(key)
         return out

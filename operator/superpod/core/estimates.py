@@ -59,6 +59,14 @@ def predicted_end(start: float, estimate: float | None, limit: float | None, now
     return min(end, start + limit) if limit else end
 
 
+def steady_until(start: float, estimate: float | None, now: float) -> float:
+    """Until when predicted_end, read at `now`, stays what it is: the predicted end while it is ahead (inf with no
+    estimate: the limit alone never moves); -inf once outlived, as the prediction then moves with the clock."""
+    if estimate is None:
+        return float("inf")
+    return start + estimate if start + estimate > now else float("-inf")
+
+
 def turn(submitted: float, estimate: float | None, gpus: float, weight: float, unknown: float) -> float:
     """Its turn in the queue (core request.turn): `submitted` pushed back by `weight` × √(predicted GPU-hours); a job
     with no estimate is taken to run `unknown` seconds."""

@@ -8,11 +8,12 @@ a reservation over them has no predicted start and is kept off by everyone, as b
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from superpod.core.estimates import predicted_end
+from superpod.core.estimates import predicted_end, steady_until
 from superpod.core.request import Requests
 
 G = TypeVar("G", bound=Hashable)
@@ -92,21 +93,9 @@ class Horizon:
         if known is not None and (known[1] == self.now or self.now < known[2]):
             return known[0]
         ends = sorted((end, release.holder, node, release.requests) for end, release in self.releases(node))
-        self._ends[node] = (ends, self.now, _steady_until(self.on.get(node, {}).values(), self.now))
+        until = min((steady_until(r.start, r.estimate, self.now) for r in self.on[node].values()), default=math.inf)
+        self._ends[node] = (ends, self.now, until)
         return ends
-
-
-def _steady_until(releases: Iterable[Release], now: float) -> float:
-    """Until when the releases' ends read at `now` stay what they are: the first predicted end still ahead (an
-    outlived one moves with the clock: -inf)."""
-    until = float("inf")
-    for release in releases:
-        if release.estimate is not None:
-            predicted = release.start + release.estimate
-            if predicted <= now:
-                return float("-inf")
-            until = min(until, predicted)
-    return until
 
 
 @dataclass(frozen=True)
