@@ -362,3 +362,34 @@ def test_relabelling_a_bound_pods_queue_does_not_lift_its_tenants_limit(fleet):
         time.sleep(2)
     assert gpus_bound(fleet.admin, a.namespace) == LIMIT
     assert_the_fleet_holds(fleet, "relabel")
+
+
+def nested(levels: int) -> str:
+    """A JSON value `levels` mappings deep, its innermost string holding brackets and escaped quotes."""
+    return '{"a":' * levels + '"[{\\"}]"' + "}" * levels
+
+
+def test_a_spec_nested_past_what_the_operator_reads_stops_nothing(fleet, cluster):
+    """A job's template keeps unknown fields, which the API server keeps nested up to 10,000 levels. One nested 1,100
+    levels (past what the operator's JSON decoder reads) once failed every watch event and list page holding it, and
+    with them every job after it; one nested 300 levels (past what its encoder writes) failed its own status writes.
+    Both must be Invalid, saying why, and the other tenant's guarantee must hold."""
+    a, path = fleet.a, f"/apis/{GROUP}/{VERSION}/namespaces/{fleet.a.namespace}/trainingjobs"
+    depths = {"deeper": 1_100, "deep": 300}
+    try:
+        for name, levels in depths.items():
+            job = json.dumps(training_job(name, fleet.sim, 1, gpus=8))
+            body = job.replace('"containers":', f'"nested": {nested(levels)}, "containers":', 1)
+            answer = a.api.rest_client.pool_manager.request(  # raw: the Python client's encoder stops at 1,000
+                "POST", a.api.configuration.host + path, body=body.encode(), headers={
+                    "Content-Type": "application/json", **a.api.configuration.api_key})
+            assert answer.status == 201, f"the API server keeps {levels} levels: {answer.status} {answer.data[:300]}"
+        assert_the_fleet_holds(fleet, "nesting")
+        for name in depths:
+            def said(n=name) -> tuple[str, ...]:
+                return tuple(cluster.kubectl("get", "trainingjobs.superpod.dev", n, "-n", a.namespace, "-o",
+                                             "jsonpath={.status.phase}|{.status.message}").stdout.split("|", 1))
+            wait_for(lambda n=name: said(n)[0] == "Invalid", 30, f"{name} Invalid (it says {said()})")
+            assert "spec: nests deeper than 64 levels" in said()[1], said()
+    finally:  # by name: a list of these jobs is past the Python client's decoder
+        cluster.kubectl("delete", "trainingjobs.superpod.dev", *depths, "-n", a.namespace, "--ignore-not-found")

@@ -163,3 +163,18 @@ def test_a_gpu_queue_reads_into_the_core_queue_and_durations_read_as_kubernetes_
     obj["spec"]["resources"][0]["limit"] = 8
     with pytest.raises(ConvertError, match="limit .8. must not be below guaranteed .64."):
         queue_from_k8s(obj)
+
+
+def test_a_spec_nested_deeper_than_any_pod_field_is_invalid_saying_so():
+    """The template keeps unknown fields: nested 60 levels is kept (a pod drops what it does not know); nested 65,
+    or a thousand (where comparing or validating it would recurse past Python's limit), is refused."""
+    def nested(levels: int) -> dict:
+        value: dict = {}
+        for _ in range(levels):
+            value = {"a": value}
+        return value
+    job_from_k8s(tj({"replicas": 1, "resources": {"gpus": 8}, "template": {"spec": {"x": nested(60)}}}))
+    for levels in (65, 1_020):
+        spec = {"replicas": 1, "resources": {"gpus": 8}, "template": {"spec": {"x": nested(levels)}}}
+        with pytest.raises(ConvertError, match="spec: nests deeper than 64 levels"):
+            job_from_k8s(tj(spec))

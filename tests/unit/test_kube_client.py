@@ -9,6 +9,7 @@ import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import orjson
 import pytest
 from kubernetes import client
 
@@ -16,6 +17,7 @@ from superpod.k8s.api import PODS, ApiError, NotLeader
 from superpod.k8s.client import load
 from superpod.k8s.kube import THROTTLE_RETRIES, KubeAPI, RateLimit
 from superpod.k8s.lease import TERM
+from superpod.k8s.wire import CUT, CUT_DEPTH, cut, decoded
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}}
 
@@ -362,3 +364,22 @@ def test_writes_take_the_proxy_the_kubernetes_client_would_and_refuse_one_they_c
     cfg.no_proxy, cfg.proxy = None, "socks5://proxy.example:1080"  # (the client itself needs PySocks for one)
     with pytest.raises(ValueError, match="only HTTP"):
         Transport(api, 2)
+
+
+def test_a_page_holding_one_object_nested_past_the_decoder_is_read_whole_but_that_object():
+    """orjson decodes 1,024 levels; the API server keeps 10,000. The page is read, the deep object cut below
+    CUT_DEPTH (so it can be written back), the object beside it and the strings that look like brackets untouched."""
+    deep = '{"a":' * 1_100 + '"}]"' + "}" * 1_100
+    beside = {"metadata": {"name": "whole"}, "spec": {"text": 'a "quoted" [bracket] {brace} \\', "list": [[1], {}]}}
+    page = f'{{"items": [{{"metadata": {{"name": "deep"}}, "spec": {deep}}}, {json.dumps(beside)}]}}'.encode()
+    with pytest.raises(orjson.JSONDecodeError):
+        orjson.loads(page)  # the dangerous moment: orjson alone fails the whole page
+    items = decoded(page)["items"]
+    assert items[1] == beside
+    value, levels = items[0]["spec"], 3  # the mappings and lists around it: the root, items, the item
+    while isinstance(value, dict):
+        value, levels = value["a"], levels + 1
+    assert (value, levels) == (CUT, CUT_DEPTH)
+    assert orjson.loads(orjson.dumps(items[0])) == items[0]
+    three_levels = json.dumps(beside).replace("[[1], {}]", f'["{CUT}", "{CUT}"]')
+    assert orjson.loads(cut(json.dumps(beside).encode(), 3)) == json.loads(three_levels)

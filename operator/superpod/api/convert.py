@@ -17,6 +17,8 @@ from superpod.core.queues import Budget, Queue, Quota
 from superpod.core.request import JobRequest, Requirement, Taint, Toleration
 from superpod.core.usage import Record
 
+SPEC_DEPTH = 64  # a TrainingJob's spec; its template's deepest pod field is about 15 levels below it
+
 
 def describe(obj: Any) -> str:
     if not isinstance(obj, dict):
@@ -99,6 +101,9 @@ def topology_from_k8s(obj: dict) -> Topology:
 def job_from_k8s(obj: dict) -> JobRequest:
     """The core request of a TrainingJob, from its metadata and spec (the status is the operator's own and is read
     elsewhere: a damaged status never makes a spec invalid)."""
+    if _deeper_than(obj.get("spec"), SPEC_DEPTH):
+        raise ConvertError(describe(obj), "spec", f"nests deeper than {SPEC_DEPTH} levels (no field of a pod "
+                           "template is that deep)")
     tj: TrainingJob = _validate(TrainingJob, {**obj, "status": None})
     name = describe(obj)
     spec, res, topo = tj.spec, tj.spec.resources, tj.spec.topology
@@ -126,6 +131,18 @@ def job_from_k8s(obj: dict) -> JobRequest:
         queue=spec.queue,
         service_class=spec.serviceClass,
     )
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` holds a mapping or list more than `limit` levels down (walked without recursion)."""
+    stack = [(value, 0)]
+    while stack:
+        value, level = stack.pop()
+        if isinstance(value, dict | list):
+            if level == limit:
+                return True
+            stack.extend((child, level + 1) for child in (value.values() if isinstance(value, dict) else value))
+    return False
 
 
 def queue_from_k8s(obj: dict) -> Queue:

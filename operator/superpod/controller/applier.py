@@ -188,8 +188,7 @@ class Applier:
             if not self.state.defer(step.job, step.resource_version, step.status, self.clock()):
                 raise ApiError(409, "Conflict", f"TrainingJob {step.job} changed since the decision")
             return
-        rv = step.resource_version or job["metadata"]["resourceVersion"]
-        body = {**job, "metadata": {**job["metadata"], "resourceVersion": rv}, "status": step.status}
+        body = _status_body(job, step.resource_version or job["metadata"]["resourceVersion"], step.status)
         try:
             self._see(TRAININGJOBS, await self.api.replace_status(TRAININGJOBS, body))
         except ApiError as e:
@@ -201,7 +200,7 @@ class Applier:
         queue = self.state.queues.get(step.queue)
         if queue is None:
             raise ApiError(404, "NotFound", f"GPUQueue {step.queue} is gone")
-        body = {**queue, "status": step.status}  # at the cached version: a conflict is retried next cycle
+        body = _status_body(queue, queue["metadata"]["resourceVersion"], step.status)  # a conflict: next cycle
         self._see(GPUQUEUES, await self.api.replace_status(GPUQUEUES, body))
 
     async def _refresh(self, job_key: str) -> None:
@@ -417,3 +416,11 @@ def _requests(pod: dict) -> tuple | None:
         return pod_resources(pod)
     except ConvertError:
         return None
+
+
+def _status_body(obj: dict, resource_version: str, status: dict) -> dict:
+    """An update of the status subresource: the API server keeps everything but the status from what it stores, so
+    the spec is not sent (nor encoded: a tenant's spec may nest deeper than the encoder goes)."""
+    meta = {key: value for key, value in obj["metadata"].items() if key in ("name", "namespace")}
+    return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "status": status,
+            "metadata": {**meta, "resourceVersion": resource_version}}

@@ -233,7 +233,7 @@ class JobReader:
 
 def _view(key: str, obj: dict, previous: JobView | None = None) -> JobView:
     status, raw, problems = read_status(obj)
-    same = previous is not None and _request_inputs(previous.obj, previous.raw) == _request_inputs(obj, raw)
+    same = previous is not None and _same_request_inputs(previous, obj, raw)
     if same:
         parsed = previous.parsed  # most versions are the operator's own status writes: the spec did not change
     else:
@@ -263,6 +263,13 @@ def _admitted(request: JobRequest, status: TrainingJobStatus) -> JobRequest:
     if status.phase not in ACTIVE or admitted is None:
         return request
     return replace(request, queue=admitted.queue, service_class=admitted.serviceClass, priority=admitted.priority)
+
+
+def _same_request_inputs(previous: JobView, obj: dict, raw: dict) -> bool:
+    try:
+        return _request_inputs(previous.obj, previous.raw) == _request_inputs(obj, raw)
+    except RecursionError:  # a spec nested a thousand levels: job_from_k8s says why it is Invalid
+        return False
 
 
 def _request_inputs(obj: dict, raw: dict) -> tuple:

@@ -16,13 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from urllib.parse import quote
 
-import orjson
 import urllib3
 from kubernetes import client
 
 from superpod.api.manifests import SCHEDULER_NAME
 from superpod.k8s.api import PODS, ApiError, Kind, NotLeader
 from superpod.k8s.transport import Transport, prepared
+from superpod.k8s.wire import decoded
 
 MERGE_PATCH = "application/merge-patch+json"
 STRATEGIC_PATCH = "application/strategic-merge-patch+json"
@@ -179,7 +179,7 @@ class KubeAPI:
                 for line in lines:
                     if not line:
                         continue
-                    event = orjson.loads(line)
+                    event = decoded(line)
                     kind_of, obj = event.get("type"), event.get("object") or {}
                     if kind_of == "ERROR":
                         if obj.get("code") == 410:
@@ -216,7 +216,7 @@ class KubeAPI:
                 answer = await self.transport.send(method, path, body, None, headers, self.timeout)
                 wait = self._again(method, path, retry, *answer)
                 if wait is None:
-                    return orjson.loads(answer[2]) if answer[2] else {}
+                    return decoded(answer[2]) if answer[2] else {}
                 await asyncio.sleep(wait)
 
     async def _run(self, fn, *args, **kwargs):
@@ -262,7 +262,7 @@ class KubeAPI:
             answer = self._send(method, path, body, query, headers, timeout)
             wait = self._again(method, path, retry, *answer)
             if wait is None:
-                return orjson.loads(answer[2]) if answer[2] else {}
+                return decoded(answer[2]) if answer[2] else {}
             time.sleep(wait)
 
     def _again(self, method: str, path: str, retry: int, status: int, reason: str, data: bytes,
