@@ -17,7 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
-POLICIES = "superpod,superpod-service,superpod-estimate-backfill,superpod-nobackfill,gang-firstfit,gang-spread,random"
+POLICIES = ("superpod,superpod-service,superpod-estimate-backfill,superpod-nobackfill,gang-firstfit-required,"
+            "gang-firstfit,gang-spread,random")
 TRACES = {  # --sizes -> the generator's other arguments (docs/benchmarks.md names these traces)
     "llm": ["--jobs", "1500", "--tenants", "4", "--mean-duration", "21600"],
     "acme": ["--jobs", "3000", "--tenants", "6", "--mean-duration", "21600"],

@@ -13,15 +13,18 @@ The baselines do not preempt (`preempts = False`).
 - `gang-spread`: kube-scheduler with the coscheduling plugin: all-or-nothing, each replica in turn on the node with
   the most free GPUs (least-allocated scoring over nvidia.com/gpu, ties by node order), no topology.
 - `gang-firstfit`: all-or-nothing, replicas fill nodes in node order, no topology.
+- `gang-firstfit-required`: gang-firstfit inside the first domain of the job's `required` level with room for the
+  whole gang (as a scheduler that honours a required topology but neither searches for the tightest domain nor
+  reserves); `preferred` and slices dropped. The fair baseline for jobs that require a leaf.
 - `random`: all-or-nothing, each replica on a random node with room (seeded), no topology.
 
-"No topology": these schedulers cannot express `required`/`preferred` or slices, so the baselines place as if the
-job had none; its runtime in the simulator still pays for the levels the placement crosses."""
+"No topology": the schedulers these stand for cannot express `required`/`preferred` or slices, so the baselines place
+as if the job had none; its runtime in the simulator still pays for the levels the placement crosses."""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 
 from superpod.core.cycle import ESTIMATE, RESERVE_AFTER, RESERVE_FROM_UNITS, PriorityFifo, QueuePolicy, ReservationRule
@@ -48,20 +51,21 @@ class _Greedy(PriorityFifo):
     preempts = False
 
     def place(self, solver: Solver) -> Placement | None:
-        job = replace(solver.job, required=None, preferred=None, slice_size=None, slice_required=None)
-        loose = Solver(solver.snap, job, exclude_nodes=solver.excluded_nodes)
-        room = {node: loose.slots(node) for node in range(len(loose.snap.nodes))}
-        room = {node: slots for node, slots in room.items() if slots > 0}
-        if sum(room.values()) < job.replicas:
+        return self.fill(_loose(solver), range(len(solver.snap.nodes)), 0)
+
+    def fill(self, loose: Solver, nodes: Iterable[int], domain: int) -> Placement | None:
+        """The gang on `nodes` (inside `domain`, or 0), or None if they have too little room."""
+        room = {node: slots for node in nodes if (slots := loose.slots(node)) > 0}
+        if sum(room.values()) < loose.job.replicas:
             return None
         counts: dict[int, int] = {}
-        for _ in range(job.replicas):
+        for _ in range(loose.job.replicas):
             node = self.choose(loose, room, counts)
             counts[node] = counts.get(node, 0) + 1
             room[node] -= 1
             if not room[node]:
                 del room[node]
-        return placement_of(loose, sorted(counts.items()), 0)
+        return placement_of(loose, sorted(counts.items()), domain)
 
     def choose(self, solver: Solver, room: dict[int, int], counts: dict[int, int]) -> int:
         raise NotImplementedError
@@ -79,12 +83,31 @@ class GangFirstFit(_Greedy):
         return min(room)
 
 
+class RequiredFirstFit(GangFirstFit):
+    """First fit inside the first domain of the job's required level with room for the whole gang."""
+
+    def place(self, solver: Solver) -> Placement | None:
+        level = solver.required_level
+        if not level:
+            return super().place(solver)
+        loose, snap = _loose(solver), solver.snap
+        if level == solver.node_level:
+            return next(filter(None, (self.fill(loose, (node,), 0) for node in range(len(snap.nodes)))), None)
+        return next(filter(None, (self.fill(loose, snap.nodes_under(d), d) for d in solver.domains_at(level))), None)
+
+
 class RandomFit(_Greedy):
     def __init__(self, seed: int = 0) -> None:
         self.random = random.Random(seed)
 
     def choose(self, solver: Solver, room: dict[int, int], counts: dict[int, int]) -> int:
         return self.random.choice(sorted(room))
+
+
+def _loose(solver: Solver) -> Solver:
+    """The solver of the job as if it asked for no topology."""
+    job = replace(solver.job, required=None, preferred=None, slice_size=None, slice_required=None)
+    return Solver(solver.snap, job, exclude_nodes=solver.excluded_nodes)
 
 
 POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
@@ -96,5 +119,6 @@ POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
     "superpod-nobackfill": lambda seed: NoBackfill(),
     "gang-spread": lambda seed: GangSpread(),
     "gang-firstfit": lambda seed: GangFirstFit(),
+    "gang-firstfit-required": lambda seed: RequiredFirstFit(),
     "random": lambda seed: RandomFit(seed),
 }
