@@ -18,9 +18,10 @@ import yaml
 
 from superpod.api.convert import ConvertError, describe, job_from_k8s, node_from_k8s, topology_from_k8s
 from superpod.controller.controller import Controller
+from superpod.controller.decide import cause_details
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import PriorityFifo
-from superpod.core.phases import PENDING, Phase
+from superpod.core.phases import PENDING, Phase, Reason
 from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, SERVICES, TRAININGJOBS, object_key
 
 KINDS = {kind.kind: kind for kind in (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES)}
@@ -83,11 +84,13 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
         d = decided.get(job.key)
         assign = d.placement.assignments if d and d.placement else {}
         reason = d.reason if d else controller.invalid.get(job.key) or controller.held_back.get(job.key)
+        code = d.cause.code if d and d.cause else Reason.INVALID if job.key in controller.invalid else None
         preempts = [dict(zip(("namespace", "name"), key.split("/", 1), strict=True)) for key in d.preempts] \
             if d else []
         out.append({"namespace": job.namespace, "name": job.name, "placed": bool(assign),
                     "assignments": {k: assign[k] for k in sorted(assign)}, "reason": None if assign else reason,
-                    "preempts": preempts})
+                    "code": None if assign else code, "preempts": preempts,
+                    **(cause_details(d) if d and not assign else {"reservation": None, "blockedBy": None})})
     return {"jobs": out}
 
 

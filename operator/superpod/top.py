@@ -18,7 +18,6 @@ import yaml
 from superpod.api.convert import ConvertError
 from superpod.api.podgang import gang_name
 from superpod.controller.state import MIG_FAILED, ClusterState, NodeEntry
-from superpod.core.cycle import RESERVED_NOTE
 from superpod.core.request import GPU, MIG_PREFIX
 from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES, PODS, TRAININGJOBS
 from superpod.plan import items_of, read_input
@@ -170,13 +169,13 @@ def _mig_layouts(state: ClusterState) -> list[str]:
 
 
 def _reservations(state: ClusterState) -> list[str]:
-    """What the first blocked jobs hold while they wait for room (their waiting message says it)."""
+    """What the first blocked jobs hold while they wait for room (status.reservation)."""
     lines = []
     for key, job in sorted(state.jobs.items()):
-        message = (job.get("status") or {}).get("message") or ""
-        for clause in message.split("; "):
-            if clause.endswith(RESERVED_NOTE):
-                lines.append(f"  {key}: {clause}")
+        held = (job.get("status") or {}).get("reservation")
+        if isinstance(held, dict) and held.get("domain"):
+            start = f", expected to start {held['expectedStart']}" if held.get("expectedStart") else ""
+            lines.append(f"  {key}: {held['domain']} reserved for it{start}")
     return ["", "Reservations:", *lines] if lines else []
 
 

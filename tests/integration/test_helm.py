@@ -118,7 +118,7 @@ def test_install_run_as_the_chart_service_account_upgrade_uninstall(cluster, ins
         jobs.create(training_job("rbac-a", sim, 2, gpus=8, annotations=run, topology={"required": "leaf"}))
         jobs.wait_phase("rbac-a", "Running", 60)
         jobs.create(training_job("rbac-b", sim, 2, gpus=8, annotations=run, topology={"required": "leaf"}))
-        jobs.wait_event("rbac-b", "Unschedulable", "inside one leaf")
+        jobs.wait_event("rbac-b", "NoRoom", "inside one leaf")
         jobs.wait_phase("rbac-a", "Succeeded", 60)
         jobs.wait_phase("rbac-b", "Succeeded", 60)
         lease = client.CoordinationV1Api(cluster.api).read_namespaced_lease("superpod-scheduler", NS)

@@ -26,7 +26,9 @@ def test_two_jobs_compete_for_one_leaf_one_waits_with_a_reason_then_both_complet
     waiting = jobs.status("second")
     assert waiting["phase"] == "Queued"
     assert "needs 4 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf" in waiting["message"]
-    jobs.wait_event("second", "Unschedulable", "inside one leaf")
+    held = waiting["reservation"]  # the leaf its first job holds: it is big enough to reserve at once
+    assert waiting["reason"] == "NoRoom" and "leaf su-" in held["domain"] and held["nodeCount"] == 4, waiting
+    jobs.wait_event("second", "NoRoom", "inside one leaf")
     assert jobs.pods("second") == [], "a queued job holds no pods"
 
     first = jobs.wait_phase("first", "Succeeded", 60)

@@ -8,6 +8,7 @@ import uuid
 from kubernetes import client
 
 from superpod.core.baselines import POLICIES
+from superpod.core.phases import WAITING
 from superpod.sim import nodes, presets
 from superpod.simulate.engine import Simulation, training_job
 from superpod.simulate.runtime import RuntimeModel
@@ -56,7 +57,7 @@ def test_a_replay_places_a_scenario_exactly_as_the_operator_on_the_real_control_
 
     def settled():
         statuses = [jobs.status(job.name) for job in trace]
-        decided = all(s.get("phase") == "Running" or s.get("reason") == "Unschedulable" for s in statuses)
+        decided = all(s.get("phase") == "Running" or s.get("reason") in WAITING for s in statuses)
         return decided and statuses
     first = wait_for(settled, 90, "every job Running or waiting with a reason")
     real = {job.name: _counts(status.get("placement")) for job, status in zip(trace, first, strict=True)}

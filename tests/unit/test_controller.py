@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 
+from superpod.core.phases import Cause, Reason
 from superpod.k8s.api import NODES, PODS, SERVICES, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
@@ -467,18 +468,21 @@ def test_a_long_queue_whose_cause_flips_is_rewritten_within_a_budget_oldest_firs
     def view(name: str, phase: str | None) -> JobView:
         obj = training_job(name, 1, 8)
         obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-        obj["status"] = {"phase": phase, "reason": "Unschedulable", "message": "no room"} if phase else {}
+        obj["status"] = {"phase": phase, "reason": "NoRoom", "message": "no room"} if phase else {}
         return _view(f"team-a/{name}", obj)
 
     views = {f"team-a/{v}": view(v, "Queued") for v in ("a", "b", "c", "d")} | {"team-a/new": view("new", None)}
-    said = {"uid-a": (30.0, "no room"), "uid-b": (10.0, "no room"), "uid-c": (20.0, "no room"),
-            "uid-d": (5.0, "no room")}
-    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None,
-                          "fits only inside node n1, reserved for team-a/head (priority 0); it runs after that job "
-                          "starts") for name in ("a", "b", "c", "d", "new")]
+    said = {"uid-a": (30.0, "NoRoom"), "uid-b": (10.0, "NoRoom"), "uid-c": (20.0, "NoRoom"), "uid-d": (5.0, "NoRoom")}
+    inside = Cause(Reason.RESERVED_FOR_OTHERS, "fits only inside node n1, reserved for team-a/head (priority 0); it "
+                   "runs after that job starts")
+    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, inside,
+                          blocked_by=("team-a/head",)) for name in ("a", "b", "c", "d", "new")]
     plans, written = wait_plans(decisions, views, {}, {}, 40.0, said, budget=2)
     assert [p.key for p in plans] == ["job:team-a/new", "job:team-a/d", "job:team-a/b"] and written == 2
     assert said["uid-a"][0] == 30.0 and said["uid-d"][0] == 40.0, "the longest unwritten first; a waits its turn"
+    status = plans[1].steps[0].status
+    assert (status["reason"], status["blockedBy"]) == (
+        "ReservedForOthers", [{"kind": "TrainingJob", "namespace": "team-a", "name": "head"}])
 
 
 def test_a_rewrite_that_changes_nothing_takes_no_turn_from_the_budget():
@@ -492,14 +496,15 @@ def test_a_rewrite_that_changes_nothing_takes_no_turn_from_the_budget():
     def view(name: str, message: str):
         obj = training_job(name, 1, 8)
         obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-        obj["status"] = {"phase": "Queued", "reason": "Unschedulable", "message": message}
+        obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": message}
         return _view(f"team-a/{name}", obj)
 
     views = {"team-a/noted": view("noted", "no room; no node can be repartitioned"),
              "team-a/moved": view("moved", "no room")}
-    said = {"uid-noted": (0.0, "no room"), "uid-moved": (10.0, "no room")}
-    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, reason)
-                 for name, reason in (("noted", "no room"), ("moved", "all nodes are cordoned"))]
+    said = {"uid-noted": (0.0, "NoRoom"), "uid-moved": (10.0, "NoRoom")}
+    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, cause)
+                 for name, cause in (("noted", Cause(Reason.NO_ROOM, "no room")),
+                                     ("moved", Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned")))]
     notes = {"team-a/noted": "no node can be repartitioned"}
     plans, written = wait_plans(decisions, views, {}, notes, 100.0, said, budget=1)
     assert [p.key for p in plans] == ["job:team-a/moved"] and written == 1
@@ -628,7 +633,7 @@ def test_jobs_passed_over_in_a_long_queue_are_told_at_once_and_then_in_turn():
 def test_only_a_changed_cause_rewrites_a_job_passed_over_not_its_counts():
     """Found replaying Philly: with 7,000 jobs waiting, every gang that ended moved the counts in their messages
     ("room for 3"), and each job told in turn was rewritten, its write came back as a change, and it was told
-    again: 26 status writes a cycle. A job passed over is rewritten when the words of its cause change."""
+    again: 26 status writes a cycle. A job passed over is rewritten when the code of its cause changes."""
     from superpod.controller.decide import wait_plans
     from superpod.controller.jobs import _view
     from superpod.core.cycle import Decision
@@ -637,15 +642,16 @@ def test_only_a_changed_cause_rewrites_a_job_passed_over_not_its_counts():
     def view(name: str):
         obj = training_job(name, 1, 8)
         obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-        obj["status"] = {"phase": "Queued", "reason": "Unschedulable", "message": "the cluster has room for 3"}
+        obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "the cluster has room for 3"}
         return _view(f"team-a/{name}", obj)
 
     views = {f"team-a/{name}": view(name) for name in ("head", "passed", "moved")}
-    said = {f"uid-{name}": (0.0, "the cluster has room for #") for name in ("head", "passed", "moved")}
-    reasons = {"head": "the cluster has room for 2", "passed": "the cluster has room for 2",
-               "moved": "all nodes are cordoned"}
-    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, reason)
-                 for name, reason in reasons.items()]
+    said = {f"uid-{name}": (0.0, "NoRoom") for name in ("head", "passed", "moved")}
+    causes = {"head": Cause(Reason.NO_ROOM, "the cluster has room for 2"),
+              "passed": Cause(Reason.NO_ROOM, "the cluster has room for 2"),
+              "moved": Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned")}
+    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, cause)
+                 for name, cause in causes.items()]
     plans, _ = wait_plans(decisions, views, {}, {}, 100.0, said, passed=frozenset({"team-a/passed", "team-a/moved"}))
     assert sorted(p.key for p in plans) == ["job:team-a/head", "job:team-a/moved"]
 
@@ -653,17 +659,18 @@ def test_only_a_changed_cause_rewrites_a_job_passed_over_not_its_counts():
 def test_a_job_passed_over_whose_rewrite_failed_is_rewritten_on_its_next_turn():
     """Found by review: what a passed-over job was last told was remembered when its rewrite was planned; if the
     write failed (a conflict, the Lease lost), its status kept the old cause for good. Its status is compared."""
-    from superpod.controller.decide import _words, wait_plans
+    from superpod.controller.decide import wait_plans
     from superpod.controller.jobs import _view
     from superpod.core.cycle import Decision
     from superpod.core.request import make_request
 
     obj = training_job("passed", 1, 8)
     obj["metadata"].update(uid="uid-passed", resourceVersion="1")
-    obj["status"] = {"phase": "Queued", "reason": "Unschedulable", "message": "no room"}
+    obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "no room"}
     views = {"team-a/passed": _view("team-a/passed", obj)}
-    said = {"uid-passed": (0.0, _words("all nodes are cordoned"))}  # planned, never written
-    decisions = [Decision(make_request("team-a", "passed", 1, {"nvidia.com/gpu": 8}), None, "all nodes are cordoned")]
+    said = {"uid-passed": (0.0, "NoNodeQualifies")}  # planned, never written
+    decisions = [Decision(make_request("team-a", "passed", 1, {"nvidia.com/gpu": 8}), None,
+                          Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned"))]
     plans, _ = wait_plans(decisions, views, {}, {}, 5.0, said, passed=frozenset({"team-a/passed"}))
     assert [p.key for p in plans] == ["job:team-a/passed"]
 

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 
 from superpod.core.cycle import Decision, PriorityFifo, reservation_for, schedule
 from superpod.core.explain import explain
+from superpod.core.phases import Cause, Reason
 from superpod.core.request import GPU, JobRequest
 from tests.unit.builders import TOPO, job, node, snapshot
 
@@ -25,8 +26,8 @@ def test_explanation_names_the_best_domain_and_the_filtered_nodes():
     extra = [node("bad1").gpus(8).spine("spine-1").leaf("su-1").cordoned(), node("bad2").gpus(8).not_ready()]
     snap = superpod(used=used, extra=extra)
     j = job("big").gpus(8, "NVIDIA-H100-80GB-HBM3").replicas(4).required("leaf").build()
-    text = explain(snap, j)
-    assert text == (
+    cause = explain(snap, j)
+    assert cause.code == Reason.NO_ROOM and cause.message == (
         "needs 4 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf; the best leaf has room for 3 "
         "(leaf su-1); 5 nodes lack 8 free GPUs; 2 nodes cordoned or not ready"
     )
@@ -34,20 +35,21 @@ def test_explanation_names_the_best_domain_and_the_filtered_nodes():
 
 def test_explanation_when_the_job_can_never_fit():
     snap = superpod()
-    text = explain(snap, job("huge").gpus(8).replicas(5).required("leaf").build())
-    assert text.startswith(
+    cause = explain(snap, job("huge").gpus(8).replicas(5).required("leaf").build())
+    assert cause.code == Reason.TOO_LARGE and cause.message.startswith(
         "needs 5 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf; "
         "the largest leaf (leaf su-1) holds only 4 even when idle"
     )
-    text = explain(snap, job("x").gpus(8, "NVIDIA-H200").build())
-    assert text == "needs 1 replica of 8 free NVIDIA-H200 GPUs; no node qualifies: 16 nodes of another GPU product"
+    cause = explain(snap, job("x").gpus(8, "NVIDIA-H200").build())
+    assert cause == (Reason.NO_NODE_QUALIFIES,
+                     "needs 1 replica of 8 free NVIDIA-H200 GPUs; no node qualifies: 16 nodes of another GPU product")
 
 
 def test_explanation_with_slices_and_mig():
     snap = superpod(used={f"su{lf}-n{i}": 4 for lf in range(1, 5) for i in range(4)})
-    text = explain(snap, job("tp").gpus(2).replicas(6).slices(3, "node").build())
+    text = explain(snap, job("tp").gpus(2).replicas(6).slices(3, "node").build()).message
     assert "in slices of 3 per node" in text and "the cluster has room for 0" in text
-    text = explain(snap, job("m").mig("1g.10gb").build())
+    text = explain(snap, job("m").mig("1g.10gb").build()).message
     assert "a free MIG 1g.10gb slice" in text and "16 nodes have too little mig-1g.10gb" in text
 
 
@@ -126,9 +128,10 @@ def test_queue_policy_seam():
     class Quota(PriorityFifo):
         parks = False  # admit reads what the cycle placed
 
-        def admit(self, job: JobRequest, placed: list[Decision]) -> str | None:
+        def admit(self, job: JobRequest, placed: list[Decision]) -> Cause | None:
             used = sum(d.job.gpus * d.job.replicas for d in placed)
-            return "queue team-a is at its quota of 16 GPUs" if used + job.gpus * job.replicas > 16 else None
+            full = used + job.gpus * job.replicas > 16
+            return Cause(Reason.QUEUE_AT_LIMIT, "queue team-a is at its quota of 16 GPUs") if full else None
 
     snap = superpod()
     out = schedule(snap, [job(f"j{k}").gpus(8).priority(0, float(k)).build() for k in range(3)], Quota())

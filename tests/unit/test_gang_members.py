@@ -112,7 +112,7 @@ def test_a_waiting_mpi_gang_says_what_each_member_needs():
     snap.add_pod(Pod("ns/other", "n0", ((GPU, 8),)))
     request = gang_request("team-a/mpi@pods", mpi())
     assert place(snap, request) is None
-    why = explain(snap, request)
+    why = explain(snap, request).message
     assert why.startswith("needs 2 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs and 1 pod of 1 cpu"), why
 
 
@@ -120,7 +120,7 @@ def test_the_others_find_no_room_beside_the_identical_members_said_so():
     snap = snapshot([node("n0").gpus(8).cpu(4000), node("n1").gpus(8).cpu(4000)])
     request = make_request("ns", "j", 2, {GPU: 8, "cpu": 4000}, others=((("cpu", 1000),),))
     assert place(snap, request) is None
-    assert "the cluster has room for 2, but not for its 1 other member beside them" in explain(snap, request)
+    assert "the cluster has room for 2, but not for its 1 other member beside them" in explain(snap, request).message
 
 
 # ---- differing members across the topology ------------------------------------------------------------------------

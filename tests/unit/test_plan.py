@@ -61,10 +61,12 @@ def dgx_dump() -> list[dict]:
 def test_plan_on_simulated_dgx_h100_superpod():
     out = plan_objects(dgx_dump()[0]["items"])
     assert [j["name"] for j in out["jobs"]] == ["pretrain", "finetune", "eval", "sweep"]
-    assert set(out["jobs"][0]) == {"namespace", "name", "placed", "assignments", "reason", "preempts"}
+    assert set(out["jobs"][0]) == {"namespace", "name", "placed", "assignments", "reason", "code", "preempts",
+                                   "reservation", "blockedBy"}
     pre, fine, ev, sweep = out["jobs"]
     assert not pre["placed"] and pre["assignments"] == {}
     assert pre["reason"].startswith("needs 64 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf")
+    assert pre["code"] == "TooLarge" and fine["code"] is None
     assert fine["placed"] and len(fine["assignments"]) == 32 and fine["reason"] is None
     assert sorted(r for rs in fine["assignments"].values() for r in rs) == list(range(32))
     # the 4-GPU eval job goes to the tightest leaf (su-1, partly busy) — never into a whole free leaf
@@ -118,6 +120,7 @@ def test_plan_without_topology_places_on_nodes_only():
     b200["spec"]["resources"]["gpuProduct"] = "NVIDIA-B200"
     out = plan_objects([*nodes, trainingjob("a", 3, 8), b200])
     assert out["jobs"][0]["placed"] and len(out["jobs"][0]["assignments"]) == 3
+    assert out["jobs"][1]["code"] == "Invalid"
     assert out["jobs"][1]["reason"] == (  # the operator's own words: it would mark the job Invalid
         "no node has GPU product 'NVIDIA-B200' (nvidia.com/gpu.product here: NVIDIA-A100-SXM4-80GB, "
         "NVIDIA-H100-80GB-HBM3, NVIDIA-H200)"
@@ -147,3 +150,4 @@ def test_plan_names_the_running_gangs_a_job_would_preempt():
     assert urgent["name"] == "urgent" and not urgent["placed"] and urgent["assignments"] == {}
     assert urgent["preempts"] == [{"namespace": "team-a", "name": "low"}]
     assert urgent["reason"].startswith("preempting team-a/low (priority 0) to start on nodes ")
+    assert urgent["code"] == "Preempting" and urgent["reservation"]["nodeCount"] == 2

@@ -237,7 +237,7 @@ def _structural(schema: dict, defs: dict) -> dict:
             out["additionalProperties"] = _structural(extra, defs)
         elif not props:
             out["x-kubernetes-preserve-unknown-fields"] = True
-    if out.get("type") == "array":
+    if out.get("type") == "array" and "anyOf" not in schema:  # an optional list: its items came with its option
         out["items"] = _structural(schema.get("items", {}), defs)
     return out
 

@@ -11,11 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from superpod.core.phases import Phase
+from superpod.core.phases import WAITING_CAUSES, Phase
 
 GROUP = "superpod.dev"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
+REASON_DESCRIPTION = ("Short machine-readable reason for the phase. While Queued, why it waits: " + "; ".join(
+    f"{code} ({meaning})" for code, meaning in WAITING_CAUSES.items()) + ".")
 
 Quantity = int | float | str
 
@@ -162,6 +164,24 @@ class Nomination(BaseModel):
     time: datetime = Field(description="RFC 3339 time it preempted them.")
 
 
+class HeldReservation(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    domain: str = Field(description="What it holds while it waits, e.g. leaf su-2, or nodes n1, n2.")
+    nodes: list[str] = Field(default_factory=list, max_length=64, description="The nodes held (the first 64).")
+    nodeCount: int = Field(0, ge=0, description="How many nodes it holds.")
+    expectedStart: datetime | None = Field(
+        None, description="RFC 3339 time the held nodes are predicted to hold it (absent: no running gang there has "
+        "a runtime limit or estimate)."
+    )
+
+
+class JobReference(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    kind: Literal["TrainingJob", "PodGang"] = Field(description="A TrainingJob, or a gang of pods.")
+    namespace: str = Field(description="Its namespace.")
+    name: str = Field(description="Its name (a pod gang's: its gang label, or its pod's name).")
+
+
 class Admission(BaseModel):
     """What a placed gang was admitted under, recorded by the operator at placement and read back while it is
     placed: the spec's fields are the tenant's to edit, these decide accounting and protection."""
@@ -216,8 +236,16 @@ class TrainingJobStatus(BaseModel):
     finishedGpuSeconds: float = Field(0, ge=0, description="GPU-seconds of the attempts that have ended.")
     accountedAttempts: int = Field(0, ge=0, description="Attempts whose GPU-seconds are in finishedGpuSeconds.")
     observedGeneration: int | None = Field(None, description="The spec generation this status was computed from.")
-    reason: str | None = Field(None, description="Short machine-readable reason for the phase.")
+    reason: str | None = Field(None, description=REASON_DESCRIPTION)
     message: str | None = Field(None, description="Why the job waits or failed, one sentence.")
+    reservation: HeldReservation | None = Field(
+        None, description="While it waits as the first blocked job: the nodes held for it, which later jobs use only "
+        "if they end before it starts."
+    )
+    blockedBy: list[JobReference] | None = Field(
+        None, max_length=64, description="While it waits with reason ReservedForOthers: the jobs whose reservations it "
+        "fits only inside."
+    )
     queuedAt: datetime | None = Field(None, description="RFC 3339 time the job entered the queue.")
     startTime: datetime | None = Field(None, description="RFC 3339 time all replicas were first running.")
     completionTime: datetime | None = Field(None, description="RFC 3339 time the job finished.")

@@ -173,7 +173,7 @@ class Controller:
         snap.horizon = self.estimator.horizon_at(self.reader, now)
         policy = closed or fair or self.policy
         if closed:
-            plans += self.queues.held_plans(closed.why, now)
+            plans += self.queues.held_plans(closed.why.message, now)
         elif self.settings.preemption and getattr(self.policy, "preempts", False):
             policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
             plans += self._guarded("preemption", lambda: preemption.expired(

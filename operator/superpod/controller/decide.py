@@ -6,13 +6,12 @@ says why."""
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
-import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from superpod.api import manifests
+from superpod.api.podgang import gang_name, is_gang_key
 from superpod.api.resources import ConvertError
 from superpod.api.status import condition, updated
 from superpod.api.times import rfc3339, timestamp
@@ -21,19 +20,28 @@ from superpod.controller.jobs import JobView
 from superpod.controller.judge import Settings, abandoned
 from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.state import ClusterState
-from superpod.core.cycle import RESERVED_NOTE, Decision
+from superpod.core.cycle import Decision
 from superpod.core.lifecycle import backoff
 from superpod.core.mig_catalog import Product, UnknownProductError
 from superpod.core.mig_catalog import product as mig_product
 from superpod.core.model import Snapshot
-from superpod.core.phases import ACTIVE, FINISHED, POD_FINISHED, Condition, Phase, Reason
+from superpod.core.phases import (
+    ACTIVE,
+    FINISHED,
+    POD_FINISHED,
+    POD_UNSCHEDULABLE,
+    WAITING,
+    Cause,
+    Condition,
+    Phase,
+    Reason,
+)
 from superpod.core.placement import validate
 from superpod.core.request import MIG_PREFIX, JobRequest
 from superpod.k8s.api import ApiError
 
 log = logging.getLogger(__name__)
 ALWAYS_THERE = ("cpu", "memory", "pods", "ephemeral-storage")  # every node has these: never "not advertised"
-_NUMBERS, _BRACKETS, _KEYS = re.compile(r"\d+"), re.compile(r"\([^)]*\)"), re.compile(r"\S+/\S+")
 WAIT_REFRESH = 30.0  # seconds between rewrites of a waiting job's message while only its counts move
 REWRITES_PER_SECOND, REWRITE_BURST = 20.0, 200  # waiting-message rewrites: the API load a long queue may cause
 
@@ -205,60 +213,80 @@ def starts(state: ClusterState, decisions: list[Decision], views: dict[str, JobV
 def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[str, str], notes: dict[str, str],
                now: float, said: dict[str, tuple[float, str]], budget: int | None = None,
                passed: frozenset[str] = frozenset()) -> tuple[list[Plan], int]:
-    """Queued, with the decision's reason (and a note on MIG when there is one), or the MIG flow's message while
-    the job's nodes are being repartitioned; and how many of the plans were rewrites taken from `budget`.
+    """Queued with the decision's cause: its code in status.reason, its sentence (and a note on MIG when there is
+    one) in status.message, its details in status.reservation and status.blockedBy; or the MIG flow's message while
+    the job's nodes are being repartitioned. Returns the plans, and how many of them were rewrites taken from
+    `budget`.
 
-    A job not yet Queued for this reason is written at once. For a job that is, its message is rewritten when the
-    words of its cause change, and when only counts and names move at most every WAIT_REFRESH seconds; these
-    rewrites take from `budget` (None: no bound), the longest unwritten first, so a long queue whose cause flips
-    with every gang that ends (no room / room only inside the head's reservation) does not rewrite every waiting
-    job each time. `said`: job uid -> when its message was last written, and the words of its cause then.
-    `passed`: the keys of jobs the cycle passed over (controller/waiting.py): only a change of their cause's words
-    rewrites them, not counts (every gang that ends moves the counts of thousands of them)."""
+    A job whose status does not say a waiting cause yet is written at once. For a job that does, the cause is
+    rewritten when its code changes, and when only the sentence and details move at most every WAIT_REFRESH seconds;
+    these rewrites take from `budget` (None: no bound), the longest unwritten first, so a long queue whose cause flips
+    with every gang that ends (NoRoom / ReservedForOthers) does not rewrite every waiting job each time. `said`: job
+    uid -> when its cause was last written, and its code then. `passed`: the keys of jobs the cycle passed over
+    (controller/waiting.py): only a change of code rewrites them, not counts (every gang that ends moves the counts
+    of thousands of them)."""
     plans: list[Plan] = []
-    rewrites: list[tuple[float, str, JobView, str, str, str]] = []
+    rewrites: list[tuple[float, str, JobView, Cause, dict]] = []
     for decision in decisions:
         key = decision.job.key
         if decision.placement is None and not decision.error and (view := views.get(key)):
-            if decision.reason and view.status.message == decision.reason and key not in mig and key not in notes \
-                    and view.status.reason == Reason.UNSCHEDULABLE and view.phase == Phase.QUEUED and not view.problems:
-                continue  # it already says exactly this
-            cause = mig.get(key) or decision.reason or "waiting"
-            reason = Reason.MIG_RECONFIGURING if key in mig else Reason.UNSCHEDULABLE
-            message = "; ".join(filter(None, (cause, None if key in mig else notes.get(key))))
-            if view.phase != Phase.QUEUED or view.status.reason != reason or view.problems:
-                _say(plans, said, view, reason, message, cause, now)
+            if key in mig:
+                cause, details = Cause(Reason.MIG_RECONFIGURING, mig[key]), _NO_DETAILS
+            else:
+                cause = decision.cause or Cause(Reason.NO_ROOM, "waiting")
+                cause, details = cause._replace(message="; ".join(filter(None, (cause.message, notes.get(key))))), \
+                    cause_details(decision)
+            if view.says(cause, details):
+                said[view.uid] = (now, cause.code)
                 continue
-            when, words = said.get(view.uid, (float("-inf"), ""))
-            if key in passed:  # what its status says, not what was last said: a write may have failed
-                words = _words(view.status.message or "")
-            if words != _words(cause) or (now - when >= WAIT_REFRESH and key not in passed):
-                rewrites.append((when, key, view, reason, message, cause))
+            if view.phase != Phase.QUEUED or view.status.reason not in SAYS_WAITING or view.problems \
+                    or (view.status.reason == Reason.MIG_RECONFIGURING) != (key in mig):
+                _say(plans, said, view, cause, details, now)
+                continue
+            when, code = said.get(view.uid, (float("-inf"), ""))
+            if key in passed and view.status.reason in WAITING:  # what its status says, not what was last said: a
+                code = view.status.reason  # write may have failed (a pod gang's pods say only Unschedulable)
+            if code != cause.code or (now - when >= WAIT_REFRESH and key not in passed):
+                rewrites.append((when, key, view, cause, details))
     rewrites.sort(key=lambda item: (item[0], item[1]))
     written = 0
-    for _, _, view, reason, message, cause in rewrites:
+    for _, _, view, cause, details in rewrites:
         if budget is not None and written >= budget:
             break
-        written += _say(plans, said, view, reason, message, cause, now)
+        written += _say(plans, said, view, cause, details, now)
     return plans, written
 
 
-def _say(plans: list[Plan], said: dict[str, tuple[float, str]], view: JobView, reason: str, message: str,
-         cause: str, now: float) -> int:
-    said[view.uid] = (now, _words(cause))  # written now, or its status already says it
-    if plan := view.wait(reason, message, now):
+def _say(plans: list[Plan], said: dict[str, tuple[float, str]], view: JobView, cause: Cause, details: dict,
+         now: float) -> int:
+    said[view.uid] = (now, cause.code)  # written now, or its status already says it
+    if plan := view.wait(cause.code, cause.message, now, **details):
         plans.append(plan)
         return 1
     return 0
 
 
-@functools.lru_cache(maxsize=4096)
-def _words(sentence: str) -> str:
-    """What a waiting message says without its counts, bracketed names, the jobs it names (namespace/name) and
-    reservation notes: it changes when the cause changes, not with every pod that comes and goes nor with every
-    head of the queue that takes the reservation in turn (under a long queue that rewrote every waiting job)."""
-    clauses = [c for c in sentence.split("; ") if not c.endswith(RESERVED_NOTE)]
-    return _NUMBERS.sub("#", _KEYS.sub("<job>", _BRACKETS.sub("", "; ".join(clauses))))
+_NO_DETAILS = {"reservation": None, "blockedBy": None}
+SAYS_WAITING = WAITING | {POD_UNSCHEDULABLE}  # a status that says a cause (a job's written before codes: rewritten)
+LISTED = 64  # the most nodes status.reservation names (nodeCount says how many it holds), and jobs blockedBy
+
+
+def cause_details(decision: Decision) -> dict:
+    """status.reservation and status.blockedBy of a waiting job (None: it has none)."""
+    reservation = None
+    if decision.reserved:
+        nodes = decision.reserved_nodes
+        reservation = {"domain": decision.reserved, "nodes": list(nodes[:LISTED]), "nodeCount": len(nodes)}
+        if decision.expected_start is not None:
+            reservation["expectedStart"] = rfc3339(decision.expected_start)
+    blocked = [_reference(key) for key in decision.blocked_by[:LISTED]]
+    return {"reservation": reservation, "blockedBy": blocked or None}
+
+
+def _reference(key: str) -> dict:
+    """A job of status.blockedBy: a TrainingJob, or a gang of pods (by its gang's name)."""
+    namespace, name = gang_name(key).split("/", 1)
+    return {"kind": "PodGang" if is_gang_key(key) else "TrainingJob", "namespace": namespace, "name": name}
 
 
 def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]], now: float,
@@ -288,6 +316,7 @@ def placed(state: ClusterState, view: JobView, attempt: int, assignments: dict[s
                         "domain": domain, "attemptStartTime": rfc3339(now), "reason": Reason.PLACED,
                         "message": message, "gpus": view.holdings(), "ready": f"0/{view.replicas}",
                         "notBefore": None, "nomination": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now),
+                        **_NO_DETAILS,
                         "admitted": view.admission()},
                        now, [(Condition.SCHEDULABLE, "True", Reason.PLACED, message)])
     return replace(write, deferred=deferred)

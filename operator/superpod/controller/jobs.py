@@ -16,7 +16,7 @@ from superpod.api.times import rfc3339, timestamp
 from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
-from superpod.core.phases import ACTIVE, Condition, Phase, Reason
+from superpod.core.phases import ACTIVE, Cause, Condition, Phase, Reason
 from superpod.core.request import JobRequest
 
 
@@ -136,10 +136,14 @@ class JobView:
                             "domain": None, "domains": None}, now, [(Condition.INVALID, "True", reason, why)])
         return Plan(f"job:{self.key}", [write, self.emit("Warning", reason, why)])
 
+    def says(self, cause: Cause, details: dict) -> bool:
+        """Whether its status already says it waits for `cause`, with these details (status fields: None is absent)."""
+        return (self.phase == Phase.QUEUED and self.status.reason == cause.code and self.status.message == cause.message
+                and not self.problems and all(self.raw.get(field) == value for field, value in details.items()))
+
     def wait(self, reason: str, why: str, now: float, **more) -> Plan | None:
-        """Queued with a reason; written only when the reason or message changed."""
-        if (self.phase == Phase.QUEUED and self.status.message == why and self.status.reason == reason and not more
-                and not self.problems):
+        """Queued with a reason; written only when the reason, message or `more` (status fields) changed."""
+        if self.says(Cause(reason, why), more):
             return None
         write = self.write({"phase": Phase.QUEUED, "reason": reason, "message": why,
                             "queuedAt": self.raw.get("queuedAt") or rfc3339(now), "gpus": self.holdings(),

@@ -41,7 +41,7 @@ from superpod.controller.actions import BindPods, DeletePods, Emit, Plan, SetPod
 from superpod.controller.state import ClusterState
 from superpod.core.estimates import LIMIT_GRACE
 from superpod.core.model import Pod, Snapshot
-from superpod.core.phases import POD_FINISHED, Phase, Reason
+from superpod.core.phases import POD_FINISHED, POD_UNSCHEDULABLE, Cause, Phase, Reason
 from superpod.core.preempt import Running
 from superpod.core.request import JobRequest
 
@@ -51,7 +51,6 @@ ASSUME_TTL = 300.0  # seconds a sent binding whose pod is not seen bound stays a
 # seconds part of a gang may stay bound while the rest waits (a TrainingJob's default startup timeout): then the
 # bound part is evicted and the gang waits again whole
 INCOMPLETE_TIMEOUT = float(TrainingJobSpec.model_fields["startupTimeoutSeconds"].default)
-UNSCHEDULABLE = "Unschedulable"  # the PodScheduled reason kube-scheduler gives (and cluster autoscalers read)
 
 
 @dataclass(frozen=True)
@@ -86,17 +85,22 @@ class GangView:
 
     @property
     def phase(self) -> str | None:
-        return Phase.QUEUED if self.status.reason == UNSCHEDULABLE else None
+        return Phase.QUEUED if self.status.reason == POD_UNSCHEDULABLE else None
 
-    def wait(self, reason: str, why: str, now: float, nomination: dict | None = None) -> Plan | None:
+    def says(self, cause: Cause, details: dict) -> bool:
+        """Whether its pods already say they wait for `cause` (its sentence: a pod carries neither code nor details)."""
+        return self.phase == Phase.QUEUED and self.status.message == cause.message
+
+    def wait(self, reason: str, why: str, now: float, nomination: dict | None = None, **details) -> Plan | None:
         """PodScheduled=False with `why` on every pod that does not say it yet, and one Event. (`reason` is the
-        cycle's; a pod's is always Unschedulable, as kube-scheduler's.) A `nomination` (a preemption's) is written
+        cycle's; a pod's is always Unschedulable, as kube-scheduler's; the details of a TrainingJob's status are not
+        written on pods.) A `nomination` (a preemption's) is written
         first, in the first pod's status (NOMINATED): the commit point, as in a TrainingJob's status; the plan stops
         there if that pod is gone or was replaced."""
         steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
-            "type": SCHEDULED, "status": "False", "reason": UNSCHEDULABLE, "message": why,
+            "type": SCHEDULED, "status": "False", "reason": POD_UNSCHEDULABLE, "message": why,
             "lastTransitionTime": rfc3339(now)}) for pod in self.members
-            if _condition(pod) != ("False", UNSCHEDULABLE, why)]
+            if _condition(pod) != ("False", POD_UNSCHEDULABLE, why)]
         if nomination is not None:
             first = self.members[0]
             steps.insert(0, SetPodCondition(_key(first), first["metadata"].get("uid") or "", {

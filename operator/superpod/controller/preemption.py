@@ -139,7 +139,7 @@ def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gang
         pods = {victim: gangs.victim_pods(state, victim) for victim in decision.preempts if is_gang_key(victim)}
         nomination = {"nodes": nodes, "victims": list(decision.preempts), "attempts": attempts, "pods": pods,
                       "time": rfc3339(now)}
-        plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination)
+        plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination) or Plan(f"job:{view.key}")
         out.append(plan)
         for victim in decision.preempts:  # after the nomination, in the same plan: it is the commit point
             if is_gang_key(victim):

@@ -155,6 +155,6 @@ class WaitingRoom:
             job = self.line.jobs.get(key)
             for run in runs.get(job.shape(), ()) if job is not None else ():
                 if run.jobs[0].queue_key <= job.queue_key <= run.jobs[-1].queue_key:
-                    out.append(Decision(job, None, run.reason))
+                    out.append(run.decision(job))
         return out
 

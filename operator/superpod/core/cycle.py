@@ -24,25 +24,31 @@ from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.explain import explain_solver
 from superpod.core.horizon import Start, earliest_starts, predicted_start, slots_at
 from superpod.core.model import UNLABELLED, Snapshot
+from superpod.core.phases import Cause, Reason
 from superpod.core.placement import Placement, Solver, could_ever_hold, solve, validate
 from superpod.core.request import JobRequest, Shape
-
-RESERVED_NOTE = "reserved for it"  # ends the reason of the job that holds the reservation
 
 
 @dataclass(frozen=True)
 class Decision:
     job: JobRequest
     placement: Placement | None
-    reason: str | None  # why it waits; None when placed
+    cause: Cause | None  # why it waits; None when placed
     reserved: str | None = None  # what this job holds a reservation on, e.g. "leaf su-2"
     reserved_nodes: tuple[str, ...] = ()  # every node inside that reservation
+    expected_start: float | None = None  # when the reservation is predicted to hold it (None: not predicted)
+    blocked_by: tuple[str, ...] = ()  # the jobs (namespace/name) whose reservations it fits only inside
     error: str | None = None  # a bug met while deciding this job (the others were decided all the same)
     preempts: tuple[str, ...] = ()  # the running gangs (namespace/name) it evicts to start (core/preempt.py)
 
     @property
     def placed(self) -> bool:
         return self.placement is not None
+
+    @property
+    def reason(self) -> str | None:
+        """Why it waits, for people."""
+        return self.cause.message if self.cause else None
 
 
 ESTIMATE, LIMIT = "estimate", "limit"
@@ -83,7 +89,7 @@ class QueuePolicy(Protocol):
         """Where the solver's job goes now, or None (superpod: placement.solve, exact)."""
         ...
 
-    def admit(self, job: JobRequest, placed: list[Decision]) -> str | None:
+    def admit(self, job: JobRequest, placed: list[Decision]) -> Cause | None:
         """None if the job may be placed now, else why not (e.g. its queue is over quota)."""
         ...
 
@@ -118,7 +124,7 @@ class PriorityFifo:
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return sorted(jobs, key=attrgetter("queue_key"))
 
-    def admit(self, job: JobRequest, placed: list[Decision]) -> str | None:
+    def admit(self, job: JobRequest, placed: list[Decision]) -> Cause | None:
         return None
 
     def place(self, solver: Solver) -> Placement | None:
@@ -339,7 +345,7 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
     invalid = failed.get(shape)
     if invalid is None:  # validation reads only the topology: once per shape and cycle
         invalid = failed[shape] = validate(snap, job) or ""
-    why = invalid or policy.admit(job, placed)
+    why = Cause(Reason.INVALID, invalid) if invalid else policy.admit(job, placed)
     if why:
         return Decision(job, None, why), None
     seen = unfit_key(job, policy, held, snap.horizon.now)
@@ -348,10 +354,10 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
         held.headed.add(policy.group(job))
     known = snap.unfit.get(seen)
     if known is not None:
-        return Decision(job, None, known), None
+        return Decision(job, None, known.cause, blocked_by=known.blocked_by), None
     decision, taken = _search(snap, job, policy, seen[1], seen[2][0], head)
     if decision.placement is None and taken is None and not head:  # a head searches each cycle: its victims'
-        snap.unfit[seen] = decision.reason  # protection may have run out
+        snap.unfit[seen] = decision  # protection may have run out
     return decision, taken
 
 
@@ -361,7 +367,8 @@ def decide_isolated(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed
     try:
         return _decide(snap, job, policy, placed, held, failed)
     except Exception as e:  # noqa: BLE001 - isolated to this job; its snapshot is unchanged
-        return Decision(job, None, f"internal error while placing this job: {e!r}", error=repr(e)), None
+        return Decision(job, None, Cause(Reason.INTERNAL_ERROR, f"internal error while placing this job: {e!r}"),
+                        error=repr(e)), None
 
 
 def unfit_key(job: JobRequest, policy: QueuePolicy, held: Held,
@@ -402,24 +409,29 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
         if found is not None:
             return found
     anywhere = Solver(snap, job) if blocking else sv
+    blocked_by: tuple[str, ...] = ()
     if blocking and policy.place(anywhere) is not None:
-        holders = "; ".join(f"{r.label}, reserved for {r.holder.key} (priority {r.holder.priority})"
-                            for r in sorted(blocking, key=lambda r: r.holder.queue_key))
+        holders = sorted(blocking, key=lambda r: r.holder.queue_key)
+        blocked_by = tuple(r.holder.key for r in holders)
+        said = "; ".join(f"{r.label}, reserved for {r.holder.key} (priority {r.holder.priority})" for r in holders)
         after = "that job starts" if len(blocking) == 1 else "they start"
-        reason = f"fits only inside {holders}; it runs after {after}"
+        cause = Cause(Reason.RESERVED_FOR_OTHERS, f"fits only inside {said}; it runs after {after}")
     else:
-        reason = explain_solver(anywhere)
+        cause = explain_solver(anywhere)
     if shielded := getattr(policy, "shielded", {}).get(job.key):  # core/preempt.py: Preempting
-        reason = f"{reason}; {shielded}"
+        cause = cause._replace(message=f"{cause.message}; {shielded}")
     taken = _reservation(sv) if may_reserve else None
     if taken is None:
-        return Decision(job, None, reason), None
+        return Decision(job, None, cause, blocked_by=blocked_by), None
     verb = "are" if len(taken.domains) > 1 or len(taken.nodes) > 1 else "is"
+    text = cause.message
     if taken.start is not None:
         after = f", when {taken.start.after} ends" if taken.start.after else ""
-        reason = f"{reason}; expected to start in about {about(taken.start.at - snap.horizon.now)}{after}"
-    text = f"{reason}; {taken.label} {verb} {RESERVED_NOTE}"
-    return Decision(job, None, text, reserved=taken.label, reserved_nodes=taken.node_names(snap)), taken
+        text = f"{text}; expected to start in about {about(taken.start.at - snap.horizon.now)}{after}"
+    cause = cause._replace(message=f"{text}; {taken.label} {verb} reserved for it")
+    return Decision(job, None, cause, reserved=taken.label, reserved_nodes=taken.node_names(snap),
+                    expected_start=taken.start.at if taken.start is not None else None,
+                    blocked_by=blocked_by), taken
 
 
 def about(seconds: float) -> str:

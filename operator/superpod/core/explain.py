@@ -1,10 +1,11 @@
-"""One precise, actionable sentence for a job that cannot be placed."""
+"""Why a job cannot be placed: a code, and one precise, actionable sentence."""
 
 from __future__ import annotations
 
 from collections import Counter
 
 from superpod.core.model import Snapshot
+from superpod.core.phases import Cause, Reason
 from superpod.core.placement import Solver, validate
 from superpod.core.request import GPU, MIG_PREFIX, PRODUCT_LABEL, JobRequest
 
@@ -97,19 +98,21 @@ def _nodes(n: int) -> str:
 
 def explain(
     snap: Snapshot, job: JobRequest, exclude: frozenset[int] = frozenset(), exclude_nodes: frozenset[int] = frozenset()
-) -> str:
+) -> Cause:
     """Why `job` cannot be placed now (call after placement failed)."""
-    return validate(snap, job) or explain_solver(Solver(snap, job, exclude, exclude_nodes=exclude_nodes))
+    if invalid := validate(snap, job):
+        return Cause(Reason.INVALID, invalid)
+    return explain_solver(Solver(snap, job, exclude, exclude_nodes=exclude_nodes))
 
 
-def explain_solver(sv: Solver) -> str:
+def explain_solver(sv: Solver) -> Cause:
     """`explain` for a valid job, asking the solver that failed to place it."""
     snap, job = sv.snap, sv.job
     head = demand(snap, job)
     why_filtered = filtered(snap, job)
     tail = [t for t in (_full_nodes(sv), why_filtered) if t]
     if not any(snap.view(job).eligible):
-        return f"{head}; no node qualifies: {why_filtered}"
+        return Cause(Reason.NO_NODE_QUALIFIES, f"{head}; no node qualifies: {why_filtered}")
     level = job.required
     nodes = range(len(snap.nodes))
     if sv.required_level == sv.node_level:  # required: one node
@@ -131,7 +134,7 @@ def explain_solver(sv: Solver) -> str:
             scope = f"the largest {level} ({snap.domain_label(ever_domain)}) holds"
         else:
             scope = f"the largest {level} holds" if level else "the whole cluster holds"
-        return "; ".join([head, f"{scope} only {ever} even when idle", *tail])
+        return Cause(Reason.TOO_LARGE, "; ".join([head, f"{scope} only {ever} even when idle", *tail]))
     if job.others and now >= job.replicas:  # the identical members fit: the others found no room beside them
         where += f", but not for its {len(job.others)} other member{'s' if len(job.others) > 1 else ''} beside them"
-    return "; ".join([head, where, *tail])
+    return Cause(Reason.NO_ROOM, "; ".join([head, where, *tail]))

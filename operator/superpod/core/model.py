@@ -175,8 +175,8 @@ class Snapshot:
         self.assumed: set[str] = set()  # keys assume() and forget() changed (for the owner of a kept snapshot)
         self.generation = 0  # bumped on every change of capacity
         # Capacity only ever taken since a job shape did not fit: it still does not. Kept here, so it lasts as long
-        # as this snapshot (the cycle drops it when capacity is freed): (shape, reservation) -> why it did not fit.
-        self.unfit: dict[tuple, str] = {}
+        # as this snapshot (the cycle drops it when capacity is freed): (shape, reservations) -> its decision.
+        self.unfit: dict[tuple, object] = {}  # the Decision it got (core/cycle.py)
         self.idle_answers: dict[tuple, object] = {}  # answers that read only nodes and topology, never pods
         self.horizon = Horizon()  # the predicted ends of what runs, and the clock (set by the cycle's owner)
         self._build_tree()

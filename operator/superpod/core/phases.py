@@ -5,6 +5,7 @@ models, the core, the controller and `superpod plan`; a value here is what users
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import NamedTuple
 
 
 class Phase(StrEnum):
@@ -22,8 +23,15 @@ PENDING = frozenset({None, "", Phase.QUEUED})  # to be placed (no phase yet: jus
 
 
 class Reason(StrEnum):
-    # waiting
-    UNSCHEDULABLE = "Unschedulable"  # no room now; the message says why
+    # waiting: why a Queued job is not placed this cycle (WAITING_CAUSES below says what each means)
+    NO_ROOM = "NoRoom"
+    TOO_LARGE = "TooLarge"
+    NO_NODE_QUALIFIES = "NoNodeQualifies"
+    RESERVED_FOR_OTHERS = "ReservedForOthers"
+    NO_QUEUE = "NoQueue"
+    QUEUE_AT_LIMIT = "QueueAtLimit"
+    GUARANTEE_USED = "GuaranteeUsed"
+    BORROWING_LIMITED = "BorrowingLimited"
     MIG_RECONFIGURING = "MigReconfiguring"
     MIG_FAILED = "MigFailed"
     INVALID = "Invalid"  # the spec cannot work on this cluster (the operator's check)
@@ -72,6 +80,33 @@ class Condition(StrEnum):
     PREEMPTED = "Preempted"  # True once its gang was preempted (the message names by whom)
 
 
+# The causes a Queued job's status.reason gives, and what each means (the CRD and docs/guides/waiting.md say these).
+WAITING_CAUSES = {
+    Reason.NO_ROOM: "the nodes it may use have too little free now",
+    Reason.TOO_LARGE: "no domain it may use holds it even when idle: it waits until the cluster grows",
+    Reason.NO_NODE_QUALIFIES: "every node is filtered out (nodeSelector, affinity, GPU product, taints, readiness)",
+    Reason.RESERVED_FOR_OTHERS: "it fits now only inside what earlier jobs hold (status.blockedBy names them)",
+    Reason.NO_QUEUE: "no GPUQueue takes it: the queue named is missing or not in force, or has no quota of its kind",
+    Reason.QUEUE_AT_LIMIT: "its queue, or a parent, would pass its limit",
+    Reason.GUARANTEE_USED: "a reserved-class job, and its queue's guarantee is in use",
+    Reason.BORROWING_LIMITED: "beyond its queue's guarantee, and too little may be borrowed now",
+    Reason.BUDGET_EXHAUSTED: "its queue's budget for the period is spent",
+    Reason.QUEUES_HELD: "the queue policy could not be computed: nothing is admitted until it can",
+    Reason.PREEMPTING: "it preempted lower-priority or borrowing gangs and waits for them to stop (status.nomination)",
+    Reason.MIG_RECONFIGURING: "the MIG layout of its nodes is being changed for it",
+}
+WAITING = frozenset(WAITING_CAUSES)
+
+
+class Cause(NamedTuple):
+    """Why a job waits: a code of WAITING for programs, and a sentence for people (rendered once, where decided)."""
+
+    code: Reason
+    message: str
+
+
+# A waiting pod's PodScheduled reason, whatever the cause (kube-scheduler's word, which cluster autoscalers read).
+POD_UNSCHEDULABLE = "Unschedulable"
 # What a pod's status.phase says once it has finished (a Kubernetes fact, not ours).
 POD_FINISHED = ("Succeeded", "Failed")
 # A failed pod's status.reason when the node, not the program, ended it (besides the DisruptionTarget condition,

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 
 from superpod.core.cycle import Decision, Reservation
 from superpod.core.model import Snapshot
+from superpod.core.phases import Cause, Reason
 from superpod.core.placement import Placement, Solver, could_ever_hold, solve
 from superpod.core.queues import RESERVED
 from superpod.core.request import GPU, JobRequest
@@ -410,7 +411,7 @@ class Preempting:
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return self.inner.order(jobs)
 
-    def admit(self, job: JobRequest, placed: list) -> str | None:
+    def admit(self, job: JobRequest, placed: list) -> Cause | None:
         return self.inner.admit(job, placed)
 
     def place(self, solver: Solver) -> Placement | None:
@@ -443,7 +444,8 @@ class Preempting:
             stopping = f"{len(nomination.victims)} gang(s) it preempted to stop ({', '.join(nomination.victims)})" \
                 if nomination.victims else "the room its preempted gangs left"
             reason = f"waiting for {stopping}; {label} {'are' if len(nodes) > 1 else 'is'} reserved for it"
-            return (Decision(job, None, reason, reserved=label, reserved_nodes=tuple(sorted(nomination.nodes))),
+            return (Decision(job, None, Cause(Reason.PREEMPTING, reason), reserved=label,
+                             reserved_nodes=tuple(sorted(nomination.nodes))),
                     Reservation(job, nodes=nodes, label=label, pinned=True))
         if not head or self.hopeless(job):
             return None
@@ -474,7 +476,7 @@ class Preempting:
         gangs = ", ".join(f"{v.key} (priority {v.priority})" for v in found.victims)
         reason = f"preempting {gangs} to start on {label}"
         nodes = frozenset(snap.index[name] for name in names)
-        return (Decision(job, None, reason, reserved=label, reserved_nodes=names,
+        return (Decision(job, None, Cause(Reason.PREEMPTING, reason), reserved=label, reserved_nodes=names,
                          preempts=tuple(v.key for v in found.victims)),
                 Reservation(job, nodes=nodes, label=label, pinned=True))
 

@@ -28,6 +28,7 @@ from operator import attrgetter
 from superpod.core.accounting import gpu_units
 from superpod.core.cycle import Held, Reservation, ReservationRule
 from superpod.core.model import Node
+from superpod.core.phases import Cause, Reason
 from superpod.core.placement import Placement, Solver, solve
 from superpod.core.request import GPU, MIG_PREFIX, PRODUCT_LABEL, JobRequest
 
@@ -332,22 +333,22 @@ class FairQueues:
         return unused - lendable
 
     # ---- admission ------------------------------------------------------------------------------------------------
-    def admit(self, job: JobRequest, placed: list) -> str | None:
+    def admit(self, job: JobRequest, placed: list) -> Cause | None:
         self.count(placed)
         queue, flavor, problem = self.where_of(job)
         if problem:
-            return problem
+            return Cause(Reason.NO_QUEUE, problem)
         ahead = self.asked.get(queue, 0) - self.placed.get(queue, 0)  # its queue's jobs before it, not placed
         self.asked[queue] = self.asked.get(queue, 0) + 1
         why = self._refusal(job, queue, flavor)
-        return f"{why}; {ahead} of its jobs ahead" if why and ahead else why
+        return why._replace(message=f"{why.message}; {ahead} of its jobs ahead") if why and ahead else why
 
-    def _refusal(self, job: JobRequest, queue: str, flavor: str) -> str | None:
+    def _refusal(self, job: JobRequest, queue: str, flavor: str) -> Cause | None:
         spec = self.tree.queues[queue]
         if (spent := self.exhausted(queue)) is not None:
             budget = self.tree.queues[spent].budget
-            return (f"queue {spent} has spent its budget of {budget.gpu_hours:g} GPU-hours for this period"
-                    f"{_renewal(self.usage.renews.get(spent))}")
+            return Cause(Reason.BUDGET_EXHAUSTED, f"queue {spent} has spent its budget of {budget.gpu_hours:g} "
+                         f"GPU-hours for this period{_renewal(self.usage.renews.get(spent))}")
         need = job.total_units
         for name in self.tree.ancestors(queue):
             quota = self.tree.queues[name].quota(flavor)
@@ -355,18 +356,20 @@ class FairQueues:
                 continue
             total = self.subtree.get((name, flavor), 0.0)
             if total + need > quota.limit:
-                return f"queue {name} is at its limit of {quota.limit:g} {_gpus(flavor)} ({total:g} in use)"
+                return Cause(Reason.QUEUE_AT_LIMIT,
+                             f"queue {name} is at its limit of {quota.limit:g} {_gpus(flavor)} ({total:g} in use)")
         quota = spec.quota(flavor)
         mine = self.used.get((queue, flavor), 0.0)
         if mine + need <= quota.guaranteed:
             return None
         if job.service_class == RESERVED:
-            return (f"reserved jobs run only inside queue {queue}'s guarantee of {quota.guaranteed:g} "
-                    f"{_gpus(flavor)} ({mine:g} in use)")
+            return Cause(Reason.GUARANTEE_USED, f"reserved jobs run only inside queue {queue}'s guarantee of "
+                         f"{quota.guaranteed:g} {_gpus(flavor)} ({mine:g} in use)")
         surplus = self.surplus(flavor, queue)
         if need > surplus:
-            return (f"queue {queue} is beyond its guarantee of {quota.guaranteed:g} {_gpus(flavor)} and may borrow "
-                    f"{max(surplus, 0.0):g} now (the rest runs or is kept for other queues' guarantees)")
+            return Cause(Reason.BORROWING_LIMITED, f"queue {queue} is beyond its guarantee of {quota.guaranteed:g} "
+                         f"{_gpus(flavor)} and may borrow {max(surplus, 0.0):g} now (the rest runs or is kept for "
+                         "other queues' guarantees)")
         return None
 
     def may_evict(self, job: JobRequest, victim: JobRequest) -> bool:
@@ -473,12 +476,12 @@ class Closed:
     preempts = False
 
     def __init__(self, why: str) -> None:
-        self.why = why
+        self.why = Cause(Reason.QUEUES_HELD, why)
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return sorted(jobs, key=attrgetter("queue_key"))
 
-    def admit(self, job: JobRequest, placed: list) -> str | None:
+    def admit(self, job: JobRequest, placed: list) -> Cause | None:
         return self.why
 
     def place(self, solver: Solver) -> Placement | None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from superpod.core.cycle import Decision, Held, QueuePolicy, decide_isolated, unfit_key
 from superpod.core.model import Snapshot
+from superpod.core.phases import Cause
 from superpod.core.request import JobRequest, Shape
 
 
@@ -66,13 +67,18 @@ class WaitingLine:
 
 @dataclass(frozen=True)
 class Parked:
-    """Jobs of one shape a cycle passed over, in queue order: each got `reason`, as the visited job before them."""
+    """Jobs of one shape a cycle passed over, in queue order: each got the decision of the visited job before them
+    (`cause`, `blocked_by`)."""
 
     jobs: tuple[JobRequest, ...]
-    reason: str
+    cause: Cause
+    blocked_by: tuple[str, ...] = ()
+
+    def decision(self, job: JobRequest) -> Decision:
+        return Decision(job, None, self.cause, blocked_by=self.blocked_by)
 
     def decisions(self) -> list[Decision]:
-        return [Decision(job, None, self.reason) for job in self.jobs]
+        return [self.decision(job) for job in self.jobs]
 
 
 def schedule_waiting(snap: Snapshot, waiting: WaitingLine,
@@ -88,7 +94,7 @@ def schedule_waiting(snap: Snapshot, waiting: WaitingLine,
     placed: list[Decision] = []
     held = Held()
     failed: dict[Shape, str] = {}
-    stopped: dict[int, tuple[int, str]] = {}  # line -> (the first job passed over, the answer it gets)
+    stopped: dict[int, tuple[int, Decision]] = {}  # line -> (the first job passed over, the decision it repeats)
     while heap:
         key, index, position = heapq.heappop(heap)
         line = lines[index]
@@ -99,9 +105,9 @@ def schedule_waiting(snap: Snapshot, waiting: WaitingLine,
             placed.append(decision)
         if taken is not None:  # the jobs behind it are searched under new reservations: lines stopped go on
             held.add(policy.group(job), taken)
-            for other, (first, reason) in stopped.items():
+            for other, (first, repeated) in stopped.items():
                 until = bisect_right(lines[other].keys, key)
-                _park(parked, lines[other], first, until, reason)
+                _park(parked, lines[other], first, until, repeated)
                 if until < len(lines[other].keys):
                     heapq.heappush(heap, (lines[other].keys[until], other, until))
             stopped.clear()
@@ -109,15 +115,16 @@ def schedule_waiting(snap: Snapshot, waiting: WaitingLine,
         if following == len(line.keys):
             continue
         if decision.placement is None and taken is None and not decision.error \
-                and snap.unfit.get(unfit_key(job, policy, held, snap.horizon.now)) == decision.reason:
-            stopped[index] = (following, decision.reason)
+                and (known := snap.unfit.get(unfit_key(job, policy, held, snap.horizon.now))) is not None \
+                and known.cause == decision.cause:
+            stopped[index] = (following, decision)
         else:
             heapq.heappush(heap, (line.keys[following], index, following))
-    for index, (first, reason) in stopped.items():
-        _park(parked, lines[index], first, len(lines[index].keys), reason)
+    for index, (first, repeated) in stopped.items():
+        _park(parked, lines[index], first, len(lines[index].keys), repeated)
     return visited, parked
 
 
-def _park(parked: list[Parked], line: Line, first: int, until: int, reason: str) -> None:
+def _park(parked: list[Parked], line: Line, first: int, until: int, repeated: Decision) -> None:
     if until > first:
-        parked.append(Parked(tuple(line.jobs[first:until]), reason))
+        parked.append(Parked(tuple(line.jobs[first:until]), repeated.cause, repeated.blocked_by))
