@@ -16,9 +16,9 @@ from pathlib import Path
 
 from kubernetes import client, watch
 
+from superpod.hardware import nodes, presets
 from superpod.k8s.client import load
 from superpod.localcluster.cluster import COMPONENTS, LocalCluster, Ports, state_dir
-from superpod.sim import nodes, presets
 
 PORTS = Ports(etcd=12579, etcd_peer=12580, apiserver=16643, controller_manager=20457, scheduler=20459, kwok=20447)
 

@@ -24,8 +24,8 @@ from bench_placement import machine
 
 from superpod.controller.metrics import Metrics
 from superpod.core.baselines import POLICIES
+from superpod.hardware import presets
 from superpod.k8s.api import NODES, PODS
-from superpod.sim import presets
 from superpod.simulate.engine import Simulation
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.trace import TraceJob

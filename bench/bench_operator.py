@@ -36,10 +36,10 @@ from kubernetes import client, watch
 
 from superpod.api.manifests import SCHEDULER_NAME
 from superpod.api.podgang import GANG_LABEL, GANG_SIZE, RANK_LABEL, TOPOLOGY
+from superpod.hardware import nodes, presets
 from superpod.k8s.client import load
 from superpod.localcluster.audit import operator_writes
 from superpod.localcluster.cluster import COMPONENTS, REPO, LocalCluster, Ports, state_dir
-from superpod.sim import nodes, presets
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine, wait_all_ready  # noqa: E402

@@ -32,10 +32,10 @@ from pathlib import Path
 from kubernetes import client
 
 from superpod.api.resources import pod_requests, quantity
+from superpod.hardware import nodes, presets
 from superpod.k8s.client import load
 from superpod.localcluster.audit import operator_writes, second_writers
 from superpod.localcluster.cluster import REPO, LocalCluster, Ports, state_dir
-from superpod.sim import nodes, presets
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine, wait_all_ready  # noqa: E402

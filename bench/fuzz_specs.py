@@ -43,9 +43,9 @@ import yaml
 from kubernetes import client, watch
 from kubernetes.client.rest import ApiException
 
+from superpod.hardware import nodes, presets
 from superpod.k8s.client import load
 from superpod.localcluster.cluster import REPO, LocalCluster, Ports, state_dir
-from superpod.sim import nodes, presets
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_cluster import machine, wait_all_ready  # noqa: E402
@@ -745,7 +745,7 @@ def setup(local: LocalCluster, api: client.ApiClient, bin_dir: Path) -> int:
     env = {**os.environ, "KUBECONFIG": str(local.kubeconfig)}
     local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "0",
                                      "--log-level", "INFO"], env)
-    local.start_process("mig-manager", [sys.executable, "-m", "superpod.cli", "sim", "mig-manager"], env)
+    local.start_process("mig-manager", [sys.executable, "-m", "superpod.cli", "hardware", "mig-manager"], env)
     return len(objs)
 
 

@@ -1,4 +1,4 @@
-"""Write operator/superpod/sim/deviceplugin_api/ (the kubelet device-plugin API v1beta1, Python gRPC modules) from
+"""Write operator/superpod/hardware/deviceplugin_api/ (the kubelet device-plugin API v1beta1, Python gRPC modules) from
 the api.proto of the k8s.io/kubelet module that hack/versions.env pins; with --check, fail if any file is stale.
 
 The proto is read from the Go module cache (downloaded with `go mod download` when absent). Any gogoproto import and
@@ -19,12 +19,12 @@ from pathlib import Path
 from grpc_tools import protoc
 
 ROOT = Path(__file__).resolve().parents[1]
-OUT = ROOT / "operator/superpod/sim/deviceplugin_api"
+OUT = ROOT / "operator/superpod/hardware/deviceplugin_api"
 PROTO_IN_MODULE = "pkg/apis/deviceplugin/v1beta1/api.proto"
 # Where the proto sits under protoc's include root, mirroring the Python package: it names the file in the protobuf
 # descriptor pool (no clash with another "api.proto") and the messages' __module__. The proto package, and so the
 # gRPC service names the kubelet calls (v1beta1.Registration, v1beta1.DevicePlugin), stays the proto's own.
-PROTO_NAME = "superpod/sim/deviceplugin_api/api.proto"
+PROTO_NAME = "superpod/hardware/deviceplugin_api/api.proto"
 
 
 def kubelet_module_version() -> str:
@@ -88,7 +88,7 @@ def generate(proto: str, source: str) -> dict[str, str]:
         generated = out / Path(PROTO_NAME).parent
         messages = (generated / "api_pb2.py").read_text()
         services = (generated / "api_pb2_grpc.py").read_text()
-    # protoc writes `from superpod.sim.deviceplugin_api import api_pb2 as ...`; make it relative to the package.
+    # protoc writes `from superpod.hardware.deviceplugin_api import api_pb2 as ...`; make it relative to the package.
     services, count = re.subn(r"^(?:from \S+ )?import api_pb2 as ", "from . import api_pb2 as ", services, flags=re.M)
     if count != 1:
         raise SystemExit("api_pb2_grpc.py: expected exactly one import of api_pb2 to make relative")

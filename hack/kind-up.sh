@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # A kind cluster with real kubelets on this machine, no registry needed: a private Docker engine (hack/docker.sh),
 # a node image built from Debian packages and Go modules (hack/kind/node-image.sh), one control plane and three
-# workers that carry topology labels and 8 simulated GPUs each (superpod.sim.deviceplugin), the operator image built
+# workers that carry topology labels and 8 simulated GPUs each (superpod.hardware.deviceplugin), the operator image built
 # from operator/Dockerfile and installed by the chart.
 #   hack/kind-up.sh        create (or reuse) the cluster; its last line: `export KUBECONFIG=... DOCKER_HOST=...
 #                          KIND_CLUSTER_NAME=... SUPERPOD_OPERATOR_IMAGE=...`

@@ -11,12 +11,12 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     from superpod import demo, plan, top, usage
     from superpod.controller import operator as operator_cli
+    from superpod.hardware import cli as hardware_cli
     from superpod.localcluster import cli as cluster_cli
-    from superpod.sim import cli as sim_cli
     from superpod.simulate import cli as simulate_cli
 
     cluster_cli.register(sub)
-    sim_cli.register(sub)
+    hardware_cli.register(sub)
     operator_cli.register(sub)
     plan.register(sub)
     simulate_cli.register(sub)

@@ -13,9 +13,9 @@ from kubernetes import client
 
 from superpod.api.podgang import GANG_LABEL
 from superpod.core.phases import FINISHED, Phase, Reason
+from superpod.hardware import nodes, presets
 from superpod.k8s.client import load
 from superpod.localcluster.cluster import REPO, LocalCluster
-from superpod.sim import nodes, presets
 
 PRESETS = ("dgx-h100", "gb200-nvl72", "rental-mixed")
 SETTLED = (Phase.RUNNING, *FINISHED, Phase.INVALID)
@@ -68,7 +68,7 @@ def run(args) -> int:
         local.start_process("operator", [sys.executable, "-m", "superpod.cli", "run", "--metrics-port", "18080"], env)
         print(f"operator started (logs {local.logs / 'operator.log'}, metrics http://127.0.0.1:18080/metrics)")
     if local.pid("mig-manager") is None:
-        local.start_process("mig-manager", [sys.executable, "-m", "superpod.cli", "sim", "mig-manager"], env)
+        local.start_process("mig-manager", [sys.executable, "-m", "superpod.cli", "hardware", "mig-manager"], env)
         print("simulated MIG manager started (a stand-in for NVIDIA's, for the simulated nodes)")
     kubectl("apply", "-f", str(REPO / "samples"))
     custom = client.CustomObjectsApi(api)

@@ -129,11 +129,11 @@ def jobs(cluster, namespace):
 
 @pytest.fixture(scope="session")
 def mig_manager(crds, tmp_path_factory):
-    """The simulated NVIDIA MIG manager (a hardware stand-in from superpod.sim), as its own process."""
+    """The simulated NVIDIA MIG manager (a hardware stand-in from superpod.hardware), as its own process."""
     from tests.integration.operator_env import OperatorProcess
 
     sim = OperatorProcess(crds.kubeconfig, tmp_path_factory.mktemp("mig") / "mig-manager.log",
-                          args=("sim", "mig-manager", "--delay", "1"))
+                          args=("hardware", "mig-manager", "--delay", "1"))
     sim.start()
     yield sim
     sim.stop()

@@ -13,7 +13,7 @@ from pathlib import Path
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from superpod.sim import nodes, presets
+from superpod.hardware import nodes, presets
 from tests.integration.wait import wait_for
 
 REPO = Path(__file__).resolve().parents[2]

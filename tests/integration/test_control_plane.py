@@ -9,7 +9,7 @@ import pytest
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from superpod.sim import nodes, presets
+from superpod.hardware import nodes, presets
 from tests.integration.wait import wait_for
 
 

@@ -36,8 +36,8 @@ def test_up_is_healthy_and_down_leaves_no_process_or_port(cluster, tmp_path):
 def test_after_a_restart_kwok_runs_pods_on_existing_nodes_at_once(cluster, tmp_path):
     from kubernetes import client
 
+    from superpod.hardware import nodes, presets
     from superpod.k8s.client import load
-    from superpod.sim import nodes, presets
     from tests.integration.wait import wait_for
 
     local = LocalCluster(tmp_path / "cluster", PORTS)

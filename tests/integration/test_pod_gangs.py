@@ -10,7 +10,7 @@ import uuid
 from kubernetes import client
 
 from superpod.api.podgang import GANG_LABEL, GANG_SIZE, TOPOLOGY
-from superpod.sim.presets import SIM_LABEL
+from superpod.hardware.presets import SIM_LABEL
 from tests.integration.operator_env import sim_cluster
 from tests.integration.wait import wait_for
 

@@ -9,7 +9,7 @@ from kubernetes import client
 
 from superpod.core.baselines import POLICIES
 from superpod.core.phases import WAITING
-from superpod.sim import nodes, presets
+from superpod.hardware import nodes, presets
 from superpod.simulate.engine import Simulation, training_job
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.trace import TraceJob

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from superpod.api.times import rfc3339
-from superpod.sim.presets import SIM_LABEL
+from superpod.hardware.presets import SIM_LABEL
 from tests.integration.operator_env import (
     GROUP,
     REPO,

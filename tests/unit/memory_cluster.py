@@ -14,10 +14,10 @@ from superpod.controller.controller import Controller
 from superpod.controller.judge import Settings
 from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState
+from superpod.hardware.kubelet import SimKubelet
+from superpod.hardware.presets import preset_nodes
 from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, NODES, PODS, TRAININGJOBS, WATCHED
 from superpod.k8s.memory import MemoryAPI
-from superpod.sim.kubelet import SimKubelet
-from superpod.sim.presets import preset_nodes
 
 START = 1_800_000_000.0
 TOPOLOGY = {"apiVersion": "superpod.dev/v1alpha1", "kind": "ClusterTopology", "metadata": {"name": "default"},

@@ -421,7 +421,7 @@ def test_a_bug_that_meets_one_job_is_said_on_it_and_the_rest_schedules_on(monkey
 def test_a_waiting_jobs_message_is_refreshed_at_most_every_half_minute_while_its_reason_stays():
     """Review finding: a message with counts in it was rewritten (a status write, an Event) every cycle the cluster
     changed; with a thousand waiting jobs that is a thousand writes a second."""
-    from superpod.sim.presets import preset_nodes
+    from superpod.hardware.presets import preset_nodes
 
     c = MemoryCluster(nodes=2, nodes_per_unit=2)
     c.submit(training_job("holder", 2, 8))
@@ -557,7 +557,7 @@ def test_a_starting_gang_is_judged_again_only_when_it_changes_or_a_deadline_come
     waiting minutes for KWOK to run their pods). Unchanged, a gang's verdict moves only with time: its status delay,
     its startup timeout, a not-ready node's grace; each is acted on in the first cycle after it comes."""
     from superpod.controller import controller as module
-    from superpod.sim.kubelet import STAY_PENDING
+    from superpod.hardware.kubelet import STAY_PENDING
 
     c = MemoryCluster(nodes=2, nodes_per_unit=2)
     c.submit(training_job("slow", 1, 8, annotations={STAY_PENDING: "true"}, startupTimeoutSeconds=30))

@@ -12,8 +12,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from superpod.controller.metrics import Metrics
+from superpod.hardware.kubelet import TERMINATE_AFTER
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODS, TRAININGJOBS, ApiError
-from superpod.sim.kubelet import TERMINATE_AFTER
 from superpod.usage import gather
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit

@@ -2,7 +2,7 @@ from collections import Counter
 
 import pytest
 
-from superpod.sim.presets import PRESETS, SIM_LABEL, preset_nodes
+from superpod.hardware.presets import PRESETS, SIM_LABEL, preset_nodes
 
 
 def labels(objs, key):

@@ -14,8 +14,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from superpod.sim.deviceplugin import SOCKET_NAME, SimDevicePlugin, device_ids
-from superpod.sim.deviceplugin_api import api_pb2, api_pb2_grpc
+from superpod.hardware.deviceplugin import SOCKET_NAME, SimDevicePlugin, device_ids
+from superpod.hardware.deviceplugin_api import api_pb2, api_pb2_grpc
 
 WAIT = 3.0  # seconds for anything the plugin does on its own (it polls every 0.05 s here)
 IDS = [f"SIM-GPU-node-a-{index}" for index in range(8)]

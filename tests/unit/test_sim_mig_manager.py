@@ -3,7 +3,7 @@ import json
 import pytest
 
 from superpod.controller.state import MIG_EXPECT, mig_held
-from superpod.sim.mig_manager import GeometryError, resources_for
+from superpod.hardware.mig_manager import GeometryError, resources_for
 
 H100 = "NVIDIA-H100-80GB-HBM3"
 

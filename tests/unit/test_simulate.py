@@ -9,8 +9,8 @@ from dataclasses import replace
 import pytest
 
 from superpod.core.baselines import POLICIES
+from superpod.hardware.presets import preset_nodes, topology
 from superpod.k8s.api import NODES, PODS, TRAININGJOBS
-from superpod.sim.presets import preset_nodes, topology
 from superpod.simulate import cli, workload
 from superpod.simulate.engine import Simulation
 from superpod.simulate.metrics import distribution, idle_while_waiting_share

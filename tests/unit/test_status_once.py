@@ -4,8 +4,8 @@ replica that stops between the pods and the status leaves pods the next one find
 
 from __future__ import annotations
 
+from superpod.hardware.kubelet import STAY_PENDING
 from superpod.k8s.api import GPUUSAGES, PODS, TRAININGJOBS
-from superpod.sim.kubelet import STAY_PENDING
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
 

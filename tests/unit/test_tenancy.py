@@ -11,8 +11,8 @@ import pytest
 from superpod.api.podgang import GANG_LABEL, NOMINATED, POD_GROUP_LABEL, QUEUE_LABEL, nomination_of
 from superpod.api.times import rfc3339
 from superpod.controller import podgangs
+from superpod.hardware.kubelet import TERMINATE_AFTER
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODGROUPS, PODS, TRAININGJOBS, ApiError
-from superpod.sim.kubelet import TERMINATE_AFTER
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit
 from tests.unit.test_pod_gangs import create, fail_binding_once, pod, stored

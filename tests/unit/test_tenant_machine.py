@@ -18,8 +18,8 @@ from superpod.api.podgang import GANG_LABEL, GANG_SIZE, NOMINATED, QUEUE_LABEL
 from superpod.api.resources import pod_requests, quantity
 from superpod.api.times import rfc3339
 from superpod.core.accounting import gpu_units
+from superpod.hardware.kubelet import RUN_FOR
 from superpod.k8s.api import GPUQUEUES, NODES, PODS, TRAININGJOBS
-from superpod.sim.kubelet import RUN_FOR
 from tests.unit.machine import Violation
 from tests.unit.memory_cluster import run, training_job
 from tests.unit.test_controller_machine import EXAMPLES, SEEN, STEPS, ControllerMachine

@@ -6,9 +6,9 @@ import json
 import sys
 import time
 
+from superpod.hardware import nodes, presets
 from superpod.k8s.client import load
 from superpod.localcluster.cluster import ClusterError, LocalCluster
-from superpod.sim import nodes, presets
 
 
 def register(sub) -> None:

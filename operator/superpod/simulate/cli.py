@@ -15,9 +15,9 @@ import yaml
 
 from superpod.api.convert import ConvertError, queue_from_k8s
 from superpod.core.baselines import POLICIES
+from superpod.hardware import presets
 from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES
 from superpod.plan import items_of
-from superpod.sim import presets
 from superpod.simulate import summary, workload
 from superpod.simulate.engine import Simulation
 from superpod.simulate.estimates import ESTIMATES

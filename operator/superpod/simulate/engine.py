@@ -29,9 +29,9 @@ from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import QueuePolicy
 from superpod.core.phases import FINISHED, Reason
+from superpod.hardware.kubelet import SimKubelet
 from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, GPUQUEUES, NODES, PODS, TRAININGJOBS, WATCHED, object_key
 from superpod.k8s.memory import MemoryAPI
-from superpod.sim.kubelet import SimKubelet
 from superpod.simulate.estimates import estimator
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.trace import TraceJob

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from superpod.sim.presets import SIM_LABEL
+from superpod.hardware.presets import SIM_LABEL
 
 
 def create_nodes(api: client.ApiClient, nodes: list[dict], workers: int = 24) -> int:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import grpc
 
-from superpod.sim.deviceplugin_api import api_pb2, api_pb2_grpc
+from superpod.hardware.deviceplugin_api import api_pb2, api_pb2_grpc
 
 log = logging.getLogger(__name__)
 

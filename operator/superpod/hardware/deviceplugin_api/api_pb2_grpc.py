@@ -4,7 +4,7 @@
 import grpc
 import warnings
 
-from . import api_pb2 as superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2
+from . import api_pb2 as superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -19,7 +19,7 @@ except ImportError:
 if _version_not_supported:
     raise RuntimeError(
         f'The grpc package installed is at version {GRPC_VERSION},'
-        + ' but the generated code in superpod/sim/deviceplugin_api/api_pb2_grpc.py depends on'
+        + ' but the generated code in superpod/hardware/deviceplugin_api/api_pb2_grpc.py depends on'
         + f' grpcio>={GRPC_GENERATED_VERSION}.'
         + f' Please upgrade your grpc module to grpcio>={GRPC_GENERATED_VERSION}'
         + f' or downgrade your generated code using grpcio-tools<={GRPC_VERSION}.'
@@ -43,8 +43,8 @@ class RegistrationStub:
         """
         self.Register = channel.unary_unary(
                 '/v1beta1.Registration/Register',
-                request_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.RegisterRequest.SerializeToString,
-                response_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.Empty.FromString,
+                request_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.RegisterRequest.SerializeToString,
+                response_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.Empty.FromString,
                 _registered_method=True)
 
 
@@ -68,8 +68,8 @@ def add_RegistrationServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Register': grpc.unary_unary_rpc_method_handler(
                     servicer.Register,
-                    request_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.RegisterRequest.FromString,
-                    response_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
+                    request_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.RegisterRequest.FromString,
+                    response_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -103,8 +103,8 @@ class Registration:
             request,
             target,
             '/v1beta1.Registration/Register',
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.RegisterRequest.SerializeToString,
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.Empty.FromString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.RegisterRequest.SerializeToString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.Empty.FromString,
             options,
             channel_credentials,
             insecure,
@@ -128,28 +128,28 @@ class DevicePluginStub:
         """
         self.GetDevicePluginOptions = channel.unary_unary(
                 '/v1beta1.DevicePlugin/GetDevicePluginOptions',
-                request_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
-                response_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.DevicePluginOptions.FromString,
+                request_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
+                response_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.DevicePluginOptions.FromString,
                 _registered_method=True)
         self.ListAndWatch = channel.unary_stream(
                 '/v1beta1.DevicePlugin/ListAndWatch',
-                request_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
-                response_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.ListAndWatchResponse.FromString,
+                request_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
+                response_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.ListAndWatchResponse.FromString,
                 _registered_method=True)
         self.GetPreferredAllocation = channel.unary_unary(
                 '/v1beta1.DevicePlugin/GetPreferredAllocation',
-                request_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationRequest.SerializeToString,
-                response_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationResponse.FromString,
+                request_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationRequest.SerializeToString,
+                response_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationResponse.FromString,
                 _registered_method=True)
         self.Allocate = channel.unary_unary(
                 '/v1beta1.DevicePlugin/Allocate',
-                request_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.AllocateRequest.SerializeToString,
-                response_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.AllocateResponse.FromString,
+                request_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.AllocateRequest.SerializeToString,
+                response_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.AllocateResponse.FromString,
                 _registered_method=True)
         self.PreStartContainer = channel.unary_unary(
                 '/v1beta1.DevicePlugin/PreStartContainer',
-                request_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreStartContainerRequest.SerializeToString,
-                response_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreStartContainerResponse.FromString,
+                request_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreStartContainerRequest.SerializeToString,
+                response_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreStartContainerResponse.FromString,
                 _registered_method=True)
 
 
@@ -208,28 +208,28 @@ def add_DevicePluginServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'GetDevicePluginOptions': grpc.unary_unary_rpc_method_handler(
                     servicer.GetDevicePluginOptions,
-                    request_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.Empty.FromString,
-                    response_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.DevicePluginOptions.SerializeToString,
+                    request_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.Empty.FromString,
+                    response_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.DevicePluginOptions.SerializeToString,
             ),
             'ListAndWatch': grpc.unary_stream_rpc_method_handler(
                     servicer.ListAndWatch,
-                    request_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.Empty.FromString,
-                    response_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.ListAndWatchResponse.SerializeToString,
+                    request_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.Empty.FromString,
+                    response_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.ListAndWatchResponse.SerializeToString,
             ),
             'GetPreferredAllocation': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPreferredAllocation,
-                    request_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationRequest.FromString,
-                    response_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationResponse.SerializeToString,
+                    request_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationRequest.FromString,
+                    response_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationResponse.SerializeToString,
             ),
             'Allocate': grpc.unary_unary_rpc_method_handler(
                     servicer.Allocate,
-                    request_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.AllocateRequest.FromString,
-                    response_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.AllocateResponse.SerializeToString,
+                    request_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.AllocateRequest.FromString,
+                    response_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.AllocateResponse.SerializeToString,
             ),
             'PreStartContainer': grpc.unary_unary_rpc_method_handler(
                     servicer.PreStartContainer,
-                    request_deserializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreStartContainerRequest.FromString,
-                    response_serializer=superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreStartContainerResponse.SerializeToString,
+                    request_deserializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreStartContainerRequest.FromString,
+                    response_serializer=superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreStartContainerResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,8 +258,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/GetDevicePluginOptions',
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.DevicePluginOptions.FromString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.DevicePluginOptions.FromString,
             options,
             channel_credentials,
             insecure,
@@ -285,8 +285,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/ListAndWatch',
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.ListAndWatchResponse.FromString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.Empty.SerializeToString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.ListAndWatchResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -312,8 +312,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/GetPreferredAllocation',
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationRequest.SerializeToString,
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationResponse.FromString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationRequest.SerializeToString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreferredAllocationResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -339,8 +339,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/Allocate',
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.AllocateRequest.SerializeToString,
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.AllocateResponse.FromString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.AllocateRequest.SerializeToString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.AllocateResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -366,8 +366,8 @@ class DevicePlugin:
             request,
             target,
             '/v1beta1.DevicePlugin/PreStartContainer',
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreStartContainerRequest.SerializeToString,
-            superpod_dot_sim_dot_deviceplugin__api_dot_api__pb2.PreStartContainerResponse.FromString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreStartContainerRequest.SerializeToString,
+            superpod_dot_hardware_dot_deviceplugin__api_dot_api__pb2.PreStartContainerResponse.FromString,
             options,
             channel_credentials,
             insecure,

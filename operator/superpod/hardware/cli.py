@@ -1,4 +1,4 @@
-"""`superpod sim ...`: simulated GPU hardware for clusters without GPUs."""
+"""`superpod hardware ...`: simulated GPU hardware for clusters without GPUs."""
 
 from __future__ import annotations
 
@@ -9,14 +9,15 @@ import sys
 import threading
 import time
 
+from superpod.hardware import nodes, presets
+from superpod.hardware.mig_manager import SimMigManager
 from superpod.k8s.client import load
-from superpod.sim import nodes, presets
-from superpod.sim.mig_manager import SimMigManager
 
 
 def register(sub) -> None:
-    sim = sub.add_parser("sim", help="simulated GPU hardware (KWOK nodes) for clusters without GPUs")
-    simsub = sim.add_subparsers(dest="sim_command", required=True)
+    hardware = sub.add_parser("hardware", help="simulated GPU hardware (KWOK nodes, MIG manager, device plugin) for "
+                                               "clusters without GPUs")
+    simsub = hardware.add_subparsers(dest="hardware_command", required=True)
     c = simsub.add_parser("cluster", help="create the nodes of a simulated SuperPOD preset")
     c.add_argument("--preset", required=True, choices=sorted(presets.PRESETS))
     c.add_argument("--nodes", type=int, help="number of nodes (default: the preset's size; up to 12,500)")
@@ -79,7 +80,7 @@ def _device_plugin(args) -> int:
     if args.gpus < 1:
         print("error: --gpus must be at least 1", file=sys.stderr)
         return 2
-    from superpod.sim import deviceplugin  # needs grpc: the `sim` extra
+    from superpod.hardware import deviceplugin  # needs grpc: the `sim` extra
 
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     stop = threading.Event()
