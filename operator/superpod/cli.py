@@ -9,7 +9,7 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="superpod", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    from superpod import demo, plan, top, usage
+    from superpod.commands import demo, plan, top, usage
     from superpod.controller import operator as operator_cli
     from superpod.hardware import cli as hardware_cli
     from superpod.localcluster import cli as cluster_cli

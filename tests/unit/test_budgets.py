@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 
+from superpod.commands.usage import gather, table
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, PODS, TRAININGJOBS, ApiError
-from superpod.usage import gather, table
 from tests.unit.memory_cluster import MemoryCluster, run
 from tests.unit.test_controller_queues import finish, gpu_queue, message, phase, queue_status, submit
 

@@ -472,7 +472,8 @@ def test_a_long_queue_whose_cause_flips_is_rewritten_within_a_budget_oldest_firs
         return _view(f"team-a/{name}", obj)
 
     views = {f"team-a/{v}": view(v, "Queued") for v in ("a", "b", "c", "d")} | {"team-a/new": view("new", None)}
-    said = {"uid-a": (30.0, "NoRoom"), "uid-b": (10.0, "NoRoom"), "uid-c": (20.0, "NoRoom"), "uid-d": (5.0, "NoRoom")}
+    said = {f"uid-{name}": (when, "NoRoom", hash("no room")) for name, when in (("a", 30.0), ("b", 10.0), ("c", 20.0),
+                                                                              ("d", 5.0))}
     inside = Cause(Reason.RESERVED_FOR_OTHERS, "fits only inside node n1, reserved for team-a/head (priority 0); it "
                    "runs after that job starts")
     decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, inside,
@@ -501,7 +502,7 @@ def test_a_rewrite_that_changes_nothing_takes_no_turn_from_the_budget():
 
     views = {"team-a/noted": view("noted", "no room; no node can be repartitioned"),
              "team-a/moved": view("moved", "no room")}
-    said = {"uid-noted": (0.0, "NoRoom"), "uid-moved": (10.0, "NoRoom")}
+    said = {"uid-noted": (0.0, "NoRoom", 0), "uid-moved": (10.0, "NoRoom", 0)}
     decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, cause)
                  for name, cause in (("noted", Cause(Reason.NO_ROOM, "no room")),
                                      ("moved", Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned")))]
@@ -646,7 +647,7 @@ def test_only_a_changed_cause_rewrites_a_job_passed_over_not_its_counts():
         return _view(f"team-a/{name}", obj)
 
     views = {f"team-a/{name}": view(name) for name in ("head", "passed", "moved")}
-    said = {f"uid-{name}": (0.0, "NoRoom") for name in ("head", "passed", "moved")}
+    said = {f"uid-{name}": (0.0, "NoRoom", 0) for name in ("head", "passed", "moved")}
     causes = {"head": Cause(Reason.NO_ROOM, "the cluster has room for 2"),
               "passed": Cause(Reason.NO_ROOM, "the cluster has room for 2"),
               "moved": Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned")}
@@ -668,7 +669,7 @@ def test_a_job_passed_over_whose_rewrite_failed_is_rewritten_on_its_next_turn():
     obj["metadata"].update(uid="uid-passed", resourceVersion="1")
     obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "no room"}
     views = {"team-a/passed": _view("team-a/passed", obj)}
-    said = {"uid-passed": (0.0, "NoNodeQualifies")}  # planned, never written
+    said = {"uid-passed": (0.0, "NoNodeQualifies", hash("all nodes are cordoned"))}  # planned, never written
     decisions = [Decision(make_request("team-a", "passed", 1, {"nvidia.com/gpu": 8}), None,
                           Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned"))]
     plans, _ = wait_plans(decisions, views, {}, {}, 5.0, said, passed=frozenset({"team-a/passed"}))

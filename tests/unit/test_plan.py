@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from superpod.api.convert import ConvertError
+from superpod.commands.plan import plan_objects, plan_text, run
 from superpod.hardware.presets import preset_nodes
-from superpod.plan import plan_objects, plan_text, run
 from tests.unit.builders import TOPOLOGY_OBJECT as TOPOLOGY
 
 TEMPLATE = {"spec": {"containers": [{"name": "main", "image": "trainer"}]}}

@@ -11,10 +11,10 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry
 
+from superpod.commands.usage import gather
 from superpod.controller.metrics import Metrics
 from superpod.hardware.kubelet import TERMINATE_AFTER
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODS, TRAININGJOBS, ApiError
-from superpod.usage import gather
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit
 from tests.unit.test_pod_gangs import create, pod, scheduled

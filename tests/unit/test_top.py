@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import yaml
 
+from superpod.commands.top import load_dump, render
 from superpod.k8s.api import GPUQUEUES, NODES
-from superpod.top import load_dump, render
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.test_controller_queues import gpu_queue, submit
 

@@ -82,7 +82,7 @@ class Controller:
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
         self.room = WaitingRoom()
-        self.said: dict[str, tuple[float, str]] = {}  # job uid -> when its waiting message was written, its words
+        self.said: dict[str, tuple[float, str, int]] = {}  # job uid -> when its cause was written, its code, hash
         # Running gangs judged steady (all replicas running, nothing to write), with what they were judged on:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
         self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, the last change of its nodes)

@@ -11,12 +11,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from superpod.api import manifests
-from superpod.api.podgang import gang_name, is_gang_key
 from superpod.api.resources import ConvertError
 from superpod.api.status import condition, updated
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller.actions import Action, CreatePods, CreateService, DeletePods, Plan, WriteStatus
-from superpod.controller.jobs import JobView
+from superpod.controller.jobs import NO_DETAILS, JobView, cause_details
 from superpod.controller.judge import Settings, abandoned
 from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.state import ClusterState
@@ -211,7 +210,7 @@ def starts(state: ClusterState, decisions: list[Decision], views: dict[str, JobV
 
 
 def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[str, str], notes: dict[str, str],
-               now: float, said: dict[str, tuple[float, str]], budget: int | None = None,
+               now: float, said: dict[str, tuple[float, str, int]], budget: int | None = None,
                passed: frozenset[str] = frozenset()) -> tuple[list[Plan], int]:
     """Queued with the decision's cause: its code in status.reason, its sentence (and a note on MIG when there is
     one) in status.message, its details in status.reservation and status.blockedBy; or the MIG flow's message while
@@ -222,30 +221,34 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
     rewritten when its code changes, and when only the sentence and details move at most every WAIT_REFRESH seconds;
     these rewrites take from `budget` (None: no bound), the longest unwritten first, so a long queue whose cause flips
     with every gang that ends (NoRoom / ReservedForOthers) does not rewrite every waiting job each time. `said`: job
-    uid -> when its cause was last written, and its code then. `passed`: the keys of jobs the cycle passed over
-    (controller/waiting.py): only a change of code rewrites them, not counts (every gang that ends moves the counts
-    of thousands of them)."""
+    uid -> when its cause was last written, its code and the hash of its sentence then. `passed`: the keys of jobs
+    the cycle passed over (controller/waiting.py): only a change of code rewrites them, not counts (every gang that
+    ends moves the counts of thousands of them); what their status says is compared, not what was said (a write may
+    have failed), by its code, or for a pod gang (whose pods say no code) by its sentence."""
     plans: list[Plan] = []
     rewrites: list[tuple[float, str, JobView, Cause, dict]] = []
     for decision in decisions:
         key = decision.job.key
         if decision.placement is None and not decision.error and (view := views.get(key)):
             if key in mig:
-                cause, details = Cause(Reason.MIG_RECONFIGURING, mig[key]), _NO_DETAILS
+                cause, details = Cause(Reason.MIG_RECONFIGURING, mig[key]), NO_DETAILS
             else:
                 cause = decision.cause or Cause(Reason.NO_ROOM, "waiting")
                 cause, details = cause._replace(message="; ".join(filter(None, (cause.message, notes.get(key))))), \
                     cause_details(decision)
             if view.says(cause, details):
-                said[view.uid] = (now, cause.code)
+                said[view.uid] = (now, cause.code, hash(cause.message))
                 continue
             if view.phase != Phase.QUEUED or view.status.reason not in SAYS_WAITING or view.problems \
                     or (view.status.reason == Reason.MIG_RECONFIGURING) != (key in mig):
                 _say(plans, said, view, cause, details, now)
                 continue
-            when, code = said.get(view.uid, (float("-inf"), ""))
-            if key in passed and view.status.reason in WAITING:  # what its status says, not what was last said: a
-                code = view.status.reason  # write may have failed (a pod gang's pods say only Unschedulable)
+            when, code, sentence = said.get(view.uid, (float("-inf"), "", 0))
+            if key in passed:  # what its status says, not what was last said: a write may have failed
+                if view.status.reason in WAITING:
+                    code = view.status.reason
+                elif hash(view.status.message) != sentence:  # a pod gang's pods say no code: their sentence tells
+                    code = ""
             if code != cause.code or (now - when >= WAIT_REFRESH and key not in passed):
                 rewrites.append((when, key, view, cause, details))
     rewrites.sort(key=lambda item: (item[0], item[1]))
@@ -257,36 +260,16 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
     return plans, written
 
 
-def _say(plans: list[Plan], said: dict[str, tuple[float, str]], view: JobView, cause: Cause, details: dict,
+def _say(plans: list[Plan], said: dict[str, tuple[float, str, int]], view: JobView, cause: Cause, details: dict,
          now: float) -> int:
-    said[view.uid] = (now, cause.code)  # written now, or its status already says it
+    said[view.uid] = (now, cause.code, hash(cause.message))  # written now, or its status already says it
     if plan := view.wait(cause.code, cause.message, now, **details):
         plans.append(plan)
         return 1
     return 0
 
 
-_NO_DETAILS = {"reservation": None, "blockedBy": None}
 SAYS_WAITING = WAITING | {POD_UNSCHEDULABLE}  # a status that says a cause (a job's written before codes: rewritten)
-LISTED = 64  # the most nodes status.reservation names (nodeCount says how many it holds), and jobs blockedBy
-
-
-def cause_details(decision: Decision) -> dict:
-    """status.reservation and status.blockedBy of a waiting job (None: it has none)."""
-    reservation = None
-    if decision.reserved:
-        nodes = decision.reserved_nodes
-        reservation = {"domain": decision.reserved, "nodes": list(nodes[:LISTED]), "nodeCount": len(nodes)}
-        if decision.expected_start is not None:
-            reservation["expectedStart"] = rfc3339(decision.expected_start)
-    blocked = [_reference(key) for key in decision.blocked_by[:LISTED]]
-    return {"reservation": reservation, "blockedBy": blocked or None}
-
-
-def _reference(key: str) -> dict:
-    """A job of status.blockedBy: a TrainingJob, or a gang of pods (by its gang's name)."""
-    namespace, name = gang_name(key).split("/", 1)
-    return {"kind": "PodGang" if is_gang_key(key) else "TrainingJob", "namespace": namespace, "name": name}
 
 
 def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]], now: float,
@@ -316,7 +299,6 @@ def placed(state: ClusterState, view: JobView, attempt: int, assignments: dict[s
                         "domain": domain, "attemptStartTime": rfc3339(now), "reason": Reason.PLACED,
                         "message": message, "gpus": view.holdings(), "ready": f"0/{view.replicas}",
                         "notBefore": None, "nomination": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now),
-                        **_NO_DETAILS,
                         "admitted": view.admission()},
                        now, [(Condition.SCHEDULABLE, "True", Reason.PLACED, message)])
     return replace(write, deferred=deferred)

@@ -10,12 +10,14 @@ from functools import cached_property
 from superpod.api.convert import job_from_k8s
 from superpod.api.crd import ADMITTED_FIELDS
 from superpod.api.models import TrainingJobSpec, TrainingJobStatus
+from superpod.api.podgang import gang_name, is_gang_key
 from superpod.api.resources import ConvertError
 from superpod.api.status import condition, read_status, updated
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
+from superpod.core.cycle import Decision
 from superpod.core.phases import ACTIVE, Cause, Condition, Phase, Reason
 from superpod.core.request import JobRequest
 
@@ -102,6 +104,8 @@ class JobView:
     def write(self, changes: dict, now: float, conditions: list[tuple[str, str, str, str]] = ()) -> WriteStatus:
         """The whole new status: the readable old fields, `changes`, the conditions (type, status, reason,
         message), the generation it was computed from."""
+        if changes.get("phase") not in (None, Phase.QUEUED):  # what it waited for ends with the waiting
+            changes = {**NO_DETAILS, **changes}
         setting = {kind for kind, *_ in conditions}
         conds = [c for c in self.raw.get("conditions") or [] if c.get("type") != Condition.OPERATOR_ERROR
                  or Condition.OPERATOR_ERROR in setting]  # a regular write clears an earlier error
@@ -150,6 +154,29 @@ class JobView:
                             "ready": f"0/{self.replicas}", **more},
                            now, [(Condition.SCHEDULABLE, "False", reason, why)])
         return Plan(f"job:{self.key}", [write, self.emit("Normal", reason, why)])
+
+
+NO_DETAILS = {"reservation": None, "blockedBy": None}  # the status fields that detail why a job waits
+LISTED = 64  # the most nodes status.reservation names (nodeCount says how many it holds), and jobs blockedBy
+
+
+def cause_details(decision: Decision) -> dict:
+    """status.reservation and status.blockedBy of a waiting job (None: it has none). The expected start is said to
+    the minute: a prediction that moves with the clock does not make a new status every cycle."""
+    reservation = None
+    if decision.reserved:
+        nodes = decision.reserved_nodes
+        reservation = {"domain": decision.reserved, "nodes": list(nodes[:LISTED]), "nodeCount": len(nodes)}
+        if decision.expected_start is not None:
+            reservation["expectedStart"] = rfc3339(round(decision.expected_start / 60) * 60)
+    blocked = [_reference(key) for key in decision.blocked_by[:LISTED]]
+    return {"reservation": reservation, "blockedBy": blocked or None}
+
+
+def _reference(key: str) -> dict:
+    """A job of status.blockedBy: a TrainingJob, or a gang of pods (by its gang's name)."""
+    namespace, name = gang_name(key).split("/", 1)
+    return {"kind": "PodGang" if is_gang_key(key) else "TrainingJob", "namespace": namespace, "name": name}
 
 
 class JobReader:

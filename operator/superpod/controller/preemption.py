@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from superpod.api.podgang import is_gang_key
 from superpod.api.times import rfc3339
 from superpod.controller.actions import Plan
-from superpod.controller.jobs import JobReader, JobView
+from superpod.controller.jobs import JobReader, JobView, cause_details
 from superpod.controller.judge import requeue
 from superpod.controller.metering import Labels
 from superpod.controller.podgangs import GangNominee, PodGangs
@@ -139,7 +139,8 @@ def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gang
         pods = {victim: gangs.victim_pods(state, victim) for victim in decision.preempts if is_gang_key(victim)}
         nomination = {"nodes": nodes, "victims": list(decision.preempts), "attempts": attempts, "pods": pods,
                       "time": rfc3339(now)}
-        plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination) or Plan(f"job:{view.key}")
+        plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination,
+                         **cause_details(decision)) or Plan(f"job:{view.key}")
         out.append(plan)
         for victim in decision.preempts:  # after the nomination, in the same plan: it is the commit point
             if is_gang_key(victim):

@@ -107,7 +107,7 @@ class RandomFit(_Greedy):
 def _loose(solver: Solver) -> Solver:
     """The solver of the job as if it asked for no topology."""
     job = replace(solver.job, required=None, preferred=None, slice_size=None, slice_required=None)
-    return Solver(solver.snap, job, exclude_nodes=solver.excluded_nodes)
+    return Solver(solver.snap, job, solver.exclude, exclude_nodes=solver.excluded_nodes)
 
 
 POLICIES: dict[str, Callable[[int], QueuePolicy]] = {

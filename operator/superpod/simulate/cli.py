@@ -14,10 +14,10 @@ from typing import Any
 import yaml
 
 from superpod.api.convert import ConvertError, queue_from_k8s
+from superpod.api.dumps import items_of
 from superpod.core.baselines import POLICIES
 from superpod.hardware import presets
 from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES
-from superpod.plan import items_of
 from superpod.simulate import summary, workload
 from superpod.simulate.engine import Simulation
 from superpod.simulate.estimates import ESTIMATES

@@ -16,11 +16,11 @@ from typing import Any
 import yaml
 
 from superpod.api.convert import ConvertError
+from superpod.api.dumps import items_of, read_input
 from superpod.api.podgang import gang_name
 from superpod.controller.state import MIG_FAILED, ClusterState, NodeEntry
 from superpod.core.request import GPU, MIG_PREFIX
 from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES, PODS, TRAININGJOBS
-from superpod.plan import items_of, read_input
 
 KINDS = (NODES, PODS, TRAININGJOBS, GPUQUEUES, CLUSTERTOPOLOGIES)
 PER_NODE_UP_TO = 128  # nodes shown one by one; above this, one line per domain

@@ -17,32 +17,15 @@ from typing import Any
 import yaml
 
 from superpod.api.convert import ConvertError, describe, job_from_k8s, node_from_k8s, topology_from_k8s
+from superpod.api.dumps import items_of, read_input
 from superpod.controller.controller import Controller
-from superpod.controller.decide import cause_details
+from superpod.controller.jobs import NO_DETAILS, cause_details
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import PriorityFifo
 from superpod.core.phases import PENDING, Phase, Reason
 from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, SERVICES, TRAININGJOBS, object_key
 
 KINDS = {kind.kind: kind for kind in (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES)}
-
-
-def items_of(docs: list[Any]) -> list[dict]:
-    out: list[dict] = []
-    for n, doc in enumerate(docs):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise ConvertError(f"document {n + 1}", "<root>", f"expected a mapping, got {type(doc).__name__}")
-        kind = doc.get("kind")
-        if isinstance(kind, str) and kind.endswith("List"):
-            items = doc.get("items")
-            if not isinstance(items, list):
-                raise ConvertError(f"{kind} (document {n + 1})", "items", "expected a list")
-            out.extend(items_of(items))
-        else:
-            out.append(doc)
-    return out
 
 
 def plan_objects(objs: list[dict], now: float | None = None) -> dict:
@@ -90,7 +73,7 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
         out.append({"namespace": job.namespace, "name": job.name, "placed": bool(assign),
                     "assignments": {k: assign[k] for k in sorted(assign)}, "reason": None if assign else reason,
                     "code": None if assign else code, "preempts": preempts,
-                    **(cause_details(d) if d and not assign else {"reservation": None, "blockedBy": None})})
+                    **(cause_details(d) if d and not assign else NO_DETAILS)})
     return {"jobs": out}
 
 
@@ -100,14 +83,6 @@ def plan_text(text: str) -> dict:
     except yaml.YAMLError as e:
         raise ConvertError("input", "<yaml>", str(e).replace("\n", " ")) from None
     return plan_objects(items_of(docs))
-
-
-def read_input(path: str) -> str:
-    """A file's text, or standard input's for '-'."""
-    if path == "-":
-        return sys.stdin.read()
-    with open(path, encoding="utf-8") as f:
-        return f.read()
 
 
 def run(args: Any) -> int:
