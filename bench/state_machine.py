@@ -1,9 +1,9 @@
-"""The controller's stateful test (tests/unit/test_controller_machine.py) at scale: many more examples and steps
-than CI runs, and what they reached — the invariants checked, the faults that landed where they hurt most.
+"""The controller's stateful test (tests/unit/controller/test_controller_machine.py) at scale: many more examples and
+steps than CI runs, and what they reached — the invariants checked, the faults that landed where they hurt most.
 
     .venv/bin/python bench/state_machine.py [--examples 2000] [--steps 60] [--tenants]
 
---tenants runs the two-tenant machine (tests/unit/test_tenant_machine.py: hostile edits, forged nominations,
+--tenants runs the two-tenant machine (tests/unit/tenancy/test_tenant_machine.py: hostile edits, forged nominations,
 queue limits) instead.
 
 Exit code 1 (with hypothesis' shrunk counterexample) if any invariant breaks."""
@@ -20,8 +20,8 @@ from hypothesis.stateful import run_state_machine_as_test
 
 sys.path[:0] = [str(Path(__file__).parent), str(Path(__file__).resolve().parents[1])]
 from bench_cluster import machine  # noqa: E402
-from tests.unit.test_controller_machine import SEEN, ControllerMachine  # noqa: E402
-from tests.unit.test_tenant_machine import TenantMachine  # noqa: E402
+from tests.unit.controller.test_controller_machine import SEEN, ControllerMachine  # noqa: E402
+from tests.unit.tenancy.test_tenant_machine import TenantMachine  # noqa: E402
 
 
 def main() -> int:

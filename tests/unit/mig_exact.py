@@ -1,6 +1,6 @@
 """Exact optimum of the MIG planning problem as an ILP (PuLP with its bundled CBC; a dev dependency).
 
-Used by bench/check_mig_optimality.py and tests/unit/test_mig_optimality.py. Independent of the planner's method:
+Used by bench/check_mig_optimality.py and tests/unit/mig/test_mig_optimality.py. Independent of the planner's method:
 it chooses, for every reconfigurable GPU, its current geometry (free) or any maximal geometry, and which gangs run.
 Objective, lexicographic: satisfied replicas per priority level (highest first), then GPUs, then nodes reconfigured.
 """

@@ -11,8 +11,8 @@ import json
 from superpod.api.podgang import TOPOLOGY
 from superpod.k8s.api import GPUQUEUES, PODS, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.test_controller_queues import gpu_queue, phase, submit
-from tests.unit.test_pod_gangs import create, fail_binding_once, pod, scheduled, stored, two_running_gangs
+from tests.unit.podgangs.test_pod_gangs import create, fail_binding_once, pod, scheduled, stored, two_running_gangs
+from tests.unit.queues.test_controller_queues import gpu_queue, phase, submit
 
 
 def bound(c: MemoryCluster, *names: str) -> list[str | None]:

@@ -16,8 +16,8 @@ from superpod.controller.metrics import Metrics
 from superpod.hardware.kubelet import TERMINATE_AFTER
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODS, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit
-from tests.unit.test_pod_gangs import create, pod, scheduled
+from tests.unit.podgangs.test_pod_gangs import create, pod, scheduled
+from tests.unit.queues.test_controller_queues import gpu_queue, message, phase, queue_status, submit
 
 BUDGET = {"gpuHours": 1, "period": "720h", "onExhausted": "HoldAndDrain"}
 

@@ -19,10 +19,10 @@ from superpod.core.request import GPU, make_request
 from superpod.k8s.api import GPUQUEUES, PODS
 from tests.unit.builders import job, node, snapshot
 from tests.unit.memory_cluster import MemoryCluster, run
-from tests.unit.test_controller_queues import gpu_queue, phase, submit
-from tests.unit.test_placement import two_spines
-from tests.unit.test_placement_exhaustive import scenarios
-from tests.unit.test_queues import policy, queue
+from tests.unit.placement.test_placement import two_spines
+from tests.unit.placement.test_placement_exhaustive import scenarios
+from tests.unit.queues.test_controller_queues import gpu_queue, phase, submit
+from tests.unit.queues.test_queues import policy, queue
 
 
 def member(name: str, limits: dict[str, str], namespace: str = "team-a", gang: str = "mpi", size: int = 3) -> dict:

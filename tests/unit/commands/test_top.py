@@ -8,7 +8,7 @@ import yaml
 from superpod.commands.top import load_dump, render
 from superpod.k8s.api import GPUQUEUES, NODES
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.test_controller_queues import gpu_queue, submit
+from tests.unit.queues.test_controller_queues import gpu_queue, submit
 
 
 def test_a_superpod_node_by_node_in_120_columns():
@@ -43,7 +43,7 @@ def test_a_larger_fleet_is_one_line_per_domain_and_a_dump_reads_the_same():
 
 
 def test_pod_gangs_mig_layouts_and_reservations_are_shown():
-    from tests.unit.test_pod_gangs import create, pod
+    from tests.unit.podgangs.test_pod_gangs import create, pod
 
     c = MemoryCluster(nodes=8, nodes_per_unit=4)
     create(c, *[pod(f"llm-{i}", "llm", 2, index=i) for i in range(2)])

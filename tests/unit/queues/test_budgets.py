@@ -9,7 +9,7 @@ import asyncio
 from superpod.commands.usage import gather, table
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, PODS, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run
-from tests.unit.test_controller_queues import finish, gpu_queue, message, phase, queue_status, submit
+from tests.unit.queues.test_controller_queues import finish, gpu_queue, message, phase, queue_status, submit
 
 
 def records(c: MemoryCluster) -> list[dict]:

@@ -1,5 +1,5 @@
-"""Two tenants under hypothesis: the controller state machine (tests/unit/test_controller_machine.py: two replicas,
-crashes, the Lease lost mid-write, write faults, lost and late events, node and pod failures) with GPUQueues,
+"""Two tenants under hypothesis: the controller state machine (tests/unit/controller/test_controller_machine.py: two
+replicas, crashes, the Lease lost mid-write, write faults, lost and late events, node and pod failures) with GPUQueues,
 hostile: at any moment either edits any field it may write of its jobs or pods (queue, class, priority, minimum
 runtime, labels) — through the API as an admin would, so without the CRD's own refusals — and forges nominations.
 Checked after every step: no node over its capacity, no queue above its limit, every GPU-second billed once to
@@ -20,9 +20,9 @@ from superpod.api.times import rfc3339
 from superpod.core.accounting import gpu_units
 from superpod.hardware.kubelet import RUN_FOR
 from superpod.k8s.api import GPUQUEUES, NODES, PODS, TRAININGJOBS
+from tests.unit.controller.test_controller_machine import EXAMPLES, SEEN, STEPS, ControllerMachine
 from tests.unit.machine import Violation
 from tests.unit.memory_cluster import run, training_job
-from tests.unit.test_controller_machine import EXAMPLES, SEEN, STEPS, ControllerMachine
 
 TENANTS = {"a": 16, "b": 24}  # queue -> its limit (guaranteed 16 each, on 48 GPUs)
 FIELDS = st.sampled_from([("queue", "nowhere"), ("queue", "b"), ("queue", "a"), ("serviceClass", "reserved"),

@@ -12,7 +12,7 @@ from superpod.controller.snapshot import SnapshotCache, assumed_key
 from superpod.core.model import Pod, Snapshot
 from superpod.k8s.api import NODES, PODS, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.test_pod_gangs import pod as gang_pod
+from tests.unit.podgangs.test_pod_gangs import pod as gang_pod
 
 
 def from_scratch(state, placed, gangs) -> dict[str, Pod]:

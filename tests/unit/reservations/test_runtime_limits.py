@@ -15,8 +15,8 @@ from superpod.core.queues import Queue
 from superpod.core.runtime_limit import RuntimeLimit, effective_limit
 from superpod.k8s.api import EVENTS, GPUQUEUES, GPUUSAGES, PODS, TRAININGJOBS
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.test_controller_queues import gpu_queue
-from tests.unit.test_pod_gangs import create, pod, scheduled, stored
+from tests.unit.podgangs.test_pod_gangs import create, pod, scheduled, stored
+from tests.unit.queues.test_controller_queues import gpu_queue
 
 STOPPED = "stopped after 30 s: spec.maxRuntimeSeconds 30 reached"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from superpod.k8s.api import GPUQUEUES, PODS, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.test_controller_queues import gpu_queue, phase, queue_status, submit
+from tests.unit.queues.test_controller_queues import gpu_queue, phase, queue_status, submit
 
 SLOW_TO_STOP = {"sim.superpod.dev/terminate-after": "1000s"}  # its pods take their whole grace period
 

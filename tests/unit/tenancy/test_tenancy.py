@@ -14,8 +14,8 @@ from superpod.controller import podgangs
 from superpod.hardware.kubelet import TERMINATE_AFTER
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODGROUPS, PODS, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.test_controller_queues import gpu_queue, message, phase, queue_status, submit
-from tests.unit.test_pod_gangs import create, fail_binding_once, pod, stored
+from tests.unit.podgangs.test_pod_gangs import create, fail_binding_once, pod, stored
+from tests.unit.queues.test_controller_queues import gpu_queue, message, phase, queue_status, submit
 
 FORGED = "superpod.dev/nomination"  # where a pod gang's nomination once was: a tenant may write it
 

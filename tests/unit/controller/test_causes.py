@@ -17,7 +17,7 @@ from superpod.core.request import make_request
 from superpod.k8s.api import TRAININGJOBS
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 NOT_WAITING = {Reason.INVALID, Reason.INTERNAL_ERROR}  # a decision that ends as phase Invalid, or as a fault
 
 

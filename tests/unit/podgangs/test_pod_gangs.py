@@ -181,7 +181,7 @@ def test_gated_pods_and_inter_pod_rules_wait_with_a_reason():
 
 def test_a_queue_counts_its_bound_pod_gangs_against_its_limit():
     from superpod.k8s.api import GPUQUEUES
-    from tests.unit.test_controller_queues import gpu_queue, phase, submit
+    from tests.unit.queues.test_controller_queues import gpu_queue, phase, submit
 
     c = MemoryCluster(nodes=8)
     run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, limit=32)))
