@@ -9,13 +9,15 @@ reservation differ.
 - `superpod-nopreempt`: superpod without preemption: a blocked gang waits for running ones to end.
 - `superpod-nobackfill`: superpod's exact placement with no reservation: every job that fits now is placed in
   order, a blocked big gang holds nothing (greedy list scheduling; big gangs can starve behind small ones).
-The baselines do not preempt (`preempts = False`).
+The baselines do not preempt (`preempts = False`); only `firstfit-reserving` among them reserves.
 - `gang-spread`: kube-scheduler with the coscheduling plugin: all-or-nothing, each replica in turn on the node with
   the most free GPUs (least-allocated scoring over nvidia.com/gpu, ties by node order), no topology.
 - `gang-firstfit`: all-or-nothing, replicas fill nodes in node order, no topology.
 - `gang-firstfit-required`: gang-firstfit inside the first domain of the job's `required` level with room for the
   whole gang (as a scheduler that honours a required topology but neither searches for the tightest domain nor
   reserves); `preferred` and slices dropped. The fair baseline for jobs that require a leaf.
+- `firstfit-reserving`: gang-firstfit-required with superpod's reservations (its rule, backfill by limit) and no
+  preemption: a study of what the reservation adds to first fit.
 - `random`: all-or-nothing, each replica on a random node with room (seeded), no topology.
 
 "No topology": the schedulers these stand for cannot express `required`/`preferred` or slices, so the baselines place
@@ -96,6 +98,14 @@ class RequiredFirstFit(GangFirstFit):
         return next(filter(None, (self.fill(loose, snap.nodes_under(d), d) for d in solver.domains_at(level))), None)
 
 
+class ReservingFirstFit(RequiredFirstFit):
+    """RequiredFirstFit with superpod's reservations (its rule, backfill by limit), no preemption: what the
+    reservation adds to first fit."""
+
+    reserves = True
+    reserving = OPERATOR_RULE
+
+
 class RandomFit(_Greedy):
     def __init__(self, seed: int = 0) -> None:
         self.random = random.Random(seed)
@@ -120,5 +130,6 @@ POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
     "gang-spread": lambda seed: GangSpread(),
     "gang-firstfit": lambda seed: GangFirstFit(),
     "gang-firstfit-required": lambda seed: RequiredFirstFit(),
+    "firstfit-reserving": lambda seed: ReservingFirstFit(),
     "random": lambda seed: RandomFit(seed),
 }
