@@ -73,6 +73,10 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     if sorted(placement) != list(range(view.replicas)):
         return _damaged(state, view, now, labels)
     mine = own_pods(state, view)
+    if taken := sorted(p.key for p in state.pods_of(view.key) if p.attempt == attempt and p.owner != view.uid):
+        return requeue(state, view, now, Reason.WRITE_FAILED, f"pod {taken[0]} of an earlier job of the same name "
+                       "holds a name of this attempt (placed while it was unseen): placed again as a new attempt",
+                       labels)
     current = {p.index: p for p in mine if p.attempt == attempt and not p.deleting and p.index is not None}
     lost, not_ready = _node_trouble(state, set(placement.values()), now, settings.not_ready_grace)
     verdict = lifecycle.decide(lifecycle.Attempt(

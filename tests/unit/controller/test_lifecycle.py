@@ -124,3 +124,33 @@ def test_finished_phases_are_left_alone():
 def test_backoff_doubles_and_is_capped():
     assert [backoff(n) for n in (1, 2, 3, 4)] == [10, 20, 40, 80]
     assert backoff(50) == 300
+
+
+def test_an_attempt_whose_pod_names_an_earlier_job_still_holds_is_placed_again_under_a_new_one():
+    """Found by bench/state_machine.py (2,000 examples): a job deleted and made again under its name while its old
+    pods terminated, placed while the operator had not seen them (events lost), took attempt 1 again: its pods'
+    names were the old pods', every create was refused, and the gang held its nodes creating "missing" pods until
+    the old pods were gone or its startup timed out. Placed again at once, under an attempt no pod has."""
+    from superpod.k8s.api import PODS, TRAININGJOBS
+    from tests.unit.memory_cluster import MemoryCluster, run, training_job
+
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)
+    c.submit(training_job("j4", 3, 4))
+    c.settle(3)
+    old = c.job("j4")
+    assert c.status("j4")["phase"] == "Running"
+    c.store.delete_now(TRAININGJOBS, "team-a/j4")  # its pods terminate (30 s of grace)
+    c.submit({key: old[key] for key in ("apiVersion", "kind", "spec")} | {"metadata": {"name": "j4",
+                                                                                     "namespace": "team-a"}})
+    made = c.job("j4")
+    placed = {"phase": "Starting", "attempt": 1, "placement": old["status"]["placement"], "reason": "Placed",
+              "attemptStartTime": old["status"]["attemptStartTime"], "queuedAt": old["status"]["queuedAt"]}
+    run(c.admin.replace_status(TRAININGJOBS, {**made, "status": placed}))  # as written while the old pods were unseen
+    assert {p["metadata"]["ownerReferences"][0]["uid"] for p in c.store.objects[PODS].values()} == {
+        old["metadata"]["uid"]}, "the dangerous moment: attempt 1's names belong to the old job's pods"
+    c.settle(5)
+    status, uid = c.status("j4"), c.job("j4")["metadata"]["uid"]
+    mine = [p for p in c.store.objects[PODS].values() if p["metadata"]["ownerReferences"][0]["uid"] == uid
+            and not p["metadata"].get("deletionTimestamp")]
+    assert status["phase"] == "Running" and status["attempt"] >= 2 and len(mine) == 3, status
+    assert any(reason == "WriteFailed" for reason, _ in c.events("j4"))
