@@ -234,8 +234,9 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
                 cause, details = Cause(Reason.MIG_RECONFIGURING, mig[key]), NO_DETAILS
             else:
                 cause = decision.cause or Cause(Reason.NO_ROOM, "waiting")
-                cause, details = cause._replace(message="; ".join(filter(None, (cause.message, notes.get(key))))), \
-                    cause_details(decision)
+                if note := notes.get(key):
+                    cause = cause._replace(message=f"{cause.message}; {note}")
+                details = cause_details(decision) if decision.reserved or decision.blocked_by else NO_DETAILS
             if view.says(cause, details):
                 said[view.uid] = (now, cause.code, hash(cause.message))
                 continue
