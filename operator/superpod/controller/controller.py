@@ -174,7 +174,7 @@ class Controller:
         policy = closed or fair or self.policy
         if closed:
             plans += self.queues.held_plans(closed.why.message, now)
-        elif self.settings.preemption and getattr(self.policy, "preempts", False):
+        elif self.settings.preemption and self.policy.preempts:
             policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
             plans += self._guarded("preemption", lambda: preemption.expired(
                 self.state, self.reader, self.room.gangs, self.nominated, now), [])

@@ -120,7 +120,7 @@ class WaitingRoom:
         for key in {view.key for view in check} - {view.key for view in valid}:
             self.line.discard(key)  # invalid, or its check failed (then it is checked again next cycle)
             self.invalid[key] = found.get(key, "")
-        if may_park and getattr(policy, "parks", False) and not self.mig_jobs:
+        if may_park and policy.parks and not self.mig_jobs:
             visited, parked = schedule_waiting(snap, self.line, policy)
         else:
             visited, parked = schedule(snap, self.line.all(), policy), []

@@ -14,10 +14,11 @@ back, `group` and `blocking` make reservations per queue.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from operator import attrgetter
+from types import MappingProxyType
 from typing import Protocol
 
 from superpod.core.estimates import LIMIT_GRACE, Ordering
@@ -82,6 +83,18 @@ class QueuePolicy(Protocol):
     # Jobs whose shape did not fit may be passed over (core/waiting.py): true when `admit`, `group` and `blocking`
     # read nothing of a job but its shape, and `order` is queue_key. A subclass that changes them sets it False.
     parks: bool
+    preempts: bool  # the operator may run it under preemption (core/preempt.py's Preempting wraps it)
+    shielded: Mapping[str, str]  # job key -> why the gangs it may evict are protected, when it found none to evict
+
+    def preempt(self, snap: Snapshot, job: JobRequest, taken: Callable[[], frozenset[int]],
+                head: bool) -> tuple[Decision, Reservation] | None:
+        """A job that does not fit: (its decision, the nodes it holds) when it evicts gangs or waits for those it
+        evicted; None when it does neither. `taken`: the nodes reservations hold; `head`: its group's first."""
+        ...
+
+    def nominated(self, snap: Snapshot, jobs: list[JobRequest]) -> list[Reservation]:
+        """The nodes held from the start of the cycle for jobs waiting for the gangs they evicted."""
+        ...
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]: ...
 
@@ -102,7 +115,20 @@ class QueuePolicy(Protocol):
         ...
 
 
-class PriorityFifo:
+class Unpreempting:
+    """The preemption answers of a policy that evicts nothing (core/preempt.py's Preempting gives others)."""
+
+    shielded: Mapping[str, str] = MappingProxyType({})
+
+    def preempt(self, snap: Snapshot, job: JobRequest, taken: Callable[[], frozenset[int]],
+                head: bool) -> tuple[Decision, Reservation] | None:
+        return None
+
+    def nominated(self, snap: Snapshot, jobs: list[JobRequest]) -> list[Reservation]:
+        return []
+
+
+class PriorityFifo(Unpreempting):
     """Priority descending, then submission time, then namespace/name. Admits everything; places exactly."""
 
     reserves = True
@@ -403,11 +429,10 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
             snap.horizon.put(job.key, snap.horizon.now, job.estimate, None, (
                 (node, job.member_requests(rank)) for node, ranks in p.assignments.items() for rank in ranks))
         return Decision(job, p, None), None
-    if (preempt := getattr(policy, "preempt", None)) is not None:  # core/preempt.py: Preempting
-        found = preempt(snap, job, lambda: frozenset(sv.excluded_nodes).union(
-            *(snap.child_nodes[d] for d in sv.excluded_domains)), head)
-        if found is not None:
-            return found
+    found = policy.preempt(snap, job, lambda: frozenset(sv.excluded_nodes).union(
+        *(snap.child_nodes[d] for d in sv.excluded_domains)), head)
+    if found is not None:
+        return found
     anywhere = Solver(snap, job) if blocking else sv
     blocked_by: tuple[str, ...] = ()
     if blocking and policy.place(anywhere) is not None:
@@ -418,7 +443,7 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
         cause = Cause(Reason.RESERVED_FOR_OTHERS, f"fits only inside {said}; it runs after {after}")
     else:
         cause = explain_solver(anywhere)
-    if shielded := getattr(policy, "shielded", {}).get(job.key):  # core/preempt.py: Preempting
+    if shielded := policy.shielded.get(job.key):
         cause = cause._replace(message=f"{cause.message}; {shielded}")
     taken = _reservation(sv) if may_reserve else None
     if taken is None:
@@ -448,7 +473,7 @@ def schedule(snap: Snapshot, jobs: list[JobRequest], policy: QueuePolicy | None 
     out: list[Decision] = []
     placed: list[Decision] = []
     held = Held()  # group -> the reservation its first blocked job holds
-    for reservation in getattr(policy, "nominated", lambda *_: ())(snap, jobs):  # core/preempt.py: Preempting
+    for reservation in policy.nominated(snap, jobs):
         held.pin(reservation)
     failed: dict[Shape, str] = {}  # shape -> why it is invalid, or ""
     for job in policy.order(jobs):

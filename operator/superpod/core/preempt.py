@@ -402,7 +402,7 @@ class Preempting:
         self.inner, self._running, self.nominations, self.may_evict = inner, running, nominations, may_evict
         self.hopeless, self.bound = hopeless, bound
         self._given: dict[str, float] = {}  # group -> GPUs its victims gave back this cycle
-        self.reserves, self.reserving = inner.reserves, inner.reserving
+        self.reserves, self.reserving, self.preempts = inner.reserves, inner.reserving, True
         self.parks = inner.parks and not nominations  # a nominated job must be visited to be placed
         self.chosen: dict[str, Preemption] = {}  # preemptor key -> what it evicts this cycle
         self.shielded: dict[str, str] = {}  # job key -> the protected gangs it may not evict, named, when it found none

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from operator import attrgetter
 
 from superpod.core.accounting import gpu_units
-from superpod.core.cycle import Held, Reservation, ReservationRule
+from superpod.core.cycle import Held, Reservation, ReservationRule, Unpreempting
 from superpod.core.model import Node
 from superpod.core.phases import Cause, Reason
 from superpod.core.placement import Placement, Solver, solve
@@ -235,7 +235,7 @@ class Usage:
     renews: dict[str, float] = field(default_factory=dict)  # queue -> when its budget period ends
 
 
-class FairQueues:
+class FairQueues(Unpreempting):
     """The QueuePolicy of a cluster with GPUQueues, built for one cycle (usage and capacity at its start). What the
     cycle places is counted as `admit` sees it (`placed` only grows within a cycle)."""
 
@@ -246,6 +246,7 @@ class FairQueues:
         self.largest_node = largest_node  # Snapshot.largest: a job with a member no node could hold claims no guarantee
         self.reserves = inner.reserves if inner is not None else True
         self.reserving = inner.reserving if inner is not None else ReservationRule()
+        self.preempts = inner.preempts if inner is not None else True
         self.parks = False  # admit reads each job's queue and what the cycle placed
         self.used = dict(usage.running)  # (leaf queue, flavor) -> units, with what this cycle placed
         self.total: dict[str, float] = {}  # flavor -> units of all queues
@@ -465,7 +466,7 @@ def _renewal(when: float | None) -> str:
     return f"; it renews at {datetime.fromtimestamp(when, UTC).strftime('%Y-%m-%dT%H:%M:%SZ')}"
 
 
-class Closed:
+class Closed(Unpreempting):
     """The policy when GPUQueues exist but their policy could not be computed (a bug, an object it cannot read):
     nothing is admitted, since admitting without it could overspend a limit, a guarantee or a budget. What runs
     keeps running; placement resumes the first cycle the policy is whole again."""

@@ -85,7 +85,7 @@ def schedule_waiting(snap: Snapshot, waiting: WaitingLine,
                      policy: QueuePolicy) -> tuple[list[Decision], list[Parked]]:
     """The decisions of the jobs visited (in queue order), and the runs of jobs passed over. `policy.parks` must
     hold; placed gangs are assumed into `snap`, as cycle.schedule does."""
-    assert getattr(policy, "parks", False), "a policy that reads more of a job than its shape cannot pass jobs over"
+    assert policy.parks, "a policy that reads more of a job than its shape cannot pass jobs over"
     lines = list(waiting.lines.values())
     heap = [(line.keys[0], index, 0) for index, line in enumerate(lines)]
     heapq.heapify(heap)
