@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping
 from superpod.api.podgang import is_gang_key
 from superpod.api.times import rfc3339
 from superpod.controller.actions import Plan
-from superpod.controller.jobs import JobReader, JobView, cause_details
+from superpod.controller.jobs import NO_DETAILS, JobReader, JobView, cause_details
 from superpod.controller.judge import requeue
 from superpod.controller.metering import Labels
 from superpod.controller.podgangs import GangNominee, PodGangs
@@ -117,8 +117,8 @@ def expired(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: 
             if not view.waiting:  # a waiting gang's expired nomination is left for its next one to replace: two
                 plans.append(view.clear(now))  # patches of one pod's annotation in a cycle would race
             continue
-        write = view.write({"nomination": None, **({"reason": Reason.NOMINATION_EXPIRED, "message": why}
-                                                   if why else {})}, now)
+        write = view.write({"nomination": None, **({"reason": Reason.NOMINATION_EXPIRED, "message": why,
+                                                    **NO_DETAILS} if why else {})}, now)
         plans.append(Plan(f"job:{view.key}", [write]))
     return plans
 
