@@ -20,14 +20,14 @@ import logging
 import time
 from collections import ChainMap
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 
 from superpod.api.podgang import is_gang_key
 from superpod.controller import preemption
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
 from superpod.controller.deadlines import Deadlines
-from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, wait_plans
+from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, Pending, wait_plans
 from superpod.controller.estimates import Estimator
 from superpod.controller.gang_limits import GangLimits
 from superpod.controller.jobs import JobReader, JobView
@@ -39,7 +39,8 @@ from superpod.controller.queues import QueueBook
 from superpod.controller.snapshot import SnapshotCache
 from superpod.controller.state import ClusterState
 from superpod.controller.waiting import WaitingRoom
-from superpod.core.cycle import Decision, PriorityFifo
+from superpod.core.cycle import Decision, PriorityFifo, QueuePolicy
+from superpod.core.model import Snapshot
 from superpod.core.phases import Phase, Reason
 from superpod.core.preempt import Preempting, lower_priority
 from superpod.core.queues import Closed, FairQueues
@@ -50,6 +51,23 @@ from superpod.k8s.api import ClusterAPI
 
 log = logging.getLogger(__name__)
 _FAILED = object()  # what a guarded step that failed answers, where None is an answer
+
+
+@dataclass
+class Turn:
+    """What one cycle knows, step by step (Controller._plan): the plans so far and the facts the later steps read."""
+
+    now: float
+    touched: set[str]
+    plans: list[Plan] = field(default_factory=list)
+    placed: dict = field(default_factory=dict)  # JobReader.gangs: the placed TrainingJobs' gangs
+    pending: Pending | None = None  # step 4
+    snap: Snapshot | None = None  # step 5
+    fair: FairQueues | None = None  # step 5: the queues' policy, when GPUQueues exist
+    closed: Closed | None = None  # step 5: the policy that admits nothing, when the queues' could not be computed
+    policy: QueuePolicy | None = None  # step 6
+    mig: dict[str, str] = field(default_factory=dict)  # step 8: job key -> the MIG flow's message
+    notes: dict[str, str] = field(default_factory=dict)  # step 8: job key -> a note on MIG for its waiting message
 
 
 class Controller:
@@ -150,68 +168,122 @@ class Controller:
             raise
 
     def _plan(self, now: float, touched: set[str]) -> list[Plan]:
+        """The cycle's steps, in order, each adding its plans to one `Turn`: what the cycle knows so far."""
+        turn = Turn(now, touched)
+        for step in (self._observe, self._account, self._judge_gangs, self._sort_waiting, self._snapshot,
+                     self._choose_policy, self._decide, self._repartition, self._preempt, self._queue_statuses,
+                     self._tell_waiting, self._report_faults, self._meter):
+            step(turn)
+        return turn.plans
+
+    def _observe(self, turn: Turn) -> None:
+        """1. Read what changed: jobs, pod gangs' bindings, objects that cannot be read, MIG layouts."""
         self.reader.read(self.state)
-        self.room.gangs.settle(self.state, self.applier.bindings, now)
-        plans = self._unreadable()
+        self.room.gangs.settle(self.state, self.applier.bindings, turn.now)
+        turn.placed = self.reader.gangs
+        turn.plans += self._unreadable()
         if self.mig:
-            plans += self._guarded("mig", lambda: self.mig.check(now), [])
-        placed = self.reader.gangs
-        plans += self._record_deleted(now)
-        plans += self._guarded("metering", lambda: self._bill_pods(), [])
-        due = self.deadlines.due(now)
-        plans += self._judge_placed(touched, now, [key for key in due if not is_gang_key(key)])
-        plans += self._guarded("limits", lambda: self._gang_limits([key for key in due if is_gang_key(key)], now), [])
-        plans += self.room.gangs.stop_incomplete(self.state, now, touched)
-        waiting = self.room.pending(self.state, self.reader, now, touched, self.queues.labels,
-                                     lambda uid: self.applier.settled(uid, now))
-        plans += waiting.plans
-        gangs = self.room.gangs
-        snap = self.snapshots.build(self.state, placed, gangs.holdings(), touched)
-        fair, closed = self._queue_policy(snap, lambda: [gang[0] for gang in placed.values()] + gangs.placed(
-            self.state) + self.bills.foreign() + self._unrecorded_holdings(placed), now)
-        plans += gangs.tell_relabelled(self.state)
-        snap.horizon = self.estimator.horizon_at(self.reader, now)
-        policy = closed or fair or self.policy
-        if closed:
-            plans += self.queues.held_plans(closed.why.message, now)
+            turn.plans += self._guarded("mig", lambda: self.mig.check(turn.now), [])
+
+    def _account(self, turn: Turn) -> None:
+        """2. Bill what ended: deleted jobs' open attempts, pods billed on their own."""
+        turn.plans += self._record_deleted(turn.now)
+        turn.plans += self._guarded("metering", lambda: self._bill_pods(), [])
+
+    def _judge_gangs(self, turn: Turn) -> None:
+        """3. Judge the placed gangs (keep, finish, restart), their runtime limits, incomplete pod gangs."""
+        due = self.deadlines.due(turn.now)
+        turn.plans += self._judge_placed(turn.touched, turn.now, [key for key in due if not is_gang_key(key)])
+        turn.plans += self._guarded("limits", lambda: self._gang_limits(
+            [key for key in due if is_gang_key(key)], turn.now), [])
+        turn.plans += self.room.gangs.stop_incomplete(self.state, turn.now, turn.touched)
+
+    def _sort_waiting(self, turn: Turn) -> None:
+        """4. Sort the jobs that are not placed: ready to schedule, held back, Invalid."""
+        turn.pending = self.room.pending(self.state, self.reader, turn.now, turn.touched, self.queues.labels,
+                                         lambda uid: self.applier.settled(uid, turn.now))
+        turn.plans += turn.pending.plans
+
+    def _snapshot(self, turn: Turn) -> None:
+        """5. The snapshot of capacity, the queues' policy over it, the predicted ends of what runs."""
+        placed, gangs = turn.placed, self.room.gangs
+        turn.snap = self.snapshots.build(self.state, placed, gangs.holdings(), turn.touched)
+        holding = lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state) + self.bills.foreign() + \
+            self._unrecorded_holdings(placed)  # noqa: E731 - asked only when GPUQueues exist
+        turn.fair, turn.closed = self._queue_policy(turn.snap, holding, turn.now)
+        turn.plans += gangs.tell_relabelled(self.state)
+        turn.snap.horizon = self.estimator.horizon_at(self.reader, turn.now)
+
+    def _choose_policy(self, turn: Turn) -> None:
+        """6. The policy in force: held when the queues' policy failed, else under preemption when it may."""
+        turn.policy = turn.closed or turn.fair or self.policy
+        if turn.closed:
+            turn.plans += self.queues.held_plans(turn.closed.why.message, turn.now)
         elif self.settings.preemption and self.policy.preempts:
-            policy = self._guarded("preemption", lambda: self._preempting(policy, fair, snap, now), policy)
-            plans += self._guarded("preemption", lambda: preemption.expired(
-                self.state, self.reader, self.room.gangs, self.nominated, now), [])
+            turn.policy = self._guarded("preemption", lambda: self._preempting(
+                turn.policy, turn.fair, turn.snap, turn.now), turn.policy)
+            turn.plans += self._guarded("preemption", lambda: preemption.expired(
+                self.state, self.reader, self.room.gangs, self.nominated, turn.now), [])
+
+    def _decide(self, turn: Turn) -> None:
+        """7. Decide the waiting jobs in the waiting room; the placed ones' writes."""
         started = time.perf_counter()
-        self.visited, self.parked, start_plans = self.room.decide(self.state, snap, now, self.settings, policy,
-                                                                  self.offered(), self._may_park(),
-                                                                  self.estimator.request)
+        self.visited, self.parked, start_plans = self.room.decide(
+            self.state, turn.snap, turn.now, self.settings, turn.policy, self.offered(), self._may_park(),
+            self.estimator.request)
         self.invalid = {key: why for key, why in self.room.invalid.items() if why}
-        self.held_back = waiting.reasons
-        self._observe_decisions(now, time.perf_counter() - started)
-        plans += start_plans
-        mig, notes = {}, {}
+        self.held_back = turn.pending.reasons
+        self._observe_decisions(turn.now, time.perf_counter() - started)
+        turn.plans += start_plans
+
+    def _repartition(self, turn: Turn) -> None:
+        """8. The MIG flow: nodes repartitioned for the jobs that need slices (their notes for step 11)."""
         if self.mig:
-            mig_plans, mig, notes = self._guarded("mig", lambda: self._mig(placed, now), ([], {}, {}))
-            plans += mig_plans
-        if isinstance(policy, Preempting):
-            plans += self._guarded("preemption", lambda: preemption.plans(
-                policy, self.visited, self.reader, self.room.gangs, ChainMap(self.reader.by_key, self.room.ready),
-                self.nominated, self.state, now, self.queues.labels), [])
-            self.preempting = {f"{'gang' if is_gang_key(key) else 'job'}:{key}": {
-                "reclaim": sum(1 for v in found.victims if v.group),
-                "priority": sum(1 for v in found.victims if not v.group)} for key, found in policy.chosen.items()}
-        if not closed:
-            plans += self._guarded("queues", lambda: self.queues.status_plans(fair, self.visited, now), [])
+            mig_plans, turn.mig, turn.notes = self._guarded("mig", lambda: self._mig(turn.placed, turn.now),
+                                                            ([], {}, {}))
+            turn.plans += mig_plans
+
+    def _preempt(self, turn: Turn) -> None:
+        """9. The writes of this cycle's preemptions."""
+        policy = turn.policy
+        if not isinstance(policy, Preempting):
+            return
+        turn.plans += self._guarded("preemption", lambda: preemption.plans(
+            policy, self.visited, self.reader, self.room.gangs, ChainMap(self.reader.by_key, self.room.ready),
+            self.nominated, self.state, turn.now, self.queues.labels), [])
+        self.preempting = {f"{'gang' if is_gang_key(key) else 'job'}:{key}": {
+            "reclaim": sum(1 for v in found.victims if v.group),
+            "priority": sum(1 for v in found.victims if not v.group)} for key, found in policy.chosen.items()}
+
+    def _queue_statuses(self, turn: Turn) -> None:
+        """10. Each GPUQueue's status."""
+        if not turn.closed:
+            turn.plans += self._guarded("queues", lambda: self.queues.status_plans(turn.fair, self.visited, turn.now),
+                                        [])
+
+    def _tell_waiting(self, turn: Turn) -> None:
+        """11. Why each waiting job waits, within the rewrite budget (preemptors were told in step 9)."""
         by_key = ChainMap(self.reader.by_key, self.room.ready)  # pod gangs are only in the room
-        budget = self._rewrite_budget(now)
+        budget = self._rewrite_budget(turn.now)
         passed = self.room.to_tell(self.parked)
-        waiting = [decision for decision in self.visited if not decision.preempts] + passed  # preemptions: above
-        waits, rewrites = wait_plans(waiting, by_key, mig, notes, now, self.said, int(budget),
+        waiting = [decision for decision in self.visited if not decision.preempts] + passed
+        waits, rewrites = wait_plans(waiting, by_key, turn.mig, turn.notes, turn.now, self.said, int(budget),
                                      frozenset(decision.job.key for decision in passed))
-        plans += waits
-        self._rewrites = (budget - rewrites, now)
+        turn.plans += waits
+        self._rewrites = (budget - rewrites, turn.now)
+
+    def _report_faults(self, turn: Turn) -> None:
+        """12. A bug met while deciding a job, said on that job."""
+        by_key = ChainMap(self.reader.by_key, self.room.ready)
         for decision in self.visited:
             if decision.error and (view := by_key.get(decision.job.key)):
                 log.error("placing %s failed: %s", decision.job.key, decision.error)
-                plans.append(view.fault(decision.reason, now))
+                turn.plans.append(view.fault(decision.reason, turn.now))
                 self._count_error("decide")
+
+    def _meter(self, turn: Turn) -> None:
+        """13. The metrics of what runs and what pods used; the ended attempts the cache may forget."""
+        now, touched = turn.now, turn.touched
         self._guarded("metering", lambda: self.meter.observe(self.state, self.reader.by_key, now, touched), None)
         self._guarded("metering", lambda: self.meter.observe_pods(self.bills.take_changes(now),
                                                                   lambda: self.bills.every(now), now), None)
@@ -219,7 +291,6 @@ class Controller:
             by_uid = self.reader.by_uid
             self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts
                                      for uid, _, _ in self.state.ended.values() if uid in by_uid})
-        return plans
 
     @property
     def decisions(self) -> list[Decision]:
