@@ -236,7 +236,7 @@ def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[s
                 cause = decision.cause or Cause(Reason.NO_ROOM, "waiting")
                 if note := notes.get(key):
                     cause = cause._replace(message=f"{cause.message}; {note}")
-                details = cause_details(decision) if decision.reserved or decision.blocked_by else NO_DETAILS
+                details = cause_details(decision)
             if view.says(cause, details):
                 said[view.uid] = (now, cause.code, hash(cause.message))
                 continue

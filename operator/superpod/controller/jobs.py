@@ -163,6 +163,8 @@ LISTED = 64  # the most nodes status.reservation names (nodeCount says how many 
 def cause_details(decision: Decision) -> dict:
     """status.reservation and status.blockedBy of a waiting job (None: it has none). The expected start is said to
     the minute: a prediction that moves with the clock does not make a new status every cycle."""
+    if not decision.reserved and not decision.blocked_by:  # most waiting jobs: nothing to build
+        return NO_DETAILS
     reservation = None
     if decision.reserved:
         nodes = decision.reserved_nodes

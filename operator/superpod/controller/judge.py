@@ -72,8 +72,9 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     attempt, placement = status.attempt, view.placement()
     if sorted(placement) != list(range(view.replicas)):
         return _damaged(state, view, now, labels)
-    mine = own_pods(state, view)
-    if taken := sorted(p.key for p in state.pods_of(view.key) if p.attempt == attempt and p.owner != view.uid):
+    pods = state.pods_of(view.key)
+    mine = [p for p in pods if p.owner == view.uid]  # own_pods, from the one list
+    if taken := sorted(p.key for p in pods if p.attempt == attempt and p.owner != view.uid):
         return requeue(state, view, now, Reason.WRITE_FAILED, f"pod {taken[0]} of an earlier job of the same name "
                        "holds a name of this attempt (placed while it was unseen): placed again as a new attempt",
                        labels)
