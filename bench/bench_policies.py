@@ -5,6 +5,7 @@ For each seed: `superpod simulate generate --sizes S --seed N ...`, then `superp
 load; prints per load and policy the median (min-max) over seeds of mean JCT, idle GPU-time while a job that fits an
 idle cluster waits, and p99 wait of gangs of 32 GPUs or more. Asserts nothing.
 Run: .venv/bin/python bench/bench_policies.py [--sizes llm] [--seeds 1-5] [--load 0.9,1.3] [--nodes N] [--workers 2]
+     [--estimates history|limit|oracle]
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ def replay(args, seed: int, out: Path) -> dict:
                "--workers", str(args.workers), "--out", str(folder)]
     if args.nodes:
         command += ["--nodes", str(args.nodes)]
+    if args.estimates:
+        command += ["--estimates", args.estimates]
     subprocess.run(command, check=True, stdout=subprocess.DEVNULL)
     return {path.parent.name: json.loads(path.read_text()) for path in folder.glob("**/summary.json")}
 
@@ -66,6 +69,8 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=0, help="nodes of the preset (default: the preset's)")
     parser.add_argument("--policies", default=POLICIES)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--estimates", choices=("history", "limit", "oracle"),
+                        help="what the policies are told of runtimes (default: the simulator's, history)")
     args = parser.parse_args()
     results: dict[str, dict[str, list[tuple[float, float, float]]]] = {}  # load -> policy -> per seed
     with tempfile.TemporaryDirectory() as scratch:
@@ -74,7 +79,8 @@ def main() -> None:
                 load = str(summary["trace"]["load"])
                 for name, row in figures(summary).items():
                     results.setdefault(load, {}).setdefault(name, []).append(row)
-    print(f"{args.sizes} traces, seeds {args.seeds}, {args.nodes or 'preset'} nodes: median (min-max) over seeds")
+    print(f"{args.sizes} traces, seeds {args.seeds}, {args.nodes or 'preset'} nodes, {args.estimates or 'history'} "
+          "estimates: median (min-max) over seeds")
     for load, policies in sorted(results.items()):
         print(f"load {load}")
         print(f"  {'policy':<28} {'mean JCT':>20} {'idle waiting':>20} {'p99 wait >=32':>22}")
