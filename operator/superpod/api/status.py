@@ -1,6 +1,6 @@
 """A TrainingJob's status, read and written. The status is the operator's own record, but anything with write access
 to the status subresource can damage it: a field that does not read as the model says is dropped (and reported),
-never allowed to stop scheduling. Writes replace the whole status."""
+never allowed to stop scheduling. Writes replace the whole status (the changes they make: controller/job_status.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from pydantic import ValidationError
 
 from superpod.api.models import TrainingJobStatus
 from superpod.api.times import rfc3339
-
-MAX_FAILURES = 5  # failure records kept in status.failures
 
 
 def read_status(obj: dict) -> tuple[TrainingJobStatus, dict, list[str]]:
@@ -44,7 +42,3 @@ def condition(conditions: list[dict], kind: str, status: str, reason: str, messa
     new = {"type": kind, "status": status, "reason": str(reason), "message": message,
            "lastTransitionTime": since or rfc3339(now)}
     return [c for c in conditions if c is not old] + [new]
-
-
-def with_failure(failures: list, record: dict) -> list:
-    return [*failures, record][-MAX_FAILURES:]

@@ -19,7 +19,7 @@ import yaml
 from superpod.api.convert import ConvertError, describe, job_from_k8s, node_from_k8s, topology_from_k8s
 from superpod.api.dumps import items_of, read_input
 from superpod.controller.controller import Controller
-from superpod.controller.jobs import NO_DETAILS, cause_details
+from superpod.controller.job_status import NO_DETAILS, cause_details
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import PriorityFifo
 from superpod.core.phases import PENDING, Phase, Reason

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field, replace
 
 from superpod.api import manifests
 from superpod.api.resources import ConvertError
-from superpod.api.status import condition, updated
 from superpod.api.times import rfc3339, timestamp
+from superpod.controller import job_status
 from superpod.controller.actions import Action, CreatePods, CreateService, DeletePods, Plan, WriteStatus
-from superpod.controller.jobs import NO_DETAILS, JobView, cause_details
+from superpod.controller.job_status import NO_DETAILS, cause_details
+from superpod.controller.jobs import JobView
 from superpod.controller.judge import Settings, abandoned
 from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.state import ClusterState
@@ -31,7 +32,6 @@ from superpod.core.phases import (
     POD_UNSCHEDULABLE,
     WAITING,
     Cause,
-    Condition,
     Phase,
     Reason,
 )
@@ -121,7 +121,7 @@ def _repair(view: JobView, now: float, live: tuple = ()) -> Plan | None:
     """For a job that gets no other write this cycle: its damaged status rewritten, pods that must not run deleted."""
     plan = Plan(f"job:{view.key}")
     if view.problems:
-        plan.then(view.write({}, now))
+        plan.then(view.write(job_status.NO_CHANGE, now))
     if live:
         plan.then(DeletePods(live))
     return plan if plan.steps else None
@@ -279,30 +279,25 @@ def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]],
     job's next status write: decide.recovered finds the gang if this replica stops first), Service, pods; undone
     on failure."""
     attempt = next_attempt(state, view)
-    write = placed(state, view, attempt, assignments, now, "placed", deferred=True)
-    message = write.status["message"]
+    write, message = placed(state, view, attempt, assignments, now, "placed", deferred=True)
     nodes = {int(i): node for node, ranks in assignments.items() for i in ranks}
     pods = tuple(manifests.pod(view.obj, attempt, i, nodes[i], settings.scheduler_name, settings.writer)
                  for i in sorted(nodes))
     service = [CreateService(manifests.headless_service(view.obj))] if manifests.has_service(view.obj) else []
     plan = Plan(f"job:{view.key}", [write, *service, CreatePods(view.key, pods),
                                     view.emit("Normal", Reason.PLACED, message)])
-    plan.undo = lambda error: rollback(view, write.status, error, now)
+    plan.undo = lambda error: rollback(view, write, error, now)
     return plan
 
 
 def placed(state: ClusterState, view: JobView, attempt: int, assignments: dict[str, list[int]], now: float,
-           verb: str, deferred: bool = False) -> WriteStatus:
-    """The status of a gang attempt placed on `assignments` (node -> replica indexes)."""
+           verb: str, deferred: bool = False) -> tuple[WriteStatus, str]:
+    """The status write of a gang attempt placed on `assignments` (node -> replica indexes), and what it says."""
     domains, domain = describe_domains(state, assignments)
     message = f"{verb} {view.replicas} replicas on {len(assignments)} nodes{f' in {domain}' if domain else ''}"
-    write = view.write({"phase": Phase.STARTING, "attempt": attempt, "placement": assignments, "domains": domains,
-                        "domain": domain, "attemptStartTime": rfc3339(now), "reason": Reason.PLACED,
-                        "message": message, "gpus": view.holdings(), "ready": f"0/{view.replicas}",
-                        "notBefore": None, "nomination": None, "queuedAt": view.raw.get("queuedAt") or rfc3339(now),
-                        "admitted": view.admission()},
-                       now, [(Condition.SCHEDULABLE, "True", Reason.PLACED, message)])
-    return replace(write, deferred=deferred)
+    change = job_status.placed(view.raw, attempt, assignments, domains, domain, message, view.holdings(),
+                               view.replicas, view.admission(), now)
+    return replace(view.write(change, now), deferred=deferred), message
 
 
 def recovered(state: ClusterState, view: JobView, pods: list, now: float) -> Plan | None:
@@ -319,9 +314,9 @@ def recovered(state: ClusterState, view: JobView, pods: list, now: float) -> Pla
     assignments: dict[str, list[int]] = {}
     for pod in sorted(pods, key=lambda p: p.index):
         assignments.setdefault(pod.node, []).append(pod.index)
-    write = placed(state, view, attempt, assignments, now, "found the pods of attempt "
-                   f"{attempt} written before their status:")
-    return Plan(f"job:{view.key}", [write, view.emit("Normal", Reason.PLACED, write.status["message"])])
+    write, message = placed(state, view, attempt, assignments, now, "found the pods of attempt "
+                            f"{attempt} written before their status:")
+    return Plan(f"job:{view.key}", [write, view.emit("Normal", Reason.PLACED, message)])
 
 
 def next_attempt(state: ClusterState, view: JobView) -> int:
@@ -331,26 +326,18 @@ def next_attempt(state: ClusterState, view: JobView) -> int:
     return max([view.status.attempt, *seen]) + 1
 
 
-def rollback(view: JobView, placed: dict, error: ApiError, now: float) -> list[Action]:
+def rollback(view: JobView, placed: WriteStatus, error: ApiError, now: float) -> list[Action]:
     """After a failed gang write (its pods already deleted): Invalid in the API server's words when it refused the
-    pod itself, else back to the queue with backoff."""
-    conds = list(placed.get("conditions") or [])
-    undone = {"placement": None, "domain": None, "domains": None, "attemptStartTime": None}
+    pod itself, else back to the queue with backoff. Written over the placed status, whether or not it landed."""
     if error.invalid:
         why = f"the API server refused the replica pod: {error.message}"
-        conds = condition(conds, Condition.SCHEDULABLE, "False", Reason.POD_REFUSED, why, now)
-        status = updated(placed, {"phase": Phase.INVALID, "reason": Reason.POD_REFUSED, "message": why, **undone,
-                                  "conditions": condition(conds, Condition.INVALID, "True", Reason.POD_REFUSED, why,
-                                                          now)})
-        return [WriteStatus(view.key, "", status), view.emit("Warning", Reason.POD_REFUSED, why)]
-    failures = int(placed.get("startupFailures") or 0) + 1
-    why = f"writing the gang failed: {error.message}; retry in {backoff(failures):.0f}s"
-    status = updated(placed, {"phase": Phase.QUEUED, "reason": Reason.WRITE_FAILED, "message": why, **undone,
-                              "startupFailures": failures,
-                              "notBefore": rfc3339(now + backoff(failures)),
-                              "conditions": condition(conds, Condition.SCHEDULABLE, "False", Reason.WRITE_FAILED,
-                                                      why, now)})
-    return [WriteStatus(view.key, "", status), view.emit("Warning", Reason.WRITE_FAILED, why)]
+        change, event = job_status.refused(why), Reason.POD_REFUSED
+    else:
+        failures = view.status.startupFailures + 1
+        why = f"writing the gang failed: {error.message}; retry in {backoff(failures):.0f}s"
+        change, event = job_status.write_failed(why, failures, now + backoff(failures)), Reason.WRITE_FAILED
+    status = job_status.applied(placed.status, change, now, view.generation)
+    return [WriteStatus(view.key, "", status), view.emit("Warning", event, why)]
 
 
 def describe_domains(state: ClusterState, assignments: dict[str, list[int]]) -> tuple[dict, str | None]:

@@ -10,15 +10,14 @@ from functools import cached_property
 from superpod.api.convert import job_from_k8s
 from superpod.api.crd import ADMITTED_FIELDS
 from superpod.api.models import TrainingJobSpec, TrainingJobStatus
-from superpod.api.podgang import gang_name, is_gang_key
 from superpod.api.resources import ConvertError
-from superpod.api.status import condition, read_status, updated
-from superpod.api.times import rfc3339, timestamp
+from superpod.api.status import read_status
+from superpod.api.times import timestamp
+from superpod.controller import job_status
 from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
-from superpod.core.cycle import Decision
-from superpod.core.phases import ACTIVE, Cause, Condition, Phase, Reason
+from superpod.core.phases import ACTIVE, Cause, Phase, Reason
 from superpod.core.request import JobRequest
 
 
@@ -101,27 +100,16 @@ class JobView:
         return admitted.maxRuntimeSeconds if admitted is not None else self.obj["spec"].get("maxRuntimeSeconds")
 
     # ---- writes ---------------------------------------------------------------------------------------------------
-    def write(self, changes: dict, now: float, conditions: list[tuple[str, str, str, str]] = ()) -> WriteStatus:
-        """The whole new status: the readable old fields, `changes`, the conditions (type, status, reason,
-        message), the generation it was computed from."""
-        if changes.get("phase") not in (None, Phase.QUEUED):  # what it waited for ends with the waiting
-            changes = {**NO_DETAILS, **changes}
-        setting = {kind for kind, *_ in conditions}
-        conds = [c for c in self.raw.get("conditions") or [] if c.get("type") != Condition.OPERATOR_ERROR
-                 or Condition.OPERATOR_ERROR in setting]  # a regular write clears an earlier error
-        for kind, status, reason, message in conditions:
-            conds = condition(conds, kind, status, reason, message, now)
-        status = updated(self.raw, {**changes, "conditions": conds or None,
-                                    "observedGeneration": self.generation})
+    def write(self, change: job_status.Change, now: float) -> WriteStatus:
+        """The whole new status (job_status.applied), written if the job is still at the version read."""
+        status = job_status.applied(self.raw, change, now, self.generation)
         return WriteStatus(self.key, self.obj["metadata"].get("resourceVersion", ""), status)
 
     def fault(self, what: str, now: float) -> Plan:
         """A bug met this job: a Warning and a condition on it (status otherwise unchanged); the rest schedules on."""
         plan = Plan(f"error:{self.key}", [self.emit("Warning", Reason.INTERNAL_ERROR, what)])
-        known = any(c.get("type") == Condition.OPERATOR_ERROR and c.get("message") == what
-                    for c in self.raw.get("conditions") or [])
-        if not known:
-            plan.steps.insert(0, self.write({}, now, [(Condition.OPERATOR_ERROR, "True", Reason.INTERNAL_ERROR, what)]))
+        if (change := job_status.faulted(self.raw, what)) is not None:
+            plan.steps.insert(0, self.write(change, now))
         return plan
 
     def emit(self, kind: str, reason: str, message: str) -> Emit:
@@ -136,49 +124,22 @@ class JobView:
     def invalid(self, why: str, now: float, reason: Reason = Reason.INVALID) -> Plan | None:
         if self.phase == Phase.INVALID and self.status.message == why and not self.problems:
             return None
-        write = self.write({"phase": Phase.INVALID, "reason": reason, "message": why, "placement": None,
-                            "domain": None, "domains": None}, now, [(Condition.INVALID, "True", reason, why)])
+        write = self.write(job_status.invalid(reason, why), now)
         return Plan(f"job:{self.key}", [write, self.emit("Warning", reason, why)])
 
-    def says(self, cause: Cause, details: dict) -> bool:
-        """Whether its status already says it waits for `cause`, with these details (status fields: None is absent)."""
+    def says(self, cause: Cause, details: dict, nomination: dict | None = None) -> bool:
+        """Whether its status already says it waits for `cause`, with these details (job_status.cause_details) and
+        nomination."""
         return (self.phase == Phase.QUEUED and self.status.reason == cause.code and self.status.message == cause.message
-                and not self.problems and all(self.raw.get(field) == value for field, value in details.items()))
+                and not self.problems and job_status.holds(self.raw, details, nomination))
 
-    def wait(self, reason: str, why: str, now: float, **more) -> Plan | None:
-        """Queued with a reason; written only when the reason, message or `more` (status fields) changed."""
-        if self.says(Cause(reason, why), more):
+    def wait(self, reason: str, why: str, now: float, nomination: dict | None = None, **details) -> Plan | None:
+        """Queued with a reason; written only when the reason, message, details or nomination changed."""
+        cause = Cause(reason, why)
+        if self.says(cause, details, nomination):
             return None
-        write = self.write({"phase": Phase.QUEUED, "reason": reason, "message": why,
-                            "queuedAt": self.raw.get("queuedAt") or rfc3339(now), "gpus": self.holdings(),
-                            "ready": f"0/{self.replicas}", **more},
-                           now, [(Condition.SCHEDULABLE, "False", reason, why)])
-        return Plan(f"job:{self.key}", [write, self.emit("Normal", reason, why)])
-
-
-NO_DETAILS = {"reservation": None, "blockedBy": None}  # the status fields that detail why a job waits
-LISTED = 64  # the most nodes status.reservation names (nodeCount says how many it holds), and jobs blockedBy
-
-
-def cause_details(decision: Decision) -> dict:
-    """status.reservation and status.blockedBy of a waiting job (None: it has none). The expected start is said to
-    the minute: a prediction that moves with the clock does not make a new status every cycle."""
-    if not decision.reserved and not decision.blocked_by:  # most waiting jobs: nothing to build
-        return NO_DETAILS
-    reservation = None
-    if decision.reserved:
-        nodes = decision.reserved_nodes
-        reservation = {"domain": decision.reserved, "nodes": list(nodes[:LISTED]), "nodeCount": len(nodes)}
-        if decision.expected_start is not None:
-            reservation["expectedStart"] = rfc3339(round(decision.expected_start / 60) * 60)
-    blocked = [_reference(key) for key in decision.blocked_by[:LISTED]]
-    return {"reservation": reservation, "blockedBy": blocked or None}
-
-
-def _reference(key: str) -> dict:
-    """A job of status.blockedBy: a TrainingJob, or a gang of pods (by its gang's name)."""
-    namespace, name = gang_name(key).split("/", 1)
-    return {"kind": "PodGang" if is_gang_key(key) else "TrainingJob", "namespace": namespace, "name": name}
+        change = job_status.waiting(self.raw, cause, details, self.holdings(), self.replicas, now, nomination)
+        return Plan(f"job:{self.key}", [self.write(change, now), self.emit("Normal", reason, why)])
 
 
 class JobReader:

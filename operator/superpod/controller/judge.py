@@ -9,16 +9,16 @@ from dataclasses import dataclass, replace
 
 from superpod.api import manifests
 from superpod.api.convert import estimate_key, usage_object
-from superpod.api.status import with_failure
-from superpod.api.times import rfc3339
+from superpod.controller import job_status
 from superpod.controller.actions import CreatePods, CreateService, DeletePods, Plan, RecordUsage
+from superpod.controller.job_status import Change, Closing
 from superpod.controller.jobs import JobView
 from superpod.controller.metering import Labels, attempt_bill, attempt_runs, attempt_usage, outside_queues
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle
 from superpod.core.cycle import RESERVE_AFTER, RESERVE_FROM_UNITS, ReservationRule
 from superpod.core.estimates import LIMIT_GRACE, Ordering
-from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Condition, Phase, Reason
+from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Phase, Reason
 from superpod.core.runtime_limit import RuntimeLimit
 from superpod.core.usage import Record
 
@@ -89,19 +89,16 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         deleted=frozenset(p.index for p in mine if p.attempt == attempt and p.deleting and p.index is not None
                           and p.phase not in POD_FINISHED), limit=limit), now)
     plan = Plan(f"job:{view.key}")
-    changes = _changes(state, view, verdict, current, now)
+    closing = _closing(state, view, now) if verdict.ends_attempt else None
+    change = _change(state, view, verdict, current, closing, now)
     unsent = state.unsent.get(view.key)
     if unsent is not None:  # its placement is not written yet: only once it runs, ends, or has waited long enough
         write = verdict.phase != Phase.STARTING or now - unsent[1] >= settings.status_delay or bool(view.problems)
     else:
-        write = any(view.raw.get(k) != v for k, v in changes.items()) or bool(view.problems)
+        write = change.differs(view.raw) or bool(view.problems)
     if write:
-        plan.then(*_usage_record(state, view, changes, now, labels))
-        ok = "True" if verdict.phase in (Phase.RUNNING, Phase.SUCCEEDED) else "False"
-        conditions = [(Condition.RUNNING, ok, verdict.reason or verdict.phase, verdict.message)]
-        if verdict.phase in (Phase.SUCCEEDED, Phase.FAILED):
-            conditions.append((Condition(verdict.phase), "True", verdict.reason, verdict.message))
-        plan.then(view.write(changes, now, conditions))
+        plan.then(*_usage_record(state, view, closing, verdict.phase, now, labels))
+        plan.then(view.write(change, now))
         if (verdict.phase != status.phase or verdict.reason != status.reason) and not _progress(status, verdict):
             plan.then(view.emit("Warning" if verdict.action == lifecycle.TEARDOWN else "Normal", verdict.reason,
                                 verdict.message))
@@ -150,61 +147,44 @@ def _node_trouble(state: ClusterState, nodes: set[str], now: float,
     return frozenset(lost), not_ready
 
 
-def _changes(state: ClusterState, view: JobView, verdict: lifecycle.Verdict, current: dict[int, PodInfo],
-             now: float) -> dict:
-    """The status fields the verdict sets, GPU-seconds included (an ending attempt is accounted here, once)."""
+def _change(state: ClusterState, view: JobView, verdict: lifecycle.Verdict, current: dict[int, PodInfo],
+            closing: Closing | None, now: float) -> Change:
+    """The status change the verdict makes, GPU-seconds included (an ending attempt is accounted in `closing`, once)."""
     status = view.status
     running = sum(1 for p in current.values() if p.phase == "Running")
-    changes: dict = {"phase": verdict.phase, "reason": verdict.reason, "message": verdict.message,
-                     "restarts": verdict.restarts, "interruptions": verdict.interruptions,
-                     "startupFailures": verdict.startup_failures, "containerErrors": verdict.container_errors,
-                     "ready": f"{running}/{view.replicas}"}
-    if verdict.ends_attempt:
-        changes.update(_closing(state, view, now))
-    if verdict.phase == Phase.RUNNING and not status.startTime:
-        changes["startTime"] = rfc3339(now)
-    if verdict.phase in (Phase.SUCCEEDED, Phase.FAILED):
-        changes["completionTime"] = rfc3339(now)
-    if verdict.phase == Phase.QUEUED:
-        changes.update(placement=None, domain=None, domains=None, attemptStartTime=None,
-                       notBefore=rfc3339(verdict.not_before) if verdict.not_before else None)
-    if verdict.failure:
-        record = {**verdict.failure, "attempt": status.attempt, "time": rfc3339(verdict.failure["time"])}
-        changes["failures"] = with_failure(list(view.raw.get("failures") or []), record)
-    if any(view.raw.get(k) != v for k, v in changes.items()):  # a write is due: bring the usage up to date
-        accounted = changes.get("finishedGpuSeconds", status.finishedGpuSeconds)
+    change = job_status.judged(status, view.raw, verdict, running, view.replicas, now, closing)
+    if change.differs(view.raw):  # a write is due: bring the usage up to date
+        accounted = closing.finished if closing is not None else status.finishedGpuSeconds
         open_attempt = status.accountedAttempts < status.attempt and not verdict.ends_attempt
-        changes["gpuSeconds"] = round(accounted + (attempt_usage(state, view, status.attempt, now)
-                                                   if open_attempt else 0.0), 3)
-    return changes
+        change |= job_status.used(round(accounted + (attempt_usage(state, view, status.attempt, now)
+                                                     if open_attempt else 0.0), 3))
+    return change
 
 
-def _closing(state: ClusterState, view: JobView, now: float) -> dict:
-    """Close the books on the current attempt, unless an earlier write already did."""
+def _closing(state: ClusterState, view: JobView, now: float) -> Closing | None:
+    """Close the books on the current attempt, unless an earlier write already did (None)."""
     status = view.status
     if status.accountedAttempts >= status.attempt:
-        return {}
-    finished = status.finishedGpuSeconds + attempt_bill(state, view, status.attempt, now)
-    return {"finishedGpuSeconds": round(finished, 3), "accountedAttempts": status.attempt,
-            "gpuSeconds": round(finished, 3)}
+        return None
+    return Closing(status.attempt, round(status.finishedGpuSeconds + attempt_bill(state, view, status.attempt, now), 3))
 
 
-def _usage_record(state: ClusterState, view: JobView, changes: dict, now: float,
+def _usage_record(state: ClusterState, view: JobView, closing: Closing | None, outcome: str | None, now: float,
                   labels: Callable[[JobView], Labels]) -> list[RecordUsage]:
-    """The GPUUsage record of the attempt the status write closes (none if its pods never ran): written before the
-    write, so a close that landed always has its record."""
+    """The GPUUsage record of the attempt `closing` closes (none if its pods never ran), ending as `outcome` (a
+    phase): written before the status write that closes it, so a close that landed always has its record."""
     attempt = view.status.attempt
-    if changes.get("accountedAttempts", 0) <= view.status.accountedAttempts:
+    if closing is None:
         return []
     runs = [run for run in attempt_runs(state, view, attempt) if run.start is not None]
     if not runs:
         return []
-    used = changes["finishedGpuSeconds"] - view.status.finishedGpuSeconds
+    used = closing.finished - view.status.finishedGpuSeconds
     queue, namespace, flavor, service_class = labels(view)
     record = Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, attempt,
                     view.gang_units, min(run.start for run in runs),
                     max(now if run.end is None else run.end for run in runs), round(max(0.0, used), 3),
-                    estimate_key=estimate_key(view.obj), outcome=str(changes.get("phase") or ""))
+                    estimate_key=estimate_key(view.obj), outcome=str(outcome or ""))
     return [RecordUsage(usage_object(record, view.uid))]
 
 
@@ -214,8 +194,9 @@ def abandoned(state: ClusterState, view: JobView, attempt: int, now: float,
     replica that stopped, and are not a whole gang of the spec as it is): its record, then the status that takes its
     number and the GPU-seconds its pods used."""
     newer = replace(view, status=view.status.model_copy(update={"attempt": attempt}))
-    changes = {"attempt": attempt, **_closing(state, newer, now)}
-    return [*_usage_record(state, newer, changes, now, labels), view.write(changes, now)]
+    closing = _closing(state, newer, now)
+    return [*_usage_record(state, newer, closing, None, now, labels),
+            view.write(job_status.abandoned(attempt, closing), now)]
 
 
 def record_deleted(state: ClusterState, view: JobView, now: float, labels: Callable[[JobView], Labels]) -> Plan | None:
@@ -223,9 +204,8 @@ def record_deleted(state: ClusterState, view: JobView, now: float, labels: Calla
     status = view.status
     if status.accountedAttempts >= status.attempt:
         return None
-    used = attempt_usage(state, view, status.attempt, now)
-    changes = {"accountedAttempts": status.attempt, "finishedGpuSeconds": status.finishedGpuSeconds + used}
-    steps = _usage_record(state, view, changes, now, labels)
+    closing = Closing(status.attempt, status.finishedGpuSeconds + attempt_usage(state, view, status.attempt, now))
+    steps = _usage_record(state, view, closing, None, now, labels)
     return Plan(f"usage:{view.uid}", list(steps)) if steps else None
 
 
@@ -237,15 +217,13 @@ def _damaged(state: ClusterState, view: JobView, now: float, labels: Callable[[J
 
 def requeue(state: ClusterState, view: JobView, now: float, reason: str, why: str,
             labels: Callable[[JobView], Labels] = outside_queues, event: str = "Normal", grace: int | None = None,
-            more: dict | None = None, conditions: tuple = ()) -> Plan:
+            more: Change = job_status.NO_CHANGE) -> Plan:
     """Stop a placed gang and put it back in the queue: the attempt is closed (accounted and recorded) in the status
     write, then its pods are deleted gracefully (`grace` seconds, else each pod's own; pods left over are deleted
-    while it waits). `more`: other status fields; `conditions`: other conditions (type, status, reason, message)."""
-    changes = {"phase": Phase.QUEUED, "reason": reason, "message": why, "placement": None, "domain": None,
-               "domains": None, "attemptStartTime": None, **_closing(state, view, now), **(more or {})}
-    plan = Plan(f"job:{view.key}", [*_usage_record(state, view, changes, now, labels),
-                                    view.write(changes, now, [(Condition.RUNNING, "False", reason, why),
-                                                              *conditions]),
+    while it waits). `more`: what else the write changes."""
+    closing = _closing(state, view, now)
+    plan = Plan(f"job:{view.key}", [*_usage_record(state, view, closing, Phase.QUEUED, now, labels),
+                                    view.write(job_status.requeued(reason, why, closing) | more, now),
                                     view.emit(event, reason, why)])
     live = tuple(sorted((p.key, p.uid) for p in own_pods(state, view) if not p.deleting
                         and p.phase not in POD_FINISHED))

@@ -16,9 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from superpod.api.podgang import is_gang_key
-from superpod.api.times import rfc3339
+from superpod.controller import job_status
 from superpod.controller.actions import Plan
-from superpod.controller.jobs import NO_DETAILS, JobReader, JobView, cause_details
+from superpod.controller.job_status import cause_details
+from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import requeue
 from superpod.controller.metering import Labels
 from superpod.controller.podgangs import GangNominee, PodGangs
@@ -26,14 +27,13 @@ from superpod.controller.snapshot import assumed_key
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
 from superpod.core.model import Snapshot
-from superpod.core.phases import POD_FINISHED, Condition, Phase, Reason
+from superpod.core.phases import POD_FINISHED, Phase, Reason
 from superpod.core.preempt import Nomination, Preempting, Running
 from superpod.core.request import JobRequest
 
 PINGPONG_WINDOW = 3600.0  # seconds: a gang preempted twice within this ...
 PINGPONG_RUN = 600.0  # ... is not chosen again before its attempt has run this long
 NOMINATION_TIMEOUT = 600.0  # seconds a preemptor holds its nodes while its victims stop
-KEPT_PREEMPTIONS = 4  # times kept in status.preemptedAt
 
 
 def running(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: dict, snap: Snapshot, now: float,
@@ -117,9 +117,7 @@ def expired(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: 
             if not view.waiting:  # a waiting gang's expired nomination is left for its next one to replace: two
                 plans.append(view.clear(now))  # patches of one pod's annotation in a cycle would race
             continue
-        write = view.write({"nomination": None, **({"reason": Reason.NOMINATION_EXPIRED, "message": why,
-                                                    **NO_DETAILS} if why else {})}, now)
-        plans.append(Plan(f"job:{view.key}", [write]))
+        plans.append(Plan(f"job:{view.key}", [view.write(job_status.nomination_dropped(why), now)]))
     return plans
 
 
@@ -137,8 +135,7 @@ def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gang
         attempts = {victim: reader.active[victim].status.attempt for victim in decision.preempts
                     if victim in reader.active}
         pods = {victim: gangs.victim_pods(state, victim) for victim in decision.preempts if is_gang_key(victim)}
-        nomination = {"nodes": nodes, "victims": list(decision.preempts), "attempts": attempts, "pods": pods,
-                      "time": rfc3339(now)}
+        nomination = job_status.nominating(nodes, list(decision.preempts), attempts, pods, now)
         plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination,
                          **cause_details(decision)) or Plan(f"job:{view.key}")
         out.append(plan)
@@ -168,9 +165,6 @@ def _priority(view) -> int | str:
 def _stop(state: ClusterState, victim: JobView, preemptor, now: float, labels: Callable[[JobView], Labels]) -> Plan:
     """Stop and requeue a TrainingJob victim (`preemptor`: the view of the job or pod gang that evicts it)."""
     why = f"preempted by {preemptor.key} (priority {_priority(preemptor)}); it waits to run again"
-    times = [rfc3339(t.timestamp()) for t in victim.status.preemptedAt][-(KEPT_PREEMPTIONS - 1):] + [rfc3339(now)]
     plan = requeue(state, victim, now, Reason.PREEMPTED, why, labels, "Warning",
-                   int(victim.spec("preemptionGracePeriodSeconds")),
-                   {"preemptions": victim.status.preemptions + 1, "preemptedAt": times},
-                   ((Condition.PREEMPTED, "True", Reason.PREEMPTED, why),))
+                   int(victim.spec("preemptionGracePeriodSeconds")), job_status.preempted(victim.status, why, now))
     return plan.then(preemptor.emit("Normal", Reason.PREEMPTING, f"preempted {victim.key} to start"))
