@@ -1,6 +1,6 @@
 """The scheduling cycle: observe -> judge -> decide -> apply.
 
-- observe: read the cache (controller/state.py) as it is at the start of the cycle: jobs, pods, nodes;
+- observe: read the cache (controller/state/) as it is at the start of the cycle: jobs, pods, nodes;
 - judge: the placed gangs through core.lifecycle (controller/judge.py): those that changed, were not steady last
   cycle, on a node that changed, or whose runtime limit came (controller/deadlines.py; pod gangs' limits:
   controller/gang_limits.py);

@@ -358,6 +358,25 @@ def test_a_standby_keeps_no_change_of_the_churn_only_the_runs_the_next_leader_bi
     assert f"ns/{pod_name('closed', 2, 0)}" not in s.ended
 
 
+def test_the_names_callers_read_are_the_stores_own_containers():
+    """ClusterState hands out each store's containers under their names, never copies: a store must never replace
+    one (those it replaces are properties), whatever it went through (a standby's term, a leader's)."""
+    s = ClusterState()
+    s.unfollow()
+    churn(lambda kind, event, obj: s.apply(kind, event, obj, 0.0), 50)
+    s.follow()
+    churn(lambda kind, event, obj: s.apply(kind, event, obj, 0.0), 50)
+    s.forget_unsent()
+    s.forget_ended({})
+    s.take_billable_changes()
+    handed = {name for store in s._stores.values() for name, value in vars(store).items()
+              if isinstance(value, (dict, set)) and name in vars(s) and vars(s)[name] is value}
+    assert handed == {"nodes", "node_stamps", "unreadable", "mig_nodes", "offers", "pods", "by_job", "gang_keys",
+                      "holding", "gang_pods", "gang_nominations", "jobs", "unsent", "billable", "unbilled", "services",
+                      "topologies", "queues", "pod_groups"}
+    assert s.gone is s._notes.gone and s.ledger is s._billing.ledger
+
+
 def test_a_pod_deleted_before_it_finished_runs_until_its_gpus_are_free():
     """Review L2: a pod's run ended at the delete request, though it held its GPUs while it terminated. Now a pod
     being deleted still runs; once gone it ran until its containers stopped (the kubelet's last status names it),

@@ -1,0 +1,99 @@
+"""The stores of the kinds with few objects: Services, ClusterTopologies, GPUQueues and PodGroups."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from superpod.api.convert import topology_from_k8s
+from superpod.api.podgang import Grouping
+from superpod.api.resources import ConvertError
+from superpod.controller.state.base import Notes
+from superpod.core.model import Topology
+
+
+class ServiceStore:
+    """The Services (a gang's headless Service, named as its job): key -> uid."""
+
+    def __init__(self) -> None:
+        self.services: dict[str, str] = {}
+
+    def job_of(self, key: str) -> str | None:
+        return key
+
+    def store(self, key: str, obj: dict, now: float) -> None:
+        self.services[key] = obj["metadata"].get("uid") or ""
+
+    def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
+        self.services.pop(key, None)
+
+
+class TopologyStore:
+    """The ClusterTopologies; a change of any is a new layout of the nodes (`relayout`)."""
+
+    def __init__(self, topology_name: str, relayout: Callable[[], None]) -> None:
+        self.topology_name, self.relayout = topology_name, relayout
+        self.topologies: dict[str, dict] = {}
+
+    def job_of(self, key: str) -> str | None:
+        return None
+
+    def store(self, key: str, obj: dict, now: float) -> None:
+        self.topologies[key] = obj
+        self.relayout()
+
+    def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
+        self.topologies.pop(key, None)
+        self.relayout()
+
+    def in_force(self) -> tuple[Topology, str | None]:
+        """The ClusterTopology in force (the one named topology_name, else the only one), and a problem if any."""
+        obj = self.topologies.get(self.topology_name)
+        if obj is None and len(self.topologies) == 1:
+            obj = next(iter(self.topologies.values()))
+        if obj is None:
+            if self.topologies:
+                return Topology(), (f"{len(self.topologies)} ClusterTopologies and none is named "
+                                    f"{self.topology_name!r}")
+            return Topology(), None
+        try:
+            return topology_from_k8s(obj), None
+        except ConvertError as e:
+            return Topology(), str(e)
+
+
+class QueueStore:
+    """The GPUQueues: name -> object, and a count of their edits."""
+
+    def __init__(self, notes: Notes) -> None:
+        self.notes = notes
+        self.queues: dict[str, dict] = {}
+        self.queue_edits = 0  # bumped on every stored or deleted GPUQueue
+
+    def job_of(self, key: str) -> str | None:
+        return None
+
+    def store(self, key: str, obj: dict, now: float) -> None:
+        self.queues[key] = obj
+        self.queue_edits += 1
+
+    def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
+        self.queues.pop(key, None)
+        self.queue_edits += 1
+        self.notes.went(uid)
+
+
+class PodGroupStore:
+    """The PodGroups (scheduling.x-k8s.io, when served): key -> object; a change of one is a change of its gang."""
+
+    def __init__(self) -> None:
+        self.pod_groups: dict[str, dict] = {}
+
+    def job_of(self, key: str) -> str | None:
+        namespace, name = key.split("/", 1)
+        return Grouping(name, "pod-group").key(namespace)
+
+    def store(self, key: str, obj: dict, now: float) -> None:
+        self.pod_groups[key] = obj
+
+    def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
+        self.pod_groups.pop(key, None)
