@@ -3,6 +3,7 @@ waiting with a reason, lifecycle, restarts, bad input."""
 
 from __future__ import annotations
 
+import time
 import urllib.request
 from collections import Counter, defaultdict
 
@@ -186,3 +187,60 @@ def test_metrics_report_jobs_gpus_and_latency(cluster, operator, jobs):
     assert m['superpod_gang_restarts_total{cause="failure"}'] >= 0 and "superpod_mig_reconfigurations_total" in m
     assert m['superpod_cycle_errors_total{stage="cycle"}'] == 0 and m["superpod_leader"] == 1
     assert m['superpod_writes_total{action="CreatePods",outcome="ok"}'] >= 1
+
+
+def test_a_deleted_service_is_recreated(cluster, operator, jobs):
+    """A Service missing after a crash was never recreated: torchrun's rendezvous name did not resolve."""
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 2, nodes_per_unit=2)
+    jobs.create(training_job("svc", sim, 2, gpus=8))
+    jobs.wait_phase("svc", "Running", 60)
+    core = client.CoreV1Api(cluster.api)
+    core.delete_namespaced_service("svc", jobs.ns)
+    wait_for(lambda: core.list_namespaced_service(jobs.ns, field_selector="metadata.name=svc").items, 30,
+             "the headless Service back")
+
+
+def test_replicas_are_deleted_gracefully_and_the_next_attempt_keeps_off_their_nodes(cluster, operator, jobs):
+    """Pods were force-deleted (grace 0): no SIGTERM, no checkpoint, and the next attempt could be bound while the
+    old containers still held the GPUs."""
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 4, nodes_per_unit=4)
+    body = training_job("gentle", sim, 2, gpus=8, annotations={"sim.superpod.dev/terminate-after": "15s"})
+    body["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 45
+    jobs.create(body)
+    jobs.wait_phase("gentle", "Running", 60)
+    first = {p.metadata.name: p.spec.node_name for p in jobs.pods("gentle")}
+    victim = sorted(first)[0]
+    client.CoreV1Api(cluster.api).patch_namespaced_pod(
+        victim, jobs.ns, {"metadata": {"annotations": {"sim.superpod.dev/fail-after": "0s"}}})
+    survivor = sorted(first)[1]
+    dying = wait_for(lambda: next((p for p in jobs.pods("gentle", live=False) if p.metadata.name == survivor
+                                   and p.metadata.deletion_timestamp), None), 30, "the survivor being deleted")
+    assert dying.metadata.deletion_grace_period_seconds == 45, "deleted with the template's grace period"
+    wait_for(lambda: jobs.status("gentle").get("attempt") == 2 and jobs.phase("gentle") == "Running", 60,
+             "attempt 2 running")
+    second = {p.spec.node_name for p in jobs.pods("gentle") if p.metadata.labels["superpod.dev/attempt"] == "2"}
+    assert first[survivor] not in second, "not on the node where attempt 1 still terminated"
+
+
+def test_a_not_ready_blip_does_not_restart_the_gang(cluster, operator, jobs):
+    """Any NotReady blip restarted a gang at once (a 1,000-node gang for a 5-second network hiccup)."""
+    core = client.CoreV1Api(cluster.api)
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 3, nodes_per_unit=3)
+    jobs.create(training_job("steady", sim, 2, gpus=8))
+    jobs.wait_phase("steady", "Running", 60)
+    node = jobs.pods("steady")[0].spec.node_name
+    core.patch_node(node, {"metadata": {"labels": {"type": "unmanaged"}}})  # KWOK lets go of its status
+    try:
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        core.patch_node_status(node, {"status": {"conditions": [{"type": "Ready", "status": "False",
+                                                                 "reason": "NodeStatusUnknown",
+                                                                 "lastHeartbeatTime": now,
+                                                                 "lastTransitionTime": now}]}})
+        time.sleep(8)
+        assert jobs.status("steady")["attempt"] == 1 and jobs.phase("steady") == "Running"
+    finally:
+        core.patch_node(node, {"metadata": {"labels": {"type": "kwok"}}})
+    wait_for(lambda: any(c.type == "Ready" and c.status == "True" for c in core.read_node(node).status.conditions),
+             30, "the node Ready again")
+    time.sleep(3)
+    assert jobs.status("steady")["attempt"] == 1

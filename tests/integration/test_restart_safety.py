@@ -1,6 +1,7 @@
 """The operator may be killed at any instant, paused, or outlive its Lease: it converges to one whole gang per job,
 with no duplicate pods, no GPU booked twice, and never two replicas writing. The API server's audit log is the
-witness for the last one: each replica names itself in its user agent."""
+witness for the last one: each replica names itself in its user agent. It also outlives a restart of the API
+server, and goes on scheduling."""
 
 from __future__ import annotations
 
@@ -8,12 +9,14 @@ import os
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import pytest
 from kubernetes import client, watch
 
 from superpod.api import manifests
 from superpod.localcluster.audit import operator_writes, second_writers
+from superpod.localcluster.cluster import LocalCluster
 from tests.integration.operator_env import OperatorProcess, sim_cluster, training_job
 from tests.integration.wait import wait_for
 
@@ -162,3 +165,24 @@ def _holder(coordination) -> str | None:
         return coordination.read_namespaced_lease("superpod-scheduler", "superpod-system").spec.holder_identity
     except client.ApiException:
         return None
+
+
+def test_the_operator_keeps_scheduling_after_the_api_server_restarts(cluster, operator, jobs):
+    """One urllib3 MaxRetryError ended the scheduling task for good while the pod stayed "healthy" (lease.step sat
+    outside the loop's try)."""
+    local = cluster.local or _local_from_kubeconfig(cluster.kubeconfig)
+    if local is None:
+        pytest.skip("needs the local control plane, to restart its API server")
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 2, nodes_per_unit=2)
+    pid = int((local.root / "run" / "kube-apiserver.pid").read_text())
+    os.kill(pid, signal.SIGTERM)
+    time.sleep(8)  # the operator meets refused connections for a while
+    local.up()  # restarts the stopped component (and, with it, the control plane)
+    jobs.create(training_job("after", sim, 1, gpus=8))
+    jobs.wait_phase("after", "Running", 90)
+    assert operator.proc.poll() is None
+
+
+def _local_from_kubeconfig(kubeconfig: Path) -> LocalCluster | None:
+    root = Path(kubeconfig).parent
+    return LocalCluster(root) if (root / "run" / "kube-apiserver.pid").exists() else None
