@@ -1,4 +1,6 @@
-"""What `kubectl apply` of bad TrainingJobs tells the user: the CRD schema and CEL rules, on the real API server."""
+"""What `kubectl apply` of bad TrainingJobs tells the user: the CRD schema and CEL rules, on the real API server.
+These run before any file that starts the operator (pytest takes files in name order): an operator running beside
+them would write the statuses they set by hand."""
 
 from __future__ import annotations
 
