@@ -114,7 +114,7 @@ class Guarantees:
         if obj := store.peek(TRAININGJOBS, job.key):
             return bool((obj.get("status") or {}).get("nomination"))
         return any(nomination_of(pod) is not None for pod in store.objects.get(PODS, {}).values()
-                   if grouping(pod).key(pod["metadata"]["namespace"]) == job.key)
+                   if grouping(pod).key(pod["metadata"]["namespace"]).text == job.key)
 
     # ---- the model ------------------------------------------------------------------------------------------------
     def owed(self) -> dict[str, Waiting]:
@@ -191,7 +191,7 @@ class Guarantees:
             given: dict[str, Counter] = defaultdict(Counter)
             for pod in members:
                 given[pod["spec"]["nodeName"]].update(requests_of(pod))
-            gangs.append(Gang(key, queues.get(key.split("/", 1)[0], ""), sum(map(_gpus, members)), dict(given),
+            gangs.append(Gang(key.text, queues.get(key.namespace, ""), sum(map(_gpus, members)), dict(given),
                               False))
         return gangs, loose
 
@@ -240,7 +240,7 @@ class Guarantees:
             if not meta.get("ownerReferences") and pod["spec"].get("schedulerName") == "superpod-scheduler":
                 members[grouping(pod).key(meta["namespace"])].append(pod)
         for key, gang in members.items():
-            namespace = key.split("/", 1)[0]
+            namespace = key.namespace
             queue = queues.get(namespace)
             size = int((gang[0]["metadata"].get("annotations") or {}).get(GANG_SIZE) or 1)
             if queue is None or len(gang) != size or any(
@@ -252,7 +252,7 @@ class Guarantees:
             except (ConvertError, ValueError):
                 continue
             if request.queue in (None, queue) and self._plain(request):  # (its first pod's label names its queue)
-                out[queue].append(Waiting(key, request, any(nomination_of(pod) is not None for pod in gang), False,
+                out[queue].append(Waiting(key.text, request, any(nomination_of(pod) is not None for pod in gang), False,
                                           self._possible(request)))
         return out
 

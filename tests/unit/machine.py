@@ -35,6 +35,7 @@ from superpod.controller.controller import Controller
 from superpod.controller.judge import Settings
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_seconds, gpu_units
+from superpod.core.gang_key import GangKey
 from superpod.k8s.api import GPUUSAGES, LEASES, NODES, PODS, TRAININGJOBS, WATCHED, ApiError
 from superpod.k8s.lease import LeaderLease
 from tests.unit.guarantees import Guarantees, namespace_queues
@@ -207,7 +208,7 @@ class World:
                 lagging.add((pod["metadata"].get("labels") or {}).get("superpod.dev/job-name"))
         for key, cached in replica.state.pods.items():  # or a pod gone whose removal it never saw
             if key not in self.store.objects.get(PODS, {}) and cached.job:
-                lagging.add(cached.job.split("/", 1)[1])
+                lagging.add(cached.job.name)
         self.injected, self.writing, self.writes_this_cycle = fault, replica, 0
         self.active_before = {key: (job.get("status") or {}).get("attempt") for key, job in replica.state.jobs.items()
                               if (job.get("status") or {}).get("phase") in ("Starting", "Running")}
@@ -282,7 +283,7 @@ class World:
                                    "ready")
         job = pod["metadata"]["labels"]["superpod.dev/job-name"]
         attempt = int(pod["metadata"]["labels"]["superpod.dev/attempt"])
-        if self.active_before.get(f"{pod['metadata']['namespace']}/{job}") == attempt:
+        if self.active_before.get(GangKey(pod['metadata']['namespace'], job)) == attempt:
             return  # a missing pod of a gang placed before: its node was booked before any reservation
         placed = next((d.job for d in replica.controller.decisions if d.job.name == job), None)
         for d in replica.controller.decisions:  # in scheduling order: reservations made before this job was placed

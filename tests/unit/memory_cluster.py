@@ -14,6 +14,7 @@ from superpod.controller.controller import Controller
 from superpod.controller.judge import Settings
 from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState
+from superpod.core.gang_key import GangKey
 from superpod.hardware.kubelet import SimKubelet
 from superpod.hardware.presets import preset_nodes
 from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, NODES, PODS, TRAININGJOBS, WATCHED
@@ -112,7 +113,7 @@ class MemoryCluster:
     def decided(self, name: str, namespace: str = "team-a") -> dict:
         """The status in force in the operator's cache: written, or decided and not sent yet (a placement waits for
         its gang's next status write, ClusterState.unsent)."""
-        return (self.state.jobs.get(f"{namespace}/{name}") or {}).get("status") or {}
+        return (self.state.jobs.get(GangKey(namespace, name)) or {}).get("status") or {}
 
     def pods(self, name: str | None = None, live: bool = True) -> list[dict]:
         out = []

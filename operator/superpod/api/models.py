@@ -9,8 +9,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from superpod.core.gang_key import GangKey
 from superpod.core.phases import WAITING_CAUSES, Phase
 
 GROUP = "superpod.dev"
@@ -162,6 +163,23 @@ class Nomination(BaseModel):
     pods: dict[str, list[str]] = Field(default_factory=dict, description="Each pod-gang victim's pods that were "
                                        "preempted, by uid (the pods its owner makes again are new).")
     time: datetime = Field(description="RFC 3339 time it preempted them.")
+
+    @field_validator("victims")
+    @classmethod
+    def _gangs(cls, victims: list[str]) -> list[str]:
+        for victim in victims:
+            GangKey.parse(victim)
+        return victims
+
+    def gangs(self) -> tuple[GangKey, ...]:
+        """The victims."""
+        return tuple(GangKey.parse(victim) for victim in self.victims)
+
+    def attempt_of(self, victim: GangKey) -> int | None:
+        return self.attempts.get(victim.text)
+
+    def pods_of(self, victim: GangKey) -> list[str]:
+        return self.pods.get(victim.text, [])
 
 
 class HeldReservation(BaseModel):

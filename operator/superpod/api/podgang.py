@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from superpod.api.convert import affinity_of, describe, resources_of, submitted_at, tolerations_of
 from superpod.api.manifests import MAX_RUNTIME
 from superpod.api.resources import ConvertError, pod_requests
+from superpod.core.gang_key import POD, POD_GANG, GangKey
 from superpod.core.request import PRODUCT_LABEL, JobRequest, Requests, gpu_units
 
 GANG_LABEL = "superpod.dev/gang"
@@ -31,7 +32,6 @@ TOPOLOGY = {"required": "superpod.dev/topology-required", "preferred": "superpod
 # of this type in its first pod's status: only the operator writes it (pods/status is not a tenant's to write).
 NOMINATED = "superpod.dev/Nominated"
 MAX_NOMINATED = 4096  # nodes or victims a nomination may name: more is not one the operator wrote
-GANG_MARK = "@"  # in a gang's key "<namespace>/<gang>@pods" (never a TrainingJob's: '@' is not in object names)
 
 
 @dataclass(frozen=True)
@@ -41,8 +41,8 @@ class Grouping:
     name: str
     by: str  # "label" (superpod.dev/gang), "pod-group" (scheduling.x-k8s.io/pod-group) or "pod" (alone)
 
-    def key(self, namespace: str) -> str:
-        return f"{namespace}/{self.name}{GANG_MARK}{'pod' if self.by == 'pod' else 'pods'}"
+    def key(self, namespace: str) -> GangKey:
+        return GangKey(namespace, self.name, POD if self.by == "pod" else POD_GANG)
 
 
 def grouping(obj: dict) -> Grouping:
@@ -61,15 +61,6 @@ def nomination_of(pod: dict) -> str | None:
         if isinstance(cond, dict) and cond.get("type") == NOMINATED:
             return str(cond.get("message") or "") if cond.get("status") == "True" else None
     return None
-
-
-def is_gang_key(key: str) -> bool:
-    return GANG_MARK in key
-
-
-def gang_name(key: str) -> str:
-    """What users call the gang: "<namespace>/<gang>" (or the pod's key, for a pod alone)."""
-    return key.split(GANG_MARK, 1)[0]
 
 
 def rank_of(obj: dict) -> tuple:
@@ -91,7 +82,7 @@ def rank_of(obj: dict) -> tuple:
             str(meta.get("name")))
 
 
-def gang_size(key: str, pods: list[dict], pod_group: dict | None, by: str) -> int:
+def gang_size(key: GangKey, pods: list[dict], pod_group: dict | None, by: str) -> int:
     """The number of pods the gang waits for. Raises ConvertError naming the pods that disagree or the field that is
     missing; a pod-group gang whose PodGroup is not there raises LookupError."""
     if by == "pod":
@@ -102,7 +93,7 @@ def gang_size(key: str, pods: list[dict], pod_group: dict | None, by: str) -> in
         return 1
     if by == "pod-group":
         if pod_group is None:
-            raise LookupError(f"waiting for PodGroup {gang_name(key)} (label {POD_GROUP_LABEL})")
+            raise LookupError(f"waiting for PodGroup {key} (label {POD_GROUP_LABEL})")
         value = (pod_group.get("spec") or {}).get("minMember")
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ConvertError(describe(pod_group), "spec.minMember", f"expected a count of at least 1, got {value!r}")
@@ -113,7 +104,7 @@ def gang_size(key: str, pods: list[dict], pod_group: dict | None, by: str) -> in
         sizes.setdefault(str((meta.get("annotations") or {}).get(GANG_SIZE)), []).append(str(meta.get("name")))
     if len(sizes) > 1:
         said = ", ".join(f"{size} ({', '.join(sorted(names)[:3])})" for size, names in sorted(sizes.items()))
-        raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{GANG_SIZE}]",
+        raise ConvertError(f"gang {key}", f"metadata.annotations[{GANG_SIZE}]",
                            f"its pods disagree: {said}")
     text = next(iter(sizes))
     try:
@@ -122,11 +113,11 @@ def gang_size(key: str, pods: list[dict], pod_group: dict | None, by: str) -> in
         size = 0
     if size < 1:
         what = "missing" if text == "None" else f"not a count of at least 1: {text!r}"
-        raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{GANG_SIZE}]", what)
+        raise ConvertError(f"gang {key}", f"metadata.annotations[{GANG_SIZE}]", what)
     return size
 
 
-def max_runtime_of(key: str, pods: list[dict]) -> int | None:
+def max_runtime_of(key: GangKey, pods: list[dict]) -> int | None:
     """The runtime limit, in seconds, the gang's pods ask for (annotation MAX_RUNTIME); None when none does. Raises
     ConvertError naming the pod whose value is not whole seconds of at least 1, or the pods that disagree (a pod
     without it disagrees with one that has it)."""
@@ -142,20 +133,20 @@ def max_runtime_of(key: str, pods: list[dict]) -> int | None:
     if len(said) > 1:
         which = ", ".join(f"{value or 'none'} ({', '.join(sorted(names)[:3])})" for value, names in
                           sorted(said.items(), key=lambda item: item[0] or ""))
-        raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{MAX_RUNTIME}]",
+        raise ConvertError(f"gang {key}", f"metadata.annotations[{MAX_RUNTIME}]",
                            f"its pods disagree: {which}")
     value = next(iter(said), None)
     return int(value) if value is not None else None
 
 
-def gang_request(key: str, pods: list[dict], extra_selector: tuple[tuple[str, str], ...] = (),
+def gang_request(key: GangKey, pods: list[dict], extra_selector: tuple[tuple[str, str], ...] = (),
                  check: bool = True) -> JobRequest:
     """The core request for placing `pods` (members of one gang) together, each member booked at its own requests:
     the most common request as the identical members, the others each on its own, ranked as `in_slot_order` orders
     the pods. The members must agree on their node filters and topology (`check`; without it the first pod's, e.g.
     for what bound pods hold). Raises ConvertError."""
     first = pods[0]
-    where = f"gang {gang_name(key)}"
+    where = f"gang {key}"
     filters = [_filters(pod) for pod in (pods if check else pods[:1])]
     for pod, seen in zip(pods[1:], filters[1:], strict=False):
         if seen != filters[0]:
@@ -164,11 +155,10 @@ def gang_request(key: str, pods: list[dict], extra_selector: tuple[tuple[str, st
                                "differ: a gang's pods must agree on what placement reads")
     identical, others = _members(pods)
     selector, affinity, tolerations, topology = filters[0]
-    namespace, name = key.split("/", 1)
     priorities = [(pod.get("spec") or {}).get("priority") for pod in pods]
     labels = (first.get("metadata") or {}).get("labels") or {}
     return JobRequest(
-        namespace=namespace, name=name, replicas=len(identical[1]),
+        namespace=key.namespace, name=key.name, kind=key.kind, replicas=len(identical[1]),
         requests=identical[0], others=tuple(requests for requests, _ in others),
         gpu_product=dict(selector).get(PRODUCT_LABEL),
         node_selector=tuple(sorted({*selector, *extra_selector})), affinity=affinity, tolerations=tolerations,

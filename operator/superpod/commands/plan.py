@@ -68,8 +68,7 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
         assign = d.placement.assignments if d and d.placement else {}
         reason = d.reason if d else controller.invalid.get(job.key) or controller.held_back.get(job.key)
         code = d.cause.code if d and d.cause else Reason.INVALID if job.key in controller.invalid else None
-        preempts = [dict(zip(("namespace", "name"), key.split("/", 1), strict=True)) for key in d.preempts] \
-            if d else []
+        preempts = [{"namespace": key.namespace, "name": key.name} for key in d.preempts] if d else []
         out.append({"namespace": job.namespace, "name": job.name, "placed": bool(assign),
                     "assignments": {k: assign[k] for k in sorted(assign)}, "reason": None if assign else reason,
                     "code": None if assign else code, "preempts": preempts,

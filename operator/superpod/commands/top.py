@@ -17,7 +17,6 @@ import yaml
 
 from superpod.api.convert import ConvertError
 from superpod.api.dumps import items_of, read_input
-from superpod.api.podgang import gang_name
 from superpod.controller.state import MIG_FAILED, ClusterState, NodeEntry
 from superpod.core.request import GPU, MIG_PREFIX
 from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES, PODS, TRAININGJOBS
@@ -94,7 +93,7 @@ def _usage(state: ClusterState) -> tuple[Counter, dict[str, str]]:
         if gpus:
             used[pod.node] += gpus
             info = state.pods.get(key)
-            job = (gang_name(info.job).split("/", 1)[1] if info and info.job else
+            job = (info.job.name if info and info.job else
                    key.split("/", 1)[1].rsplit("-", 1)[0])
             holders.setdefault(pod.node, Counter())[job] += gpus
     return used, {node: counts.most_common(1)[0][0] for node, counts in holders.items()}
@@ -146,7 +145,7 @@ def _nominated(state: ClusterState) -> dict[str, str]:
     for key, job in state.jobs.items():
         nomination = (job.get("status") or {}).get("nomination") or {}
         for node in nomination.get("nodes") or [] if isinstance(nomination, dict) else []:
-            out[str(node)] = f"→ {key.split('/', 1)[1]}"
+            out[str(node)] = f"→ {key.name}"
     return out
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from superpod.core.gang_key import GangKey
 from superpod.k8s.api import ApiError
 
 
@@ -19,7 +20,7 @@ class WriteStatus:
     `deferred`: in force in the cache at once, sent with the job's next status write (ClusterState.unsent): a gang
     whose pods run before its placement's status is due is written once, Running."""
 
-    job: str  # namespace/name
+    job: GangKey
     resource_version: str
     status: dict
     deferred: bool = False
@@ -49,7 +50,7 @@ class CreateService:
 class CreatePods:
     """A gang's pods, already bound to their nodes: all are written or, on any failure, none stays."""
 
-    job: str
+    job: GangKey
     pods: tuple[dict, ...]
 
 
@@ -67,7 +68,7 @@ class BindPods:
     """Bind another controller's pods to their nodes (pods/binding), all in parallel. A binding cannot be taken
     back: a pod whose binding failed is scheduled again with the gang's bound pods where they are."""
 
-    gang: str  # the gang's key
+    gang: GangKey
     bindings: tuple[tuple[str, str, str], ...]  # (namespace/name, uid, node)
 
 
@@ -118,7 +119,7 @@ Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | 
 
 @dataclass
 class Plan:
-    key: str  # the object the plan is about: "job:<ns>/<name>", "node:<name>", "mig-config"
+    key: GangKey | str  # what the plan is about: a gang (its writes), or e.g. "node:<name>", "mig-config"
     steps: list[Action] = field(default_factory=list)
     # After a step fails past a status write: the writes that take the object back (given the error).
     undo: Callable[[ApiError], list[Action]] | None = None

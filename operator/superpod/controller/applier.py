@@ -39,6 +39,7 @@ from superpod.controller.actions import (
     WriteStatus,
 )
 from superpod.controller.state import ClusterState
+from superpod.core.gang_key import GangKey
 from superpod.core.mig_render import CONFIG_PREFIX as MIG_CONFIG_PREFIX
 from superpod.k8s.api import (
     CONFIGMAPS,
@@ -203,12 +204,11 @@ class Applier:
         body = _status_body(queue, queue["metadata"]["resourceVersion"], step.status)  # a conflict: next cycle
         self._see(GPUQUEUES, await self.api.replace_status(GPUQUEUES, body))
 
-    async def _refresh(self, job_key: str) -> None:
-        namespace, name = job_key.split("/", 1)
+    async def _refresh(self, job: GangKey) -> None:
         try:
-            self._see(TRAININGJOBS, await self.api.get(TRAININGJOBS, name, namespace))
+            self._see(TRAININGJOBS, await self.api.get(TRAININGJOBS, job.name, job.namespace))
         except ApiError as e:
-            log.info("refreshing %s: %s", job_key, e)
+            log.info("refreshing %s: %s", job, e)
 
     async def _create_pods(self, step: CreatePods) -> None:
         """Every pod of the gang, in parallel. A pod whose answer was lost is expected (it may exist); any other

@@ -22,7 +22,6 @@ from collections import ChainMap
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from superpod.api.podgang import is_gang_key
 from superpod.controller import preemption
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
@@ -40,6 +39,7 @@ from superpod.controller.snapshot import SnapshotCache
 from superpod.controller.state import ClusterState
 from superpod.controller.waiting import WaitingRoom
 from superpod.core.cycle import Decision, PriorityFifo, QueuePolicy
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
 from superpod.core.phases import Phase, Reason
 from superpod.core.preempt import Preempting, lower_priority
@@ -89,8 +89,8 @@ class Controller:
         self._follow_anew()
         self._offered: tuple[int, Offered] | None = None  # (nodes version, what the usable nodes offer)
         self._rewrites: tuple[float, float] = (REWRITE_BURST, 0.0)  # (tokens, when) of the rewrite budget
-        self.unrecorded: dict[str, Plan] = {}  # plan key -> the record of a deleted placed job, until it is written
-        self.preempting: dict[str, dict[str, int]] = {}  # plan key -> victims by kind, of this cycle's preemptions
+        self.unrecorded: dict[GangKey | str, Plan] = {}  # plan key -> a deleted placed job's record, until written
+        self.preempting: dict[GangKey, dict[str, int]] = {}  # preemptor -> victims by kind, of this cycle's preemptions
         self.nominated: dict = {}  # job key -> view, of the jobs and pod gangs holding a nomination (this cycle)
 
     def _follow_anew(self) -> None:
@@ -193,9 +193,9 @@ class Controller:
     def _judge_gangs(self, turn: Turn) -> None:
         """3. Judge the placed gangs (keep, finish, restart), their runtime limits, incomplete pod gangs."""
         due = self.deadlines.due(turn.now)
-        turn.plans += self._judge_placed(turn.touched, turn.now, [key for key in due if not is_gang_key(key)])
+        turn.plans += self._judge_placed(turn.touched, turn.now, [key for key in due if not key.of_pods])
         turn.plans += self._guarded("limits", lambda: self._gang_limits(
-            [key for key in due if is_gang_key(key)], turn.now), [])
+            [key for key in due if key.of_pods], turn.now), [])
         turn.plans += self.room.gangs.stop_incomplete(self.state, turn.now, turn.touched)
 
     def _sort_waiting(self, turn: Turn) -> None:
@@ -251,7 +251,7 @@ class Controller:
         turn.plans += self._guarded("preemption", lambda: preemption.plans(
             policy, self.visited, self.reader, self.room.gangs, ChainMap(self.reader.by_key, self.room.ready),
             self.nominated, self.state, turn.now, self.queues.labels), [])
-        self.preempting = {f"{'gang' if is_gang_key(key) else 'job'}:{key}": {
+        self.preempting = {key: {
             "reclaim": sum(1 for v in found.victims if v.group),
             "priority": sum(1 for v in found.victims if not v.group)} for key, found in policy.chosen.items()}
 
@@ -342,7 +342,7 @@ class Controller:
         placed, or the garbage collector has yet to delete), each by its own request."""
         out = []
         for key in self.state.by_job.keys() - placed.keys():
-            if is_gang_key(key):
+            if key.of_pods:
                 continue
             view, mine = self.reader.by_key.get(key), 0
             for pod in self.state.pods_of(key):
@@ -439,7 +439,7 @@ class Controller:
         every = self._limits_of != self.state.queue_edits
         self._limits_of = self.state.queue_edits
         limits = {}
-        gone = {key for key in touched - active.keys() if not is_gang_key(key)}  # (a pod gang's are its own)
+        gone = {key for key in touched - active.keys() if not key.of_pods}  # (a pod gang's are its own)
         for key in set(active) if every else candidates | gone:
             view = active.get(key)
             limit = self._guarded("limits", lambda v=view: self.queues.job_limit(v), _FAILED) if view else None

@@ -21,6 +21,7 @@ from superpod.controller.judge import Settings, abandoned
 from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
+from superpod.core.gang_key import GangKey
 from superpod.core.lifecycle import backoff
 from superpod.core.mig_catalog import Product, UnknownProductError
 from superpod.core.mig_catalog import product as mig_product
@@ -119,7 +120,7 @@ def _pending(state: ClusterState, view: JobView, now: float, out: Pending, label
 
 def _repair(view: JobView, now: float, live: tuple = ()) -> Plan | None:
     """For a job that gets no other write this cycle: its damaged status rewritten, pods that must not run deleted."""
-    plan = Plan(f"job:{view.key}")
+    plan = Plan(view.key)
     if view.problems:
         plan.then(view.write(job_status.NO_CHANGE, now))
     if live:
@@ -194,7 +195,7 @@ def servable(snap: Snapshot, offered: Offered, views: list[JobView], now: float,
     return valid
 
 
-def starts(state: ClusterState, decisions: list[Decision], views: dict[str, JobView], now: float,
+def starts(state: ClusterState, decisions: list[Decision], views: dict[GangKey, JobView], now: float,
            settings: Settings) -> list[Plan]:
     """The plans of the gangs placed."""
     plans = []
@@ -209,9 +210,9 @@ def starts(state: ClusterState, decisions: list[Decision], views: dict[str, JobV
     return plans
 
 
-def wait_plans(decisions: list[Decision], views: dict[str, JobView], mig: dict[str, str], notes: dict[str, str],
-               now: float, said: dict[str, tuple[float, str, int]], budget: int | None = None,
-               passed: frozenset[str] = frozenset()) -> tuple[list[Plan], int]:
+def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: dict[GangKey, str],
+               notes: dict[GangKey, str], now: float, said: dict[str, tuple[float, str, int]],
+               budget: int | None = None, passed: frozenset[GangKey] = frozenset()) -> tuple[list[Plan], int]:
     """Queued with the decision's cause: its code in status.reason, its sentence (and a note on MIG when there is
     one) in status.message, its details in status.reservation and status.blockedBy; or the MIG flow's message while
     the job's nodes are being repartitioned. Returns the plans, and how many of them were rewrites taken from
@@ -284,7 +285,7 @@ def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]],
     pods = tuple(manifests.pod(view.obj, attempt, i, nodes[i], settings.scheduler_name, settings.writer)
                  for i in sorted(nodes))
     service = [CreateService(manifests.headless_service(view.obj))] if manifests.has_service(view.obj) else []
-    plan = Plan(f"job:{view.key}", [write, *service, CreatePods(view.key, pods),
+    plan = Plan(view.key, [write, *service, CreatePods(view.key, pods),
                                     view.emit("Normal", Reason.PLACED, message)])
     plan.undo = lambda error: rollback(view, write, error, now)
     return plan
@@ -316,7 +317,7 @@ def recovered(state: ClusterState, view: JobView, pods: list, now: float) -> Pla
         assignments.setdefault(pod.node, []).append(pod.index)
     write, message = placed(state, view, attempt, assignments, now, "found the pods of attempt "
                             f"{attempt} written before their status:")
-    return Plan(f"job:{view.key}", [write, view.emit("Normal", Reason.PLACED, message)])
+    return Plan(view.key, [write, view.emit("Normal", Reason.PLACED, message)])
 
 
 def next_attempt(state: ClusterState, view: JobView) -> int:

@@ -8,13 +8,14 @@ moves later (an annotation edited up or away, members deleted and made again one
 
 from __future__ import annotations
 
-from superpod.api.podgang import MAX_RUNTIME, gang_name, max_runtime_of
+from superpod.api.podgang import MAX_RUNTIME, max_runtime_of
 from superpod.api.resources import ConvertError
 from superpod.controller.actions import Emit, Plan, pod_ref
 from superpod.controller.deadlines import Deadlines
 from superpod.controller.podgangs import PodGangs
 from superpod.controller.queues import QueueBook
 from superpod.controller.state import ClusterState
+from superpod.core.gang_key import GangKey
 from superpod.core.phases import Reason
 from superpod.core.request import JobRequest
 from superpod.core.runtime_limit import RuntimeLimit
@@ -44,7 +45,7 @@ class GangLimits:
                 self.told[key] = problem
                 then = f"{limit.source} ({limit.seconds:.0f} s) applies" if limit else "it runs without a limit"
                 plans.append(Plan(f"limit:{key}", [Emit(pod_ref(pods[0]), "Warning", str(Reason.MAX_RUNTIME_IGNORED),
-                                                        f"gang {gang_name(key)}: {problem}; ignored, {then}")]))
+                                                        f"gang {key}: {problem}; ignored, {then}")]))
         for key in self.seen.keys() - placed.keys():
             del self.seen[key]
             self.told.pop(key, None)
@@ -52,7 +53,7 @@ class GangLimits:
             deadlines.set(key, None)
         return plans
 
-    def _keep(self, key: str, limit: RuntimeLimit | None,
+    def _keep(self, key: GangKey, limit: RuntimeLimit | None,
               started: float | None) -> tuple[RuntimeLimit | None, float | None]:
         """The least limit and the first start seen while the gang is bound, with these."""
         kept_limit, kept_start = self.kept.get(key, (None, None))
@@ -72,7 +73,7 @@ class GangLimits:
             asked, problem = None, str(e).strip('"')
         return queues.runtime_limit(request, asked, ASKED_BY), problem
 
-    def stop(self, state: ClusterState, gangs: PodGangs, queues: QueueBook, deadlines: Deadlines, key: str,
+    def stop(self, state: ClusterState, gangs: PodGangs, queues: QueueBook, deadlines: Deadlines, key: GangKey,
              now: float) -> Plan | None:
         """A gang whose deadline came: evicted if its limit (read again) has passed, else its deadline moved."""
         request = next((r for r in gangs.placed(state) if r.key == key), None)

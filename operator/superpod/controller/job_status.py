@@ -8,10 +8,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from superpod.api.models import TrainingJobStatus
-from superpod.api.podgang import gang_name, is_gang_key
 from superpod.api.status import condition, updated
 from superpod.api.times import rfc3339
 from superpod.core.cycle import Decision
+from superpod.core.gang_key import GangKey
 from superpod.core.lifecycle import Verdict
 from superpod.core.phases import Cause, Condition, Phase, Reason
 
@@ -116,17 +116,18 @@ def cause_details(decision: Decision) -> dict:
     return {"reservation": reservation, "blockedBy": blocked or None}
 
 
-def _reference(key: str) -> dict:
-    """A job of status.blockedBy: a TrainingJob, or a gang of pods (by its gang's name)."""
-    namespace, name = gang_name(key).split("/", 1)
-    return {"kind": "PodGang" if is_gang_key(key) else "TrainingJob", "namespace": namespace, "name": name}
+def _reference(key: GangKey) -> dict:
+    """A job of status.blockedBy: a TrainingJob, or a gang of pods (by its gang's name, or its pod's)."""
+    return {"kind": "PodGang" if key.of_pods else "TrainingJob", "namespace": key.namespace, "name": key.name}
 
 
-def nominating(nodes: list[str], victims: list[str], attempts: dict[str, int], pods: dict[str, list[str]],
-               now: float) -> dict:
+def nominating(nodes: list[str], victims: list[GangKey], attempts: dict[GangKey, int],
+               pods: dict[GangKey, list[str]], now: float) -> dict:
     """status.nomination of a job that preempts: the nodes held for it, its victims (a TrainingJob's attempt, a pod
     gang's pods), when."""
-    return {"nodes": nodes, "victims": victims, "attempts": attempts, "pods": pods, "time": rfc3339(now)}
+    return {"nodes": nodes, "victims": [victim.text for victim in victims],
+            "attempts": {victim.text: attempt for victim, attempt in attempts.items()},
+            "pods": {victim.text: uids for victim, uids in pods.items()}, "time": rfc3339(now)}
 
 
 def nomination_dropped(why: str = "") -> Change:

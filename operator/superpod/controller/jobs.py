@@ -17,13 +17,14 @@ from superpod.controller import job_status
 from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
+from superpod.core.gang_key import GangKey
 from superpod.core.phases import ACTIVE, Cause, Phase, Reason
 from superpod.core.request import JobRequest
 
 
 @dataclass(frozen=True)
 class JobView:
-    key: str
+    key: GangKey
     obj: dict
     status: TrainingJobStatus
     raw: dict  # the status fields that read well (a write keeps them)
@@ -125,7 +126,7 @@ class JobView:
         if self.phase == Phase.INVALID and self.status.message == why and not self.problems:
             return None
         write = self.write(job_status.invalid(reason, why), now)
-        return Plan(f"job:{self.key}", [write, self.emit("Warning", reason, why)])
+        return Plan(self.key, [write, self.emit("Warning", reason, why)])
 
     def says(self, cause: Cause, details: dict, nomination: dict | None = None) -> bool:
         """Whether its status already says it waits for `cause`, with these details (job_status.cause_details) and
@@ -139,7 +140,7 @@ class JobView:
         if self.says(cause, details, nomination):
             return None
         change = job_status.waiting(self.raw, cause, details, self.holdings(), self.replicas, now, nomination)
-        return Plan(f"job:{self.key}", [self.write(change, now), self.emit("Normal", reason, why)])
+        return Plan(self.key, [self.write(change, now), self.emit("Normal", reason, why)])
 
 
 class JobReader:
@@ -147,14 +148,14 @@ class JobReader:
     the cache says were stored or deleted since the last read are read again."""
 
     def __init__(self) -> None:
-        self.by_key: dict[str, JobView] = {}  # every job, by key (read-only for callers)
+        self.by_key: dict[GangKey, JobView] = {}  # every job, by key (read-only for callers)
         self.by_uid: dict[str, JobView] = {}  # the same, by uid
         self.damaged: set[str] = set()  # keys of the jobs whose status has fields that did not read
-        self.active: dict[str, JobView] = {}  # the jobs placed (phase in ACTIVE), by key
-        self.gangs: dict[str, tuple[JobRequest, str, int, dict[int, str]]] = {}  # JobView.gang of those placed
+        self.active: dict[GangKey, JobView] = {}  # the jobs placed (phase in ACTIVE), by key
+        self.gangs: dict[GangKey, tuple[JobRequest, str, int, dict[int, str]]] = {}  # JobView.gang of those placed
         self.priorities: Counter = Counter()  # priority -> how many gangs of it are placed
-        self.gangs_changed: set[str] | None = None  # keys whose `gangs` entry changed since taken (None: any may have)
-        self.nominated: dict[str, JobView] = {}  # the jobs whose status holds a nomination (core/preempt.py)
+        self.gangs_changed: set[GangKey] | None = None  # whose `gangs` entry changed since taken (None: any may have)
+        self.nominated: dict[GangKey, JobView] = {}  # the jobs whose status holds a nomination (core/preempt.py)
         self.deleted_placed: list[JobView] = []  # the last views of placed jobs deleted since the caller took them
         self.phases: Counter = Counter()  # phase (a job without one counts as Queued) -> how many jobs are in it
         self._whole = True  # the next read reads every job (the first: the cache may hold jobs it kept no edit of)
@@ -215,17 +216,17 @@ class JobReader:
                 self.priorities[self.gangs.pop(key)[0].priority] -= 1
                 self._gang_changed(key)
 
-    def _gang_changed(self, key: str) -> None:
+    def _gang_changed(self, key: GangKey) -> None:
         if self.gangs_changed is not None:
             self.gangs_changed.add(key)
 
-    def take_gang_changes(self) -> set[str] | None:
+    def take_gang_changes(self) -> set[GangKey] | None:
         """The keys whose placed gang changed since the last call (None the first time: any may have)."""
         changed, self.gangs_changed = self.gangs_changed, set()
         return changed
 
 
-def _view(key: str, obj: dict, previous: JobView | None = None) -> JobView:
+def _view(key: GangKey, obj: dict, previous: JobView | None = None) -> JobView:
     status, raw, problems = read_status(obj)
     same = previous is not None and _same_request_inputs(previous, obj, raw)
     if same:

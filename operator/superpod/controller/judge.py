@@ -88,7 +88,7 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         lost_nodes=lost, not_ready=not_ready, not_ready_grace=settings.not_ready_grace,
         deleted=frozenset(p.index for p in mine if p.attempt == attempt and p.deleting and p.index is not None
                           and p.phase not in POD_FINISHED), limit=limit), now)
-    plan = Plan(f"job:{view.key}")
+    plan = Plan(view.key)
     closing = _closing(state, view, now) if verdict.ends_attempt else None
     change = _change(state, view, verdict, current, closing, now)
     unsent = state.unsent.get(view.key)
@@ -222,7 +222,7 @@ def requeue(state: ClusterState, view: JobView, now: float, reason: str, why: st
     write, then its pods are deleted gracefully (`grace` seconds, else each pod's own; pods left over are deleted
     while it waits). `more`: what else the write changes."""
     closing = _closing(state, view, now)
-    plan = Plan(f"job:{view.key}", [*_usage_record(state, view, closing, Phase.QUEUED, now, labels),
+    plan = Plan(view.key, [*_usage_record(state, view, closing, Phase.QUEUED, now, labels),
                                     view.write(job_status.requeued(reason, why, closing) | more, now),
                                     view.emit(event, reason, why)])
     live = tuple(sorted((p.key, p.uid) for p in own_pods(state, view) if not p.deleting

@@ -150,9 +150,8 @@ class Counted:
 def outside_queues(view: JobView) -> Labels:
     """The labels of a job when the cluster has no GPUQueue: its flavor is its MIG profile, GPU product, or *."""
     request = view.request
-    namespace = view.key.split("/", 1)[0]
     if not isinstance(request, JobRequest):
-        return "", namespace, ANY, SPOT
+        return "", view.key.namespace, ANY, SPOT
     return outside_labels(request)
 
 
@@ -178,7 +177,7 @@ def attempt_runs(state: ClusterState, view: JobView, attempt: int) -> list[Run]:
     """The runs of one attempt's pods: observed pods, and pods already gone (their recorded runs) — both for a
     replica whose pod is gone and was made again under its name (a Starting gang's missing pod)."""
     runs: list[Run] = []
-    prefix = f"{view.key.split('/', 1)[0]}/"
+    prefix = f"{view.key.namespace}/"
     for i in range(view.replicas):
         key = prefix + manifests.pod_name(view.obj["metadata"]["name"], attempt, i)
         pod = state.pods.get(key)

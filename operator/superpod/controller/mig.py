@@ -30,6 +30,7 @@ from superpod.controller.state import (
     NodeEntry,
     mig_held,
 )
+from superpod.core.gang_key import GangKey
 from superpod.core.mig_catalog import UnknownProductError, product
 from superpod.core.mig_planner import MigDemand, MigNode, MigPlan, plan
 from superpod.core.mig_render import CONFIG_LABEL, STATE_LABEL, render
@@ -97,7 +98,7 @@ class MigFlow:
             MIG_REQUESTED_AT: f"{now:.0f}" if before else None})])
         message = f"node {name}: {why} for config {wanted}; reverted, replanning elsewhere"
         plan.then(Emit(node_ref(entry.obj), "Warning", Reason.MIG_FAILED, message))
-        for key in (notes.get(MIG_FOR) or "").split(","):
+        for key in _jobs_for(notes):
             if job := self.state.jobs.get(key):
                 plan.then(Emit(job_ref(job), "Warning", Reason.MIG_FAILED, message))
         return plan
@@ -150,9 +151,8 @@ class MigFlow:
         if self._serving is None or self._serving[0] != self.state.node_edits:
             nodes = self.state.nodes
             self._serving = (self.state.node_edits, {
-                k for name in self.state.mig_nodes
-                for k in ((nodes[name].obj["metadata"].get("annotations") or {}).get(MIG_FOR) or "").split(",")
-                if k})
+                key for name in self.state.mig_nodes for key in _jobs_for(nodes[name].obj["metadata"].get(
+                    "annotations") or {})})
         return self._serving[1]
 
     def reclaims(self) -> bool:
@@ -209,7 +209,8 @@ class MigFlow:
             out.then(PatchNode(name, labels={CONFIG_LABEL: config}, annotations={
                 MIG_EXPECT: json.dumps(resources, sort_keys=True),
                 MIG_LAYOUT: json.dumps([list(g) if g is not None else None for g in layout]),
-                MIG_REQUESTED_AT: f"{now:.0f}", MIG_FOR: ",".join(jobs) or None, MIG_PREVIOUS: previous,
+                MIG_REQUESTED_AT: f"{now:.0f}", MIG_FOR: ",".join(job.text for job in jobs) or None,
+                MIG_PREVIOUS: previous,
                 MIG_PREVIOUS_RESOURCES: json.dumps(advertised, sort_keys=True)}))
         for key, where in assignment.items():
             if job := self.state.jobs.get(key):
@@ -271,3 +272,13 @@ def _layout(node_obj: dict, gpus: int) -> tuple | None:
         return None
     return (None,) * gpus
 
+
+def _jobs_for(annotations: dict) -> list[GangKey]:
+    """The jobs a node's reconfiguration is for (MIG_FOR; one the operator did not write names none)."""
+    out = []
+    for text in filter(None, str(annotations.get(MIG_FOR) or "").split(",")):
+        try:
+            out.append(GangKey.parse(text))
+        except ValueError:
+            continue
+    return out

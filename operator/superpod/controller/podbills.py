@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from superpod.api.convert import pod_usage_name, usage_name, usage_object
-from superpod.api.podgang import gang_name
 from superpod.controller.actions import Plan, RecordUsage
 from superpod.controller.jobs import JobReader
 from superpod.controller.metering import Labels
@@ -30,6 +29,7 @@ from superpod.controller.podgangs import PodGangs
 from superpod.controller.queues import Open, QueueBook
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core.accounting import Run
+from superpod.core.gang_key import GangKey
 from superpod.core.request import PRODUCT_LABEL, JobRequest
 from superpod.core.usage import Record
 
@@ -94,7 +94,7 @@ def own_request(pod: PodInfo, product: str | None = None) -> JobRequest:
                       gpu_product=(gpus.product if gpus else None) or product, queue=gpus.queue if gpus else None)
 
 
-def gang_labels(book: QueueBook, key: str, request: JobRequest) -> Labels:
+def gang_labels(book: QueueBook, key: GangKey, request: JobRequest) -> Labels:
     """The queue (and flavor) a pod gang is billed and drained under: the queue it counts against in the queue
     policy — `request`, the gang's placed request (PodGangs.placed: its first bound pod's superpod.dev/queue label,
     else its namespace's queue). The one place a pod gang's queue is looked up for billing and draining."""
@@ -125,7 +125,7 @@ class PodBills:
         changed |= self._again
         placed: dict[str, JobRequest] | None = None
 
-        def gang_request(key: str) -> JobRequest | None:
+        def gang_request(key: GangKey) -> JobRequest | None:
             nonlocal placed
             if placed is None:  # once per update, and only when a gang's pod is billed anew
                 placed = {request.key: request for request in gangs.placed(state)}
@@ -234,7 +234,7 @@ def bill_of(state: ClusterState, reader: JobReader, book: QueueBook, gang_reques
         return PodBill(pod, labels, job, pod.owner or "", start or 0.0, settled=not pending), pending
     if pod.job:  # a pod gang's
         request = gang_request(pod.job) or own_request(pod)
-        return PodBill(pod, gang_labels(book, pod.job, request), gang_name(pod.job).split("/", 1)[1], "",
+        return PodBill(pod, gang_labels(book, pod.job, request), pod.job.name, "",
                        start or 0.0), False
     node = state.nodes.get(pod.node or "")  # (bound by someone else: its GPUs are its node's product)
     request = own_request(pod, node.node.labels.get(PRODUCT_LABEL) if node and node.node else None)

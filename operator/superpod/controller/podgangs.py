@@ -26,7 +26,6 @@ from superpod.api.podgang import (
     MAX_NOMINATED,
     NOMINATED,
     TOPOLOGY,
-    gang_name,
     gang_request,
     gang_size,
     grouping,
@@ -108,7 +107,7 @@ class GangView:
                 "message": json.dumps(nomination, sort_keys=True), "lastTransitionTime": rfc3339(now)}, required=True))
         if not steps:
             return None
-        return Plan(f"gang:{self.key}", [*steps, self.emit("Warning", "FailedScheduling", why)])
+        return Plan(self.key, [*steps, self.emit("Warning", "FailedScheduling", why)])
 
     def invalid(self, why: str, now: float, reason: Reason = Reason.INVALID) -> Plan | None:
         return self.wait(reason, why, now)
@@ -119,9 +118,9 @@ class GangView:
     def bind(self, assignments: dict[str, list[int]]) -> Plan:
         nodes = {index: node for node, ranks in assignments.items() for index in ranks}  # member i: slot i
         bindings = tuple((_key(pod), pod["metadata"].get("uid") or "", nodes[i]) for i, pod in enumerate(self.members))
-        said = (f"bound {len(bindings)} pod(s) of gang {gang_name(self.key)} to {len(assignments)} node(s): "
+        said = (f"bound {len(bindings)} pod(s) of gang {self.key} to {len(assignments)} node(s): "
                 f"{', '.join(sorted(assignments)[:8])}{' ...' if len(assignments) > 8 else ''}")
-        return Plan(f"gang:{self.key}", [BindPods(self.key, bindings), self.emit("Normal", "Scheduled", said)])
+        return Plan(self.key, [BindPods(self.key, bindings), self.emit("Normal", "Scheduled", said)])
 
     def emit(self, kind: str, reason: str, message: str) -> Emit:
         return Emit(pod_ref(self.members[0]), kind, str(reason), message)
@@ -147,7 +146,7 @@ class GangNominee:
 
     def clear(self, now: float) -> Plan:
         """Drop the nomination of a gang that no longer waits (bound, or gone)."""
-        return Plan(f"gang:{self.key}", [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
+        return Plan(self.key, [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
             "type": NOMINATED, "status": "False", "reason": "Cleared", "message": "",
             "lastTransitionTime": rfc3339(now)}) for pod in self.holders])
 
@@ -182,9 +181,9 @@ class PodGangs:
         view = GangView(key, tuple(waiting))
         group = grouping(waiting[0])
         try:
-            size = gang_size(key, live, state.pod_groups.get(gang_name(key)), group.by)
+            size = gang_size(key, live, state.pod_group(key), group.by)
             if group.by == "label" and len(live) > size:
-                raise ConvertError(f"gang {gang_name(key)}", f"metadata.annotations[{GANG_SIZE}]",
+                raise ConvertError(f"gang {key}", f"metadata.annotations[{GANG_SIZE}]",
                                    f"says {size}, but {len(live)} of its pods exist")
             if bound and len(bound) < size:  # the rest of a gang its bound part cannot run without
                 self.incomplete.setdefault(key, now)
@@ -317,7 +316,7 @@ class PodGangs:
                 key, {})]
             if not (pods and waiting):
                 continue
-            why = (f"part of gang {gang_name(key)} was bound and the rest found no room for {now - since:.0f}s: its "
+            why = (f"part of gang {key} was bound and the rest found no room for {now - since:.0f}s: its "
                    "bound pods were evicted, and it waits again whole")
             self.evicted.update({pod["metadata"].get("uid") or "": _key(pod) for pod in pods})
             touched.add(key)
@@ -414,7 +413,7 @@ class PodGangs:
             pods = self._bound(state, key)
             if pods:
                 plans.append(Plan(f"relabelled:{key}", [Emit(pod_ref(pods[0]), "Warning", str(Reason.QUEUE_RELABELLED),
-                    f"gang {gang_name(key)} was bound in queue {admitted or 'of its namespace'}; its pods now name "
+                    f"gang {key} was bound in queue {admitted or 'of its namespace'}; its pods now name "
                     f"{named or 'none'}: it counts in the queue it was bound in until it ends")]))
         self.relabelled = {}
         return plans
@@ -428,8 +427,8 @@ def _evict(key: str, pods: list[dict], reason: str, event: Reason, why: str, now
     grace = LIMIT_GRACE if event == Reason.MAX_RUNTIME_EXCEEDED else None  # a limit is not the pods' to stretch
     steps.append(DeletePods(tuple((_key(pod), pod["metadata"].get("uid") or "") for pod in pods), grace))
     if pods:
-        steps.append(Emit(pod_ref(pods[0]), "Warning", str(event), f"gang {gang_name(key)} {why}"))
-    return Plan(f"gang:{key}", steps)
+        steps.append(Emit(pod_ref(pods[0]), "Warning", str(event), f"gang {key} {why}"))
+    return Plan(key, steps)
 
 
 def _inside(state: ClusterState, nodes: list[str], waiting: list[dict]) -> tuple[tuple[str, str], ...]:

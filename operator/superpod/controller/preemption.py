@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from superpod.api.podgang import is_gang_key
 from superpod.controller import job_status
 from superpod.controller.actions import Plan
 from superpod.controller.job_status import cause_details
@@ -26,6 +25,7 @@ from superpod.controller.podgangs import GangNominee, PodGangs
 from superpod.controller.snapshot import assumed_key
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
 from superpod.core.phases import POD_FINISHED, Phase, Reason
 from superpod.core.preempt import Nomination, Preempting, Running
@@ -69,16 +69,16 @@ def _protected(view: JobView, now: float, min_runtime: int) -> str:
     return ""
 
 
-def _unstopped(reader: JobReader, victim: str, attempt: int | None) -> JobView | None:
+def _unstopped(reader: JobReader, victim: GangKey, attempt: int | None) -> JobView | None:
     """The victim, if the attempt that was preempted still runs (a later attempt is a new placement)."""
     view = reader.active.get(victim)
     return view if view is not None and view.status.attempt == attempt else None
 
 
-def _holding(state: ClusterState, reader: JobReader, gangs: PodGangs, victim: str, nomination) -> bool:
+def _holding(state: ClusterState, reader: JobReader, gangs: PodGangs, victim: GangKey, nomination) -> bool:
     """Whether a victim still holds what it was preempted for: not stopped yet, or its pods still terminate."""
-    stopped = not gangs.unstopped(state, victim, nomination.pods.get(victim, [])) if is_gang_key(victim) else \
-        _unstopped(reader, victim, nomination.attempts.get(victim)) is None
+    stopped = not gangs.unstopped(state, victim, nomination.pods_of(victim)) if victim.of_pods else \
+        _unstopped(reader, victim, nomination.attempt_of(victim)) is None
     return not stopped or any(pod.deleting and pod.phase not in POD_FINISHED for pod in state.pods_of(victim))
 
 
@@ -89,7 +89,7 @@ def _in_force(state: ClusterState, reader: JobReader, gangs: PodGangs, view: Job
     nomination = view.status.nomination
     if view.phase != Phase.QUEUED:
         return None
-    holding = tuple(victim for victim in nomination.victims if _holding(state, reader, gangs, victim, nomination))
+    holding = tuple(victim for victim in nomination.gangs() if _holding(state, reader, gangs, victim, nomination))
     return holding if holding or now - nomination.time.timestamp() <= NOMINATION_TIMEOUT else None
 
 
@@ -117,7 +117,7 @@ def expired(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: 
             if not view.waiting:  # a waiting gang's expired nomination is left for its next one to replace: two
                 plans.append(view.clear(now))  # patches of one pod's annotation in a cycle would race
             continue
-        plans.append(Plan(f"job:{view.key}", [view.write(job_status.nomination_dropped(why), now)]))
+        plans.append(Plan(view.key, [view.write(job_status.nomination_dropped(why), now)]))
     return plans
 
 
@@ -134,13 +134,13 @@ def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gang
         nodes = sorted(found.placement.assignments)
         attempts = {victim: reader.active[victim].status.attempt for victim in decision.preempts
                     if victim in reader.active}
-        pods = {victim: gangs.victim_pods(state, victim) for victim in decision.preempts if is_gang_key(victim)}
+        pods = {victim: gangs.victim_pods(state, victim) for victim in decision.preempts if victim.of_pods}
         nomination = job_status.nominating(nodes, list(decision.preempts), attempts, pods, now)
         plan = view.wait(Reason.PREEMPTING, decision.reason, now, nomination=nomination,
-                         **cause_details(decision)) or Plan(f"job:{view.key}")
+                         **cause_details(decision)) or Plan(view.key)
         out.append(plan)
         for victim in decision.preempts:  # after the nomination, in the same plan: it is the commit point
-            if is_gang_key(victim):
+            if victim.of_pods:
                 plan.steps += gangs.stop(state, victim, pods[victim], view.key, decision.job.priority, now).steps
             elif (victim_view := reader.active.get(victim)) is not None:
                 plan.steps += _stop(state, victim_view, view, now, labels).steps
@@ -149,11 +149,11 @@ def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gang
         if (preemptor := nominated.get(key)) is None:
             continue
         nomination = preemptor.status.nomination
-        for victim in nomination.victims:
-            if is_gang_key(victim):
-                if gangs.unstopped(state, victim, nomination.pods.get(victim, [])):
-                    out.append(gangs.stop(state, victim, nomination.pods[victim], key, _priority(preemptor), now))
-            elif (victim_view := _unstopped(reader, victim, nomination.attempts.get(victim))) is not None:
+        for victim in nomination.gangs():
+            if victim.of_pods:
+                if gangs.unstopped(state, victim, nomination.pods_of(victim)):
+                    out.append(gangs.stop(state, victim, nomination.pods_of(victim), key, _priority(preemptor), now))
+            elif (victim_view := _unstopped(reader, victim, nomination.attempt_of(victim))) is not None:
                 out.append(_stop(state, victim_view, preemptor, now, labels))
     return out
 

@@ -152,7 +152,7 @@ class QueueBook:
         asked = view.max_runtime_asked
         if not isinstance(view.request, JobRequest):  # an unreadable spec: the queue it was admitted under still caps
             admitted = view.status.admitted if view.phase in ACTIVE else None
-            queue = self._queue_of(view.key.partition("/")[0], admitted.queue if admitted is not None else None)
+            queue = self._queue_of(view.key.namespace, admitted.queue if admitted is not None else None)
             return effective_limit(asked, "spec.maxRuntimeSeconds", queue)
         return self.runtime_limit(view.request, asked, "spec.maxRuntimeSeconds")
 

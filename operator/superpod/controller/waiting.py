@@ -14,7 +14,6 @@ from collections import OrderedDict
 from collections.abc import Callable
 from itertools import islice
 
-from superpod.api.podgang import is_gang_key
 from superpod.controller.actions import Plan
 from superpod.controller.decide import Offered, Pending, pending, servable, starts
 from superpod.controller.jobs import JobReader, JobView
@@ -23,6 +22,7 @@ from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.podgangs import GangView, PodGangs
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision, schedule
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
 from superpod.core.phases import ACTIVE
 from superpod.core.request import JobRequest
@@ -52,14 +52,14 @@ class WaitingRoom:
         ones wait in `ready`. `labels`, `settled`: as `decide.pending` takes them."""
         if self._first:  # the cache may have been filled before this room looked (kept in `touched` on failure)
             self._first = False
-            touched |= reader.by_key.keys() | {key for key in state.by_job if is_gang_key(key)}
+            touched |= reader.by_key.keys() | {key for key in state.by_job if key.of_pods}
         out = Pending()
         self.fresh = set()
         for key in sorted(touched | self.recheck):
             view = reader.by_key.get(key)
             self._leave(key)
             self.recheck.discard(key)
-            if is_gang_key(key):  # decided on its pods alone: looked at again when they change
+            if key.of_pods:  # decided on its pods alone: looked at again when they change
                 gang, plan, why = self.gangs.verdict(state, key, now)
                 if plan is not None:
                     out.plans.append(plan)
@@ -86,7 +86,7 @@ class WaitingRoom:
         if isinstance(view.request, JobRequest):
             self.mig_jobs += view.request.mig_profile is not None
 
-    def _leave(self, key: str) -> None:
+    def _leave(self, key: GangKey) -> None:
         view = self.ready.pop(key, None)
         if view is None:
             return
@@ -124,7 +124,7 @@ class WaitingRoom:
             visited, parked = schedule_waiting(snap, self.line, policy)
         else:
             visited, parked = schedule(snap, self.line.all(), policy), []
-        jobs = [decision for decision in visited if not is_gang_key(decision.job.key)]
+        jobs = [decision for decision in visited if not decision.job.key.of_pods]
         plans += starts(state, jobs, self.ready, now, settings)
         if len(jobs) < len(visited):
             plans += self._bind(state, visited, now)
@@ -134,7 +134,7 @@ class WaitingRoom:
         """The bindings of the pod gangs placed; each is looked at again next cycle (it leaves the line then)."""
         plans = []
         for decision in visited:
-            if decision.placement is not None and is_gang_key(decision.job.key):
+            if decision.placement is not None and decision.job.key.of_pods:
                 plans.append(self.gangs.bind(self.ready[decision.job.key], decision.placement.assignments, now))
                 state.touch(decision.job.key)
         return plans

@@ -23,6 +23,7 @@ from typing import Protocol
 
 from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.explain import explain_solver
+from superpod.core.gang_key import GangKey
 from superpod.core.horizon import Start, earliest_starts, predicted_start, slots_at
 from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.phases import Cause, Reason
@@ -38,9 +39,9 @@ class Decision:
     reserved: str | None = None  # what this job holds a reservation on, e.g. "leaf su-2"
     reserved_nodes: tuple[str, ...] = ()  # every node inside that reservation
     expected_start: float | None = None  # when the reservation is predicted to hold it (None: not predicted)
-    blocked_by: tuple[str, ...] = ()  # the jobs (namespace/name) whose reservations it fits only inside
+    blocked_by: tuple[GangKey, ...] = ()  # the jobs whose reservations it fits only inside
     error: str | None = None  # a bug met while deciding this job (the others were decided all the same)
-    preempts: tuple[str, ...] = ()  # the running gangs (namespace/name) it evicts to start (core/preempt.py)
+    preempts: tuple[GangKey, ...] = ()  # the running gangs it evicts to start (core/preempt.py)
 
     @property
     def placed(self) -> bool:
@@ -434,7 +435,7 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
     if found is not None:
         return found
     anywhere = Solver(snap, job) if blocking else sv
-    blocked_by: tuple[str, ...] = ()
+    blocked_by: tuple[GangKey, ...] = ()
     if blocking and policy.place(anywhere) is not None:
         holders = sorted(blocking, key=lambda r: r.holder.queue_key)
         blocked_by = tuple(r.holder.key for r in holders)

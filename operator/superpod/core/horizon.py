@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from superpod.core.estimates import predicted_end, steady_until
+from superpod.core.gang_key import GangKey
 from superpod.core.request import Requests
 
 G = TypeVar("G", bound=Hashable)
@@ -40,7 +41,7 @@ class Horizon:
     def __init__(self, now: float = 0.0) -> None:
         self.now = now
         self.on: dict[str, dict[str, Release]] = {}  # node name -> holder -> its release there
-        self.nodes_of: dict[str, tuple[tuple[str, ...], tuple]] = {}  # holder -> (its nodes, what it was put with)
+        self.nodes_of: dict[GangKey, tuple[tuple[str, ...], tuple]] = {}  # holder -> (its nodes, what it was put with)
         self.assumed: set[str] = set()  # holders put with no version: placed by a cycle, not observed yet
         # node -> (its ends, sorted; the clock they were read at; until when they hold whatever the clock says)
         self._ends: dict[str, tuple[list[tuple[float, str, str, Requests]], float, float]] = {}

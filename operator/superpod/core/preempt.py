@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from superpod.core.cycle import Decision, Reservation
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
 from superpod.core.phases import Cause, Reason
 from superpod.core.placement import Placement, Solver, could_ever_hold, solve
@@ -45,7 +46,7 @@ BUDGET = 200_000  # sets visited per domain before the search settles for the be
 
 @dataclass(frozen=True)
 class Victim:
-    key: str  # namespace/name of the gang
+    key: GangKey
     priority: int
     gpus: float  # GPUs it holds (MIG slices count g/7)
     lost: float  # GPU-seconds of work lost if it is evicted now (since its attempt started)
@@ -375,7 +376,7 @@ class Nomination:
     """A preemptor's nodes, held while the gangs it evicted stop."""
 
     nodes: tuple[str, ...]
-    victims: tuple[str, ...]  # the victims that still hold capacity
+    victims: tuple[GangKey, ...]  # the victims that still hold capacity
 
 
 def lower_priority(job: JobRequest, victim: JobRequest) -> bool:
@@ -441,7 +442,8 @@ class Preempting:
         if nomination is not None:
             nodes = frozenset(snap.index[name] for name in nomination.nodes if name in snap.index)
             label = _nodes_label(nomination.nodes)
-            stopping = f"{len(nomination.victims)} gang(s) it preempted to stop ({', '.join(nomination.victims)})" \
+            names = ", ".join(map(str, nomination.victims))
+            stopping = f"{len(nomination.victims)} gang(s) it preempted to stop ({names})" \
                 if nomination.victims else "the room its preempted gangs left"
             reason = f"waiting for {stopping}; {label} {'are' if len(nodes) > 1 else 'is'} reserved for it"
             return (Decision(job, None, Cause(Reason.PREEMPTING, reason), reserved=label,

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from superpod.core.gang_key import TRAINING_JOB, GangKey
+
 GPU = "nvidia.com/gpu"
 PODS = "pods"  # every pod takes one of the node's allocatable pod slots
 MIG_PREFIX = "nvidia.com/mig-"
@@ -120,10 +122,11 @@ class JobRequest:
     estimate: float | None = None  # predicted runtime in seconds (core/estimates.py); None: unknown
     limit: float | None = None  # its runtime limit in force, seconds (enforced: it never runs longer); None: none
     turn: float | None = None  # its place in the queue among equal priorities (None: `submitted`; estimates.turn)
+    kind: str = TRAINING_JOB  # what the gang is (core/gang_key.py)
 
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
+    @cached_property
+    def key(self) -> GangKey:
+        return GangKey(self.namespace, self.name, self.kind)
 
     @property
     def per_replica(self) -> dict[str, int]:

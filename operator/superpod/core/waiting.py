@@ -16,6 +16,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
 from superpod.core.cycle import Decision, Held, QueuePolicy, decide_isolated, unfit_key
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
 from superpod.core.phases import Cause
 from superpod.core.request import JobRequest, Shape
@@ -46,14 +47,14 @@ class WaitingLine:
 
     def __init__(self) -> None:
         self.lines: dict[Shape, Line] = {}
-        self.jobs: dict[str, JobRequest] = {}  # job key -> the request in its line
+        self.jobs: dict[GangKey, JobRequest] = {}  # the requests in its line
 
     def add(self, job: JobRequest) -> None:
         self.discard(job.key)
         self.jobs[job.key] = job
         self.lines.setdefault(job.shape(), Line()).add(job)
 
-    def discard(self, key: str) -> None:
+    def discard(self, key: GangKey) -> None:
         job = self.jobs.pop(key, None)
         if job is not None:
             line = self.lines[job.shape()]
@@ -72,7 +73,7 @@ class Parked:
 
     jobs: tuple[JobRequest, ...]
     cause: Cause
-    blocked_by: tuple[str, ...] = ()
+    blocked_by: tuple[GangKey, ...] = ()
 
     def decision(self, job: JobRequest) -> Decision:
         return Decision(job, None, self.cause, blocked_by=self.blocked_by)

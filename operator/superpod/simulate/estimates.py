@@ -8,6 +8,7 @@ from superpod.controller.estimates import Estimator
 from superpod.controller.jobs import JobView
 from superpod.controller.state import ClusterState
 from superpod.core.estimates import Ordering
+from superpod.core.gang_key import GangKey
 from superpod.simulate.trace import TraceJob
 
 
@@ -19,7 +20,7 @@ class LimitOnly(Estimator):
 class Oracle(Estimator):
     def __init__(self, state: ClusterState, ordering: Ordering, limits, jobs: list[TraceJob]) -> None:
         super().__init__(state, ordering, limits)
-        self.durations = {f"{job.namespace}/{job.name}": job.duration for job in jobs}
+        self.durations = {GangKey(job.namespace, job.name): job.duration for job in jobs}
 
     def runtime(self, view) -> float | None:
         return self.durations.get(view.key) if isinstance(view, JobView) else None

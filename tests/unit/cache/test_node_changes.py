@@ -8,6 +8,7 @@ import random
 from dataclasses import replace
 
 from superpod.core.explain import explain
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Pod, Snapshot
 from superpod.core.placement import place
 from superpod.core.request import GPU, Taint
@@ -106,7 +107,7 @@ def test_a_node_change_judges_only_the_gangs_on_that_node():
     node = c.pods("b")[0]["spec"]["nodeName"]
     c.update_node(node, lambda obj: obj["metadata"]["labels"].update({"example.com/pool": "blue"}))
     c.cycle()
-    assert judged == ["team-a/b"]
+    assert judged == [GangKey("team-a", "b")]
 
 
 def test_a_deleted_node_leaves_no_stamp_and_its_gang_is_judged():
@@ -125,7 +126,7 @@ def test_a_deleted_node_leaves_no_stamp_and_its_gang_is_judged():
     run(c.admin.delete(NODES, first))
     c.cycle()
     assert first not in stamps and len(stamps) == 3
-    assert judged == ["team-a/pair"]
+    assert judged == [GangKey("team-a", "pair")]
 
 
 def test_an_unreadable_node_is_warned_about_left_out_and_taken_back_once_readable():

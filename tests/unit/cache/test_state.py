@@ -13,6 +13,7 @@ from collections import Counter
 from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL, pod_name
 from superpod.controller.operator import Operator
 from superpod.controller.state import ENDED_KEPT, MIG_EXPECT, ClusterState
+from superpod.core.gang_key import GangKey
 from superpod.k8s.api import NODES, PODS, SERVICES, TRAININGJOBS, WATCHED
 from superpod.k8s.memory import MemoryAPI
 
@@ -54,7 +55,7 @@ def test_a_late_job_event_never_takes_a_job_back_to_before_our_own_write():
     s.apply(TRAININGJOBS, "ADDED", job(5), 0)
     s.apply(TRAININGJOBS, "MODIFIED", job(9, "Starting"), 0)  # the answer to our status write
     assert not s.apply(TRAININGJOBS, "MODIFIED", job(7), 0)  # the watch catching up late
-    assert s.jobs["ns/j"]["status"]["phase"] == "Starting"
+    assert s.jobs[GangKey("ns", "j")]["status"]["phase"] == "Starting"
 
 
 def test_a_late_or_repeated_pod_event_never_drops_a_live_pod():
@@ -63,10 +64,10 @@ def test_a_late_or_repeated_pod_event_never_drops_a_live_pod():
     s.apply(PODS, "ADDED", pod("j-a1-0", 3, **REPLICA), 0)
     s.apply(PODS, "MODIFIED", pod("j-a1-0", 6, **REPLICA), 0)
     s.apply(PODS, "ADDED", pod("j-a1-0", 3, **REPLICA), 0)  # a repeat from an older list
-    assert [p.key for p in s.pods_of("ns/j")] == ["ns/j-a1-0"]
+    assert [p.key for p in s.pods_of(GangKey("ns", "j"))] == ["ns/j-a1-0"]
     old = pod("j-a1-0", 2, uid="u0", **REPLICA)
     assert not s.apply(PODS, "DELETED", old, 0), "the deletion of an earlier pod of that name"
-    assert [p.key for p in s.pods_of("ns/j")] == ["ns/j-a1-0"]
+    assert [p.key for p in s.pods_of(GangKey("ns", "j"))] == ["ns/j-a1-0"]
 
 
 def test_a_pod_is_a_jobs_only_if_a_trainingjob_controls_it():
@@ -75,7 +76,7 @@ def test_a_pod_is_a_jobs_only_if_a_trainingjob_controls_it():
     stray = pod("debug", 3, uid="u5", **{"superpod.dev/job-name": "j"})
     stray["metadata"]["ownerReferences"] = []
     s.apply(PODS, "ADDED", stray, 0)
-    assert s.pods_of("ns/j") == [] and s.pods["ns/debug"].holds is not None, "its capacity still counts"
+    assert s.pods_of(GangKey("ns", "j")) == [] and s.pods["ns/debug"].holds is not None, "its capacity still counts"
 
 
 def test_a_deleted_object_does_not_come_back_with_a_late_event():
@@ -167,7 +168,7 @@ def test_jobs_are_read_again_only_when_their_object_changed_and_held_capacity_fo
 
     state.apply(TRAININGJOBS, "ADDED", job(1), 0.0)
     first = views()
-    assert [v.key for v in first] == ["ns/j"] and reader.by_uid["j1"] is first[0]
+    assert [v.key for v in first] == [GangKey("ns", "j")] and reader.by_uid["j1"] is first[0]
     assert views()[0] is first[0], "unchanged: not read again"
     state.apply(TRAININGJOBS, "MODIFIED", job(1, "Queued"), 0.0)  # the same version again: stale
     assert views()[0] is first[0]
@@ -200,7 +201,7 @@ def test_a_jobs_request_is_parsed_again_only_when_what_it_reads_changed(monkeypa
             obj["status"]["queuedAt"] = queued
         state.apply(TRAININGJOBS, "MODIFIED" if version > 1 else "ADDED", obj, 0.0)
         reader.read(state)
-        return reader.by_key["ns/j"].request
+        return reader.by_key[GangKey("ns", "j")].request
 
     rv = 0
     assert store(1) == 1 and store(2, "Queued") == 1 and store(3, "Running") == 1, "status writes reuse the request"
@@ -265,7 +266,7 @@ def test_nodes_and_pods_are_kept_without_the_servers_field_ownership():
     assert "managedFields" not in state.nodes["n1"].obj["metadata"]
     assert set(state.nodes["n1"].obj["status"]) == {"allocatable", "conditions"}, "nor the kubelet's image list"
     assert "managedFields" not in state.gang_pods["ns/g"]["metadata"]
-    assert state.jobs["ns/j"]["metadata"]["managedFields"] == owned
+    assert state.jobs[GangKey("ns", "j")]["metadata"]["managedFields"] == owned
 
 
 def owned_pod(job_name: str, job_uid: str, attempt: int, index: int, rv: int, phase: str = "Running") -> dict:
@@ -321,7 +322,7 @@ def test_the_change_stamps_of_deleted_jobs_services_and_gangs_are_not_kept():
     s = ClusterState()
     s.apply(TRAININGJOBS, "ADDED", named_job("live", 1), 0)
     churn(lambda kind, event, obj: s.apply(kind, event, obj, 0.0), 200)
-    assert set(s.changes) == {"ns/live"}
+    assert set(s.changes) == {GangKey("ns", "live")}
 
 
 def test_a_standby_keeps_no_change_of_the_churn_only_the_runs_the_next_leader_bills():
@@ -352,7 +353,7 @@ def test_a_standby_keeps_no_change_of_the_churn_only_the_runs_the_next_leader_bi
     asyncio.run(go())
     assert not (s.touched or s.holding_changed or s.nodes_changed or s.edited_jobs or s.gone), \
         "no change is kept for a cycle that never comes"
-    assert set(s.changes) == {"ns/open", "ns/closed"}, "stamps only of what exists"
+    assert set(s.changes) == {GangKey("ns", "open"), GangKey("ns", "closed")}, "stamps only of what exists"
     assert len(s.ended) <= ENDED_KEPT, f"{len(s.ended)} runs of deleted pods kept"
     assert s.ended[f"ns/{pod_name('open', 2, 0)}"][:2] == ("uid-open", 2), "the next leader bills the open attempt"
     assert f"ns/{pod_name('closed', 2, 0)}" not in s.ended

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -12,6 +13,7 @@ import yaml
 from superpod.controller.decide import wait_plans
 from superpod.controller.podgangs import GangView
 from superpod.core.cycle import Decision
+from superpod.core.gang_key import POD_GANG, GangKey
 from superpod.core.phases import WAITING, WAITING_CAUSES, Cause, Reason
 from superpod.core.request import make_request
 from superpod.k8s.api import TRAININGJOBS
@@ -76,13 +78,13 @@ def test_a_passed_pod_gang_whose_rewrite_failed_is_rewritten():
         return {"metadata": {"name": name, "namespace": "team-b", "uid": f"u-{name}"}, "spec": {},
                 "status": {"conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                                            "message": message}]}}
-    key = "team-b/g@pods"
+    key = GangKey("team-b", "g", POD_GANG)
     view = GangView(key, (pod("p0", "queue x is at its limit"), pod("p1", "queue x is at its limit")))
-    job = make_request("team-b", "g@pods", 2, {"nvidia.com/gpu": 8})
+    job = replace(make_request("team-b", "g", 2, {"nvidia.com/gpu": 8}), kind=POD_GANG)
     cause = Cause(Reason.NO_ROOM, "needs 2 nodes with 8 free GPUs; the cluster has room for 1")
     said = {key: (100.0, "NoRoom", hash(cause.message))}  # planned last cycle; its write failed
     plans, _ = wait_plans([Decision(job, None, cause)], {key: view}, {}, {}, 101.0, said, None, frozenset({key}))
-    assert [p.key for p in plans] == [f"gang:{key}"]
+    assert [p.key for p in plans] == [key]
     written = GangView(key, (pod("p0", cause.message), pod("p1", cause.message)))
     moved = cause._replace(message="needs 2 nodes with 8 free GPUs; the cluster has room for 0")
     plans, _ = wait_plans([Decision(job, None, moved)], {key: written}, {}, {}, 200.0, said, None, frozenset({key}))

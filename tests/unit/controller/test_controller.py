@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import math
 
+from superpod.core.gang_key import GangKey
 from superpod.core.phases import Cause, Reason
 from superpod.k8s.api import NODES, PODS, SERVICES, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
@@ -314,11 +315,11 @@ def test_the_gpu_seconds_counter_looks_only_at_touched_jobs_and_stays_exact_thro
             checked += 1
         c.tick(1)  # a deletion below is seen by the next cycle, at this time: counted up to it
         if step == 5:
-            view = c.controller.reader.by_key["team-a/gone"]
+            view = c.controller.reader.by_key[GangKey("team-a", "gone")]
             deleted_usage += usage(c.state, view, c.now)[0]
             c.store.delete_now(TRAININGJOBS, "team-a/gone")
         if step == 8:
-            view = c.controller.reader.by_key["team-a/again"]
+            view = c.controller.reader.by_key[GangKey("team-a", "again")]
             deleted_usage += usage(c.state, view, c.now)[0]
             c.store.delete_now(TRAININGJOBS, "team-a/again")
             c.submit(training_job("again", 1, 8))
@@ -399,7 +400,7 @@ def test_a_bug_that_meets_one_job_is_said_on_it_and_the_rest_schedules_on(monkey
     real = module.judge
 
     def judge(state, view, *args):
-        if view.key == "team-a/cursed":
+        if view.key == GangKey("team-a", "cursed"):
             raise KeyError("a bug")
         return real(state, view, *args)
 
@@ -469,17 +470,18 @@ def test_a_long_queue_whose_cause_flips_is_rewritten_within_a_budget_oldest_firs
         obj = training_job(name, 1, 8)
         obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
         obj["status"] = {"phase": phase, "reason": "NoRoom", "message": "no room"} if phase else {}
-        return _view(f"team-a/{name}", obj)
+        return _view(GangKey("team-a", name), obj)
 
-    views = {f"team-a/{v}": view(v, "Queued") for v in ("a", "b", "c", "d")} | {"team-a/new": view("new", None)}
+    views = {GangKey("team-a", v): view(v, "Queued") for v in ("a", "b", "c", "d")} | {
+        GangKey("team-a", "new"): view("new", None)}
     said = {f"uid-{name}": (when, "NoRoom", hash("no room")) for name, when in (("a", 30.0), ("b", 10.0), ("c", 20.0),
                                                                               ("d", 5.0))}
     inside = Cause(Reason.RESERVED_FOR_OTHERS, "fits only inside node n1, reserved for team-a/head (priority 0); it "
                    "runs after that job starts")
     decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, inside,
-                          blocked_by=("team-a/head",)) for name in ("a", "b", "c", "d", "new")]
+                          blocked_by=(GangKey("team-a", "head"),)) for name in ("a", "b", "c", "d", "new")]
     plans, written = wait_plans(decisions, views, {}, {}, 40.0, said, budget=2)
-    assert [p.key for p in plans] == ["job:team-a/new", "job:team-a/d", "job:team-a/b"] and written == 2
+    assert [p.key for p in plans] == [GangKey("team-a", name) for name in ("new", "d", "b")] and written == 2
     assert said["uid-a"][0] == 30.0 and said["uid-d"][0] == 40.0, "the longest unwritten first; a waits its turn"
     status = plans[1].steps[0].status
     assert (status["reason"], status["blockedBy"]) == (
@@ -498,17 +500,17 @@ def test_a_rewrite_that_changes_nothing_takes_no_turn_from_the_budget():
         obj = training_job(name, 1, 8)
         obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
         obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": message}
-        return _view(f"team-a/{name}", obj)
+        return _view(GangKey("team-a", name), obj)
 
-    views = {"team-a/noted": view("noted", "no room; no node can be repartitioned"),
-             "team-a/moved": view("moved", "no room")}
+    views = {GangKey("team-a", "noted"): view("noted", "no room; no node can be repartitioned"),
+             GangKey("team-a", "moved"): view("moved", "no room")}
     said = {"uid-noted": (0.0, "NoRoom", 0), "uid-moved": (10.0, "NoRoom", 0)}
     decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, cause)
                  for name, cause in (("noted", Cause(Reason.NO_ROOM, "no room")),
                                      ("moved", Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned")))]
-    notes = {"team-a/noted": "no node can be repartitioned"}
+    notes = {GangKey("team-a", "noted"): "no node can be repartitioned"}
     plans, written = wait_plans(decisions, views, {}, notes, 100.0, said, budget=1)
-    assert [p.key for p in plans] == ["job:team-a/moved"] and written == 1
+    assert [p.key for p in plans] == [GangKey("team-a", "moved")] and written == 1
     assert said["uid-noted"][0] == 100.0, "it says its message already: not asked again for a while"
 
 
@@ -549,7 +551,7 @@ def test_a_steady_gang_is_judged_again_only_when_it_or_its_pods_change(monkeypat
     run(c.admin.delete(PODS, pod["metadata"]["name"], pod["metadata"]["namespace"]))
     c.tick(1)
     c.cycle()
-    assert judged == ["team-a/steady"]
+    assert judged == [GangKey("team-a", "steady")]
     assert c.status("steady")["phase"] != "Running" or c.status("steady")["reason"] != "Running", "the loss was seen"
 
 
@@ -644,17 +646,18 @@ def test_only_a_changed_cause_rewrites_a_job_passed_over_not_its_counts():
         obj = training_job(name, 1, 8)
         obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
         obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "the cluster has room for 3"}
-        return _view(f"team-a/{name}", obj)
+        return _view(GangKey("team-a", name), obj)
 
-    views = {f"team-a/{name}": view(name) for name in ("head", "passed", "moved")}
+    views = {GangKey("team-a", name): view(name) for name in ("head", "passed", "moved")}
     said = {f"uid-{name}": (0.0, "NoRoom", 0) for name in ("head", "passed", "moved")}
     causes = {"head": Cause(Reason.NO_ROOM, "the cluster has room for 2"),
               "passed": Cause(Reason.NO_ROOM, "the cluster has room for 2"),
               "moved": Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned")}
     decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, cause)
                  for name, cause in causes.items()]
-    plans, _ = wait_plans(decisions, views, {}, {}, 100.0, said, passed=frozenset({"team-a/passed", "team-a/moved"}))
-    assert sorted(p.key for p in plans) == ["job:team-a/head", "job:team-a/moved"]
+    passed = frozenset({GangKey("team-a", "passed"), GangKey("team-a", "moved")})
+    plans, _ = wait_plans(decisions, views, {}, {}, 100.0, said, passed=passed)
+    assert sorted(p.key for p in plans) == [GangKey("team-a", "head"), GangKey("team-a", "moved")]
 
 
 def test_a_job_passed_over_whose_rewrite_failed_is_rewritten_on_its_next_turn():
@@ -668,12 +671,12 @@ def test_a_job_passed_over_whose_rewrite_failed_is_rewritten_on_its_next_turn():
     obj = training_job("passed", 1, 8)
     obj["metadata"].update(uid="uid-passed", resourceVersion="1")
     obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "no room"}
-    views = {"team-a/passed": _view("team-a/passed", obj)}
+    views = {GangKey("team-a", "passed"): _view(GangKey("team-a", "passed"), obj)}
     said = {"uid-passed": (0.0, "NoNodeQualifies", hash("all nodes are cordoned"))}  # planned, never written
     decisions = [Decision(make_request("team-a", "passed", 1, {"nvidia.com/gpu": 8}), None,
                           Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned"))]
-    plans, _ = wait_plans(decisions, views, {}, {}, 5.0, said, passed=frozenset({"team-a/passed"}))
-    assert [p.key for p in plans] == ["job:team-a/passed"]
+    plans, _ = wait_plans(decisions, views, {}, {}, 5.0, said, passed=frozenset({GangKey("team-a", "passed")}))
+    assert [p.key for p in plans] == [GangKey("team-a", "passed")]
 
 
 def test_an_invalid_job_whose_write_failed_is_said_invalid_on_a_later_cycle():

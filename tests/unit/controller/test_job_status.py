@@ -8,6 +8,7 @@ import pytest
 from superpod.api.status import read_status
 from superpod.controller import job_status
 from superpod.controller.job_status import Change, Closing, applied
+from superpod.core.gang_key import GangKey
 from superpod.core.lifecycle import TEARDOWN, Verdict
 from superpod.core.phases import Cause, Condition, Phase, Reason
 
@@ -31,8 +32,9 @@ def changes() -> dict[str, Change]:
         "invalid": job_status.invalid(Reason.INVALID, "cannot run"),
         "waiting": job_status.waiting(WAITING, Cause(Reason.NO_ROOM, "room for 3"), RESERVED, "16 GPUs", 2, NOW),
         "preempting": job_status.waiting(WAITING, Cause(Reason.PREEMPTING, "preempts b"), job_status.NO_DETAILS,
-                                         "16 GPUs", 2, NOW, job_status.nominating(["n1"], ["team-a/b"],
-                                                                                  {"team-a/b": 1}, {}, NOW)),
+                                         "16 GPUs", 2, NOW, job_status.nominating(["n1"], [GangKey("team-a", "b")],
+                                                                                  {GangKey("team-a", "b"): 1}, {},
+                                                                                  NOW)),
         "nomination dropped": job_status.nomination_dropped("decided again"),
         "placed": job_status.placed(WAITING, 3, {"n1": [0, 1]}, {"leaf": ["su-1"]}, "leaf su-1", "placed", "16 GPUs",
                                     2, {"queue": "q", "priority": 0}, NOW),

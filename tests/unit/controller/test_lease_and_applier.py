@@ -13,6 +13,7 @@ from superpod.api.times import rfc3339
 from superpod.controller.actions import CreatePods, Plan, WriteStatus
 from superpod.controller.applier import Applier
 from superpod.controller.state import ClusterState
+from superpod.core.gang_key import GangKey
 from superpod.k8s.api import LEASES, PODS, TRAININGJOBS, ApiError
 from superpod.k8s.lease import TERM, LeaderLease
 from superpod.k8s.memory import MemoryAPI
@@ -161,12 +162,12 @@ def test_status_is_replaced_with_its_version_so_two_writers_never_merge_placemen
     first = Applier(store.client("a"), state, lambda: True, clock=clock)
     stale = Applier(store.client("b"), ClusterState(), lambda: True, clock=clock)
     stale.state.apply(TRAININGJOBS, "ADDED", job, 0)
-    rv = job["metadata"]["resourceVersion"]
-    out = run(first.apply([Plan("a", [WriteStatus("team-a/j", rv, {"placement": {"n1": [0], "n2": [1]}})])]))
+    rv, key = job["metadata"]["resourceVersion"], GangKey("team-a", "j")
+    out = run(first.apply([Plan("a", [WriteStatus(key, rv, {"placement": {"n1": [0], "n2": [1]}})])]))
     assert out.done == ["a"]
-    out = run(stale.apply([Plan("b", [WriteStatus("team-a/j", rv, {"placement": {"n3": [0], "n4": [1]}})])]))
+    out = run(stale.apply([Plan("b", [WriteStatus(key, rv, {"placement": {"n3": [0], "n4": [1]}})])]))
     assert "modified" in out.failed["b"], "the stale writer is refused"
-    out = run(stale.apply([Plan("b", [WriteStatus("team-a/j", "", {"placement": {"n3": [0, 1]}})])]))
+    out = run(stale.apply([Plan("b", [WriteStatus(key, "", {"placement": {"n3": [0, 1]}})])]))
     assert store.peek(TRAININGJOBS, "team-a/j")["status"]["placement"] == {"n3": [0, 1]}, "replaced, not merged"
 
 
@@ -184,7 +185,7 @@ def test_apply_returns_only_when_every_write_it_started_has_finished_and_a_bug_s
         return outcome, others
 
     outcome, others = run(main())
-    assert others == [] and "internal error" in outcome.failed["bug"] and "job:team-a/ok" in outcome.done
+    assert others == [] and "internal error" in outcome.failed["bug"] and GangKey("team-a", "ok") in outcome.done
 
 
 def test_the_lease_record_written_is_a_real_lease():

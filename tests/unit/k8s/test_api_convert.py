@@ -8,6 +8,7 @@ import pytest
 
 from superpod.api.convert import ConvertError, job_from_k8s, node_from_k8s, pod_from_k8s, quantity, topology_from_k8s
 from superpod.api.models import ClusterTopology, TrainingJob
+from superpod.core.gang_key import GangKey
 from superpod.core.request import GPU, Requirement, Toleration
 from tests.unit.builders import TOPOLOGY_OBJECT
 
@@ -94,7 +95,7 @@ def test_trainingjob_conversion():
         "template": template,
     }
     j = job_from_k8s(tj(spec))
-    assert (j.key, j.replicas, j.priority) == ("team-a/llm", 16, 100)
+    assert (j.key, j.replicas, j.priority) == (GangKey("team-a", "llm"), 16, 100)
     assert j.per_replica == {GPU: 8, "cpu": 32000, "memory": 256 * 2**30, "pods": 1}
     assert (j.required, j.preferred, j.slice_size, j.slice_required) == ("leaf", "node", 4, "nvlink")
     assert j.node_selector == (("pool", "train"),)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from superpod.api.podgang import GANG_LABEL, GANG_SIZE, gang_request, in_slot_order, rank_of
 from superpod.core.cycle import schedule
 from superpod.core.explain import explain
+from superpod.core.gang_key import POD_GANG, GangKey
 from superpod.core.model import Pod
 from superpod.core.placement import Solver, place, solve, validate
 from superpod.core.preempt import Victim, choose
@@ -55,7 +56,7 @@ def two_nodes():
 
 # ---- the gang's request -------------------------------------------------------------------------------------------
 def test_an_mpi_gang_is_booked_by_each_members_own_request():
-    request = gang_request("team-a/mpi@pods", mpi())
+    request = gang_request(GangKey("team-a", "mpi", POD_GANG), mpi())
     assert request.total_units == 16, "2 workers x 8 GPUs; the launcher holds none"
     assert request.total_requests[GPU] == 16 and request.total_requests["cpu"] == 9000
     assert (request.replicas, request.size) == (2, 3)
@@ -65,11 +66,11 @@ def test_an_mpi_gang_is_booked_by_each_members_own_request():
 
 def test_the_identical_members_are_the_most_common_request_a_tie_going_to_the_larger():
     one_each = [member("ps", {GPU: "4"}, size=2), member("worker", {GPU: "8"}, size=2)]
-    request = gang_request("team-a/mpi@pods", one_each)
+    request = gang_request(GangKey("team-a", "mpi", POD_GANG), one_each)
     assert dict(request.requests)[GPU] == 8 and request.replicas == 1
     assert [dict(other)[GPU] for other in request.others] == [4]
     many_loaders = [member(f"loader-{i}", {"cpu": "2"}, size=4) for i in range(3)] + [member("gpu", {GPU: "8"}, size=4)]
-    request = gang_request("team-a/mpi@pods", many_loaders)
+    request = gang_request(GangKey("team-a", "mpi", POD_GANG), many_loaders)
     assert request.replicas == 3 and dict(request.requests) == {"cpu": 2000, "pods": 1}
     assert request.total_units == 8
 
@@ -77,7 +78,7 @@ def test_the_identical_members_are_the_most_common_request_a_tie_going_to_the_la
 # ---- placement, queues, preemption --------------------------------------------------------------------------------
 def test_an_mpi_gang_fits_two_8_gpu_nodes_and_books_only_what_each_member_asks():
     snap = two_nodes()
-    request = gang_request("team-a/mpi@pods", mpi())
+    request = gang_request(GangKey("team-a", "mpi", POD_GANG), mpi())
     p = place(snap, request)
     assert p is not None, "booked as 3 x 8 GPUs it would need a third node"
     assert sorted(r for ranks in p.assignments.values() for r in ranks) == [0, 1, 2]
@@ -89,7 +90,7 @@ def test_an_mpi_gang_fits_two_8_gpu_nodes_and_books_only_what_each_member_asks()
 
 def test_a_queue_counts_an_mpi_gang_at_its_16_gpus():
     snap = two_nodes()
-    request = gang_request("team-a/mpi@pods", mpi())
+    request = gang_request(GangKey("team-a", "mpi", POD_GANG), mpi())
     decisions = schedule(snap, [request], policy(snap, [queue("team-a", 16, limit=16)]))
     assert decisions[0].placed, decisions[0].reason
 
@@ -100,7 +101,7 @@ def test_preemption_frees_16_gpus_for_an_mpi_gang_not_24():
     for i in range(3):
         snap.add_pod(Pod(f"ns/low{i}-0", f"n{i}", ((GPU, 8),)))
         victims.append(Victim(f"ns/low{i}", 0, 8.0, 100.0, (f"ns/low{i}-0",)))
-    request = gang_request("team-a/mpi@pods", mpi())
+    request = gang_request(GangKey("team-a", "mpi", POD_GANG), mpi())
     found = choose(snap, request, victims)
     assert found is not None
     assert sum(v.gpus for v in found.victims) == 16, found.victims
@@ -110,7 +111,7 @@ def test_preemption_frees_16_gpus_for_an_mpi_gang_not_24():
 def test_a_waiting_mpi_gang_says_what_each_member_needs():
     snap = two_nodes()
     snap.add_pod(Pod("ns/other", "n0", ((GPU, 8),)))
-    request = gang_request("team-a/mpi@pods", mpi())
+    request = gang_request(GangKey("team-a", "mpi", POD_GANG), mpi())
     assert place(snap, request) is None
     why = explain(snap, request).message
     assert why.startswith("needs 2 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs and 1 pod of 1 cpu"), why

@@ -9,6 +9,7 @@ from itertools import combinations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Pod
 from superpod.core.placement import Solver, solve
 from superpod.core.preempt import Victim, choose, cost_of
@@ -155,11 +156,12 @@ def test_a_queue_gives_back_only_what_it_holds_beyond_its_guarantee():
                         bound=fair.reclaim_bound)
     whole_leaf = job("b1", "b").replicas(2).gpus(8).required("leaf").build()
     [decision] = schedule(snap, [whole_leaf], policy)
-    assert decision.preempts == ("a/a3", "a/a4"), "a1 and a2 (priority 0) would take 16 of the 8 a may give back"
+    assert decision.preempts == (GangKey("a", "a3"), GangKey("a", "a4")), \
+        "a1 and a2 (priority 0) would take 16 of the 8 a may give back"
     one = job("b2", "b").gpus(8).build()
     [decision] = schedule(snap, [one], Preempting(fair, lambda allowed: [g for g in gangs if allowed(g.request)],
                                                   {}, fair.may_evict, bound=fair.reclaim_bound))
-    assert len(decision.preempts) == 1 and decision.preempts[0] in ("a/a1", "a/a2")
+    assert len(decision.preempts) == 1 and decision.preempts[0] in (GangKey("a", "a1"), GangKey("a", "a2"))
 
 
 def test_a_search_cut_short_by_its_budget_says_it_is_not_exact():

@@ -8,6 +8,7 @@ from dataclasses import replace
 from superpod.api.convert import estimate_key
 from superpod.core.cycle import ESTIMATE, PriorityFifo, ReservationRule, schedule
 from superpod.core.estimates import estimate, predicted_end, rounded, turn
+from superpod.core.gang_key import GangKey
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU
 from superpod.k8s.api import PODS
@@ -24,8 +25,8 @@ def cluster(now: float = 0.0, ends: bool = True):
     snap = snapshot(nodes, used={"su1-n0": 8, "su1-n1": 8, "su2-n1": 8})
     snap.horizon = Horizon(now)
     if ends:
-        snap.horizon.put("default/long", 0.0, 10_000.0, None, [("su1-n0", EIGHT), ("su1-n1", EIGHT)])
-        snap.horizon.put("default/short", 0.0, 1_000.0, None, [("su2-n1", EIGHT)])
+        snap.horizon.put(GangKey("default", "long"), 0.0, 10_000.0, None, [("su1-n0", EIGHT), ("su1-n1", EIGHT)])
+        snap.horizon.put(GangKey("default", "short"), 0.0, 1_000.0, None, [("su2-n1", EIGHT)])
     return snap
 
 
@@ -73,7 +74,7 @@ def test_without_predicted_ends_the_reservation_has_no_start_and_everyone_keeps_
 def test_a_backfilled_job_is_predicted_to_end_an_estimate_after_it_starts():
     snap = cluster(now=100.0)
     schedule(snap, [big(), one("quick", 1.0, 500.0)])
-    assert [(end, r.holder) for end, r in snap.horizon.releases("su2-n0")] == [(600.0, "default/quick")]
+    assert [(end, r.holder) for end, r in snap.horizon.releases("su2-n0")] == [(600.0, GangKey("default", "quick"))]
 
 
 def test_a_young_small_head_holds_no_reservation_under_an_age_rule():
@@ -121,9 +122,9 @@ def test_the_operator_predicts_a_start_from_a_limit_and_forgets_the_gangs_that_e
         c.kubelet.finish(key, 0)
     c.settle(5)
     assert c.status("next")["phase"] == "Running"
-    assert set(c.controller.estimator.horizon.nodes_of) == {"team-a/next"}
+    assert set(c.controller.estimator.horizon.nodes_of) == {GangKey("team-a", "next")}
     assert {holder for releases in c.controller.estimator.horizon.on.values() for holder in releases} == {
-        "team-a/next"}
+        GangKey("team-a", "next")}
 
 
 def test_runs_of_one_job_share_an_estimate_key_and_names_that_merely_end_alike_do_not():
@@ -166,5 +167,5 @@ def test_the_runs_of_one_size_teach_only_jobs_of_that_size():
     c.submit(training_job("probe-3", 4))
     c.cycle()
     views, estimator = c.controller.reader.by_key, c.controller.estimator
-    assert estimator.runtime(views["team-a/probe-2"]) == rounded(120), "a run of its size teaches it"
-    assert estimator.runtime(views["team-a/probe-3"]) is None, "a run of another size does not"
+    assert estimator.runtime(views[GangKey("team-a", "probe-2")]) == rounded(120), "a run of its size teaches it"
+    assert estimator.runtime(views[GangKey("team-a", "probe-3")]) is None, "a run of another size does not"

@@ -11,6 +11,7 @@ from superpod.api.convert import queue_from_k8s
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
 from superpod.core.estimates import LIMIT_GRACE
+from superpod.core.gang_key import GangKey
 from superpod.core.queues import Queue
 from superpod.core.runtime_limit import RuntimeLimit, effective_limit
 from superpod.k8s.api import EVENTS, GPUQUEUES, GPUUSAGES, PODS, TRAININGJOBS
@@ -80,7 +81,7 @@ def test_a_limits_step_that_fails_keeps_the_deadline_and_tries_again():
     run(c.admin.patch(TRAININGJOBS, "capped", {"metadata": {"labels": {"seen": "again"}}}, "team-a"))  # judged anew
     c.tick(1)
     c.cycle()
-    assert failed == ["team-a/capped"], "the limits step was reached, and failed"
+    assert failed == [GangKey("team-a", "capped")], "the limits step was reached, and failed"
     del book.job_limit
     run_until(c, deadline)
     assert c.status("capped")["phase"] == "Failed" and c.status("capped")["reason"] == "MaxRuntimeExceeded"
@@ -96,7 +97,7 @@ def test_a_placed_job_whose_spec_turns_unreadable_keeps_its_queues_default_limit
     run(c.admin.patch(TRAININGJOBS, "plain", {"spec": {"resources": {"gpus": "all of them"}}}, "team-a"))
     c.tick(1)
     c.cycle()
-    view = c.controller.reader.by_key["team-a/plain"]
+    view = c.controller.reader.by_key[GangKey("team-a", "plain")]
     assert isinstance(view.request, ConvertError) and view.phase == "Running", "placed, with an unreadable spec"
     run_until(c, deadline)
     assert c.status("plain")["reason"] == "MaxRuntimeExceeded", c.status("plain")
@@ -110,8 +111,8 @@ def test_the_queue_default_applies_to_jobs_asking_none_and_its_cap_to_jobs_askin
     c.submit(job_in("modest", "team-a", maxRuntimeSeconds=10))
     c.settle(2)
     views = c.controller.reader.by_key
-    assert [c.controller.queues.max_runtime(views[f"team-a/{name}"]) for name in ("plain", "greedy", "modest")] == [
-        20, 40, 10]
+    assert [c.controller.queues.max_runtime(views[GangKey("team-a", name)])
+            for name in ("plain", "greedy", "modest")] == [20, 40, 10]
     ends = {name: started(c, name) + seconds for name, seconds in (("plain", 20), ("greedy", 40), ("modest", 10))}
     for name, source in (("modest", "spec.maxRuntimeSeconds 10"),
                          ("plain", "queue a's defaultMaxRuntimeSeconds 20"),
@@ -129,7 +130,7 @@ def test_a_cap_lowered_while_a_job_runs_stops_it_at_the_new_cap():
     c.submit(job_in("long"))
     c.settle(10)
     assert c.status("long")["phase"] == "Running"
-    assert c.controller.queues.max_runtime(c.controller.reader.by_key["team-a/long"]) is None
+    assert c.controller.queues.max_runtime(c.controller.reader.by_key[GangKey("team-a", "long")]) is None
     run(c.admin.patch(GPUQUEUES, "a", {"spec": {"maxRuntimeSeconds": 30}}))
     c.cycle()
     run_until(c, started(c, "long") + 29)

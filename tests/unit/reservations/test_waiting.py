@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from superpod.core.baselines import POLICIES
 from superpod.core.cycle import schedule
+from superpod.core.gang_key import GangKey
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU
 from superpod.core.waiting import WaitingLine, schedule_waiting
@@ -103,9 +104,11 @@ def test_a_shape_passed_over_before_a_reservation_is_searched_again_behind_it():
             .build(), job("c-never").gpus(8).replicas(6).required("leaf").priority(0, 3.0).build(),
             job("d-small").gpus(8).priority(0, 4.0).build(), job("e-small").gpus(8).priority(0, 5.0).build()]
     [(full, visited, passed)] = both(used, jobs, "superpod", cycles=1)
-    assert full["default/b-big"].reserved == "leaf l0" or full["default/b-big"].reserved.endswith("(leaf l0)")
-    assert {"default/a-never", "default/b-big", "default/c-never"} <= visited.keys(), "searched again behind it"
-    assert full["default/d-small"].placed and full["default/e-small"].placed
+    big = full[GangKey("default", "b-big")]
+    assert big.reserved == "leaf l0" or big.reserved.endswith("(leaf l0)")
+    assert {GangKey("default", name) for name in ("a-never", "b-big", "c-never")} <= visited.keys(), \
+        "searched again behind it"
+    assert full[GangKey("default", "d-small")].placed and full[GangKey("default", "e-small")].placed
     decided = {**visited, **passed}
     assert [(decided[k].reason, decided[k].reserved) for k in sorted(full)] == \
         [(full[k].reason, full[k].reserved) for k in sorted(full)]

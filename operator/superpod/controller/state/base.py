@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections import deque
 from typing import Protocol
 
+from superpod.core.gang_key import GangKey
+
 TOMBSTONES = 50_000  # deleted uids remembered, so their late events are ignored
 # What a node's kubelet reports that no decision reads: the image list alone is often most of a real node's bytes.
 UNREAD_NODE_STATUS = ("images", "nodeInfo", "addresses", "daemonEndpoints", "volumesInUse", "volumesAttached",
@@ -21,8 +23,8 @@ class Store(Protocol):
     def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
         """Object `key` is gone: `obj` is its last version, None when a relist found it gone."""
 
-    def job_of(self, key: str) -> str | None:
-        """The job (or pod gang) a change of object `key` is a change of."""
+    def job_of(self, key: str) -> GangKey | None:
+        """The gang (a TrainingJob, or pods bound as one) a change of object `key` is a change of."""
 
 
 class Notes:
@@ -47,7 +49,7 @@ class Unkept:
     def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
         pass
 
-    def job_of(self, key: str) -> str | None:
+    def job_of(self, key: str) -> GangKey | None:
         return None
 
 

@@ -11,6 +11,7 @@ from superpod.api.resources import ConvertError
 from superpod.controller.state.base import TOMBSTONES
 from superpod.controller.state.jobs import accounted
 from superpod.controller.state.pod_info import PodInfo
+from superpod.core.gang_key import GangKey
 from superpod.core.lifecycle import PodState
 from superpod.core.usage import Ledger
 
@@ -24,7 +25,7 @@ class Billing:
     close): those holding GPUs (`billable`), and those that ended whose own record is not in the ledger yet
     (`unbilled`). The pod store tells it of each pod; whose pods are on their own it reads off the cached `jobs`."""
 
-    def __init__(self, jobs: dict[str, dict]) -> None:
+    def __init__(self, jobs: dict[GangKey, dict]) -> None:
         self.jobs = jobs
         self.ledger = Ledger()
         # pod key -> a pod holding GPUs billed on its own, and the keys changed in it since billing last took them (all
@@ -37,7 +38,7 @@ class Billing:
         self.unbilled: OrderedDict[str, PodInfo] = OrderedDict()
 
     # ---- the GPUUsage records -----------------------------------------------------------------------------------
-    def job_of(self, key: str) -> str | None:
+    def job_of(self, key: str) -> GangKey | None:
         return None
 
     def store(self, name: str, obj: dict, now: float) -> None:
@@ -82,7 +83,7 @@ class Billing:
         was made again: the garbage collector has yet to come to it)."""
         if info.owner is None or info.deleting:
             return True
-        job = self.jobs.get(info.job or "")
+        job = self.jobs.get(info.job) if info.job else None
         return job is None or job["metadata"].get("uid") != info.owner or info.attempt is not None and (
             info.attempt <= accounted(job))  # its attempt closed and billed: what it runs since is its own
 

@@ -8,7 +8,6 @@ from collections import OrderedDict
 from operator import attrgetter
 
 from superpod.api.manifests import SCHEDULER_NAME
-from superpod.api.podgang import gang_name, is_gang_key
 from superpod.controller.gpu_tally import GpuTally
 from superpod.controller.state.base import TOMBSTONES, Notes, Store, Unkept
 from superpod.controller.state.billing import Billing
@@ -17,6 +16,7 @@ from superpod.controller.state.nodes import NodeStore
 from superpod.controller.state.others import PodGroupStore, QueueStore, ServiceStore, TopologyStore
 from superpod.controller.state.pod_info import PodInfo
 from superpod.controller.state.pods import PodStore
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Node, Topology
 from superpod.k8s.api import (
     CLUSTERTOPOLOGIES,
@@ -138,8 +138,8 @@ class ClusterState:
         self.services, self.topologies = self._services.services, self._topologies.topologies
         self.queues, self.pod_groups = self._queues.queues, self._pod_groups.pod_groups
         self.gone = self._notes.gone
-        self.changes: dict[str, int] = {}  # job key -> stamp of the last change to the job, its pods or Service
-        self.touched: set[str] = set()  # keys of the jobs stamped (or deleted) since the controller last looked
+        self.changes: dict[GangKey, int] = {}  # gang -> stamp of the last change to the job, its pods or Service
+        self.touched: set[GangKey] = set()  # the gangs stamped (or deleted) since the controller last looked
         self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
@@ -191,7 +191,7 @@ class ClusterState:
         """A full list taken page by page (resync one page at a time: the pages are never all held at once)."""
         return Relist(self, kind, list_version)
 
-    def defer(self, key: str, resource_version: str, status: dict, now: float) -> bool:
+    def defer(self, key: GangKey, resource_version: str, status: dict, now: float) -> bool:
         """A job's new status in force at once and sent later; False if the job is gone or no longer at
         `resource_version` (the decision was made on another version)."""
         if not self._jobs.defer(key, resource_version, status, now):
@@ -205,7 +205,7 @@ class ClusterState:
         for key in self._jobs.forget_unsent():
             self._stamp(key)
 
-    def _owner_changed(self, job: str) -> None:
+    def _owner_changed(self, job: GangKey) -> None:
         """The job of this name came, went, was made again or closed an attempt: whether its pods are billed on their
         own may change."""
         pods, billing = self.pods, self._billing
@@ -231,16 +231,15 @@ class ClusterState:
         kept, self._notes.followed = self._notes.followed, True
         return kept
 
-    def touch(self, job: str) -> None:
+    def touch(self, job: GangKey) -> None:
         """Have the controller look at a job (or pod gang) again though nothing of it changed."""
         self._stamp(job)
 
-    def _stamp(self, job: str) -> None:
+    def _stamp(self, job: GangKey) -> None:
         """The job changed: a new stamp while anything of it is cached, none once all is gone (the pods the garbage
         collector deletes after their job, every Service of the cluster, left one each for good); the cycle looks
         at it again."""
-        if (job in self.jobs or self.by_job.get(job) or job in self.services
-                or is_gang_key(job) and gang_name(job) in self.pod_groups):
+        if job in self.jobs or self.by_job.get(job) or job in self.services or self._pod_groups.of(job) is not None:
             self.changes[job] = next(self._stamps)
         else:
             self.changes.pop(job, None)
@@ -264,5 +263,9 @@ class ClusterState:
     def usable_nodes(self) -> list[Node]:
         return self._nodes.usable_nodes()
 
-    def pods_of(self, job_key: str) -> list[PodInfo]:
-        return self._pods.pods_of(job_key)
+    def pod_group(self, gang: GangKey) -> dict | None:
+        """The PodGroup that names a pod gang, if any."""
+        return self._pod_groups.of(gang)
+
+    def pods_of(self, job: GangKey) -> list[PodInfo]:
+        return self._pods.pods_of(job)

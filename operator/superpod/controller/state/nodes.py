@@ -9,6 +9,7 @@ from superpod.api.convert import node_from_k8s
 from superpod.api.resources import ConvertError
 from superpod.controller.gpu_tally import GpuTally
 from superpod.controller.state.base import Notes, slim
+from superpod.core.gang_key import GangKey
 from superpod.core.mig_render import STATE_LABEL
 from superpod.core.model import Node
 from superpod.core.request import MIG_CAPABLE_LABEL, PRODUCT_LABEL
@@ -51,7 +52,7 @@ class NodeStore:
         self.mig_nodes: set[str] = set()  # nodes with a label or annotation under MIG_KEYS: what the MIG flow reads
         self.offers: dict[tuple[str, str], int] = {}  # offer_keys of the usable nodes -> how many nodes offer it
 
-    def job_of(self, key: str) -> str | None:
+    def job_of(self, key: str) -> GangKey | None:
         return None
 
     def store(self, name: str, obj: dict, now: float) -> None:

@@ -8,23 +8,25 @@ from superpod.api.convert import topology_from_k8s
 from superpod.api.podgang import Grouping
 from superpod.api.resources import ConvertError
 from superpod.controller.state.base import Notes
+from superpod.controller.state.jobs import job_key
+from superpod.core.gang_key import POD_GANG, GangKey
 from superpod.core.model import Topology
 
 
 class ServiceStore:
-    """The Services (a gang's headless Service, named as its job): key -> uid."""
+    """The Services (a gang's headless Service, named as its job): the job's key -> uid."""
 
     def __init__(self) -> None:
-        self.services: dict[str, str] = {}
+        self.services: dict[GangKey, str] = {}
 
-    def job_of(self, key: str) -> str | None:
-        return key
+    def job_of(self, key: str) -> GangKey | None:
+        return job_key(key)
 
     def store(self, key: str, obj: dict, now: float) -> None:
-        self.services[key] = obj["metadata"].get("uid") or ""
+        self.services[job_key(key)] = obj["metadata"].get("uid") or ""
 
     def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
-        self.services.pop(key, None)
+        self.services.pop(job_key(key), None)
 
 
 class TopologyStore:
@@ -34,7 +36,7 @@ class TopologyStore:
         self.topology_name, self.relayout = topology_name, relayout
         self.topologies: dict[str, dict] = {}
 
-    def job_of(self, key: str) -> str | None:
+    def job_of(self, key: str) -> GangKey | None:
         return None
 
     def store(self, key: str, obj: dict, now: float) -> None:
@@ -69,7 +71,7 @@ class QueueStore:
         self.queues: dict[str, dict] = {}
         self.queue_edits = 0  # bumped on every stored or deleted GPUQueue
 
-    def job_of(self, key: str) -> str | None:
+    def job_of(self, key: str) -> GangKey | None:
         return None
 
     def store(self, key: str, obj: dict, now: float) -> None:
@@ -88,9 +90,13 @@ class PodGroupStore:
     def __init__(self) -> None:
         self.pod_groups: dict[str, dict] = {}
 
-    def job_of(self, key: str) -> str | None:
+    def job_of(self, key: str) -> GangKey | None:
         namespace, name = key.split("/", 1)
         return Grouping(name, "pod-group").key(namespace)
+
+    def of(self, gang: GangKey) -> dict | None:
+        """The PodGroup that names `gang` (a pod gang is its PodGroup's namesake), if any."""
+        return self.pod_groups.get(f"{gang.namespace}/{gang.name}") if gang.kind == POD_GANG else None
 
     def store(self, key: str, obj: dict, now: float) -> None:
         self.pod_groups[key] = obj

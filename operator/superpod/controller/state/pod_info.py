@@ -12,6 +12,7 @@ from superpod.api.podgang import QUEUE_LABEL, grouping
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
 from superpod.core.accounting import Run, gpu_units
+from superpod.core.gang_key import GangKey
 from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
 from superpod.core.model import Pod
 from superpod.core.phases import KUBELET_DISRUPTIONS, POD_FINISHED
@@ -38,7 +39,7 @@ class PodInfo:
     node: str | None
     phase: str
     deleting: bool
-    job: str | None  # "<namespace>/<job name>" for pods the operator owns; a pod gang's key for the pods it binds
+    job: GangKey | None  # its TrainingJob for pods the operator owns; its pod gang for the pods it binds
     owner: str | None  # uid of the controlling owner
     attempt: int | None
     index: int | None
@@ -64,7 +65,7 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None =
     owner = next((o.get("uid") for o in meta.get("ownerReferences") or [] if o.get("controller") and o.get("kind") ==
                   "TrainingJob" and str(o.get("apiVersion")).startswith(f"{GROUP}/") and o.get("name") ==
                   labels.get(JOB_LABEL)), None) if replica else None
-    job = f"{ns}/{labels.get(JOB_LABEL)}" if owner else None
+    job = GangKey(ns, str(labels[JOB_LABEL])) if owner else None
     if owner is None and (obj.get("spec") or {}).get("schedulerName") == scheduler_name:
         job = grouping(obj).key(ns)
     status = obj.get("status") or {}

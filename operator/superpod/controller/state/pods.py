@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 
-from superpod.api.podgang import is_gang_key, nomination_of
+from superpod.api.podgang import nomination_of
 from superpod.api.status import read_status
 from superpod.controller.gpu_tally import GpuTally
 from superpod.controller.state.base import Notes, slim
 from superpod.controller.state.billing import Billing
 from superpod.controller.state.pod_info import PodInfo, pod_info, removed_run
 from superpod.core.accounting import Run
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Pod
 from superpod.core.phases import POD_FINISHED
 
@@ -24,21 +25,21 @@ class PodStore:
     stored or gone is told to `billing`; a pod that leaves a job for another has the job it left stamped (`stamp`);
     the cached `jobs` are read to drop the runs of accounted attempts on a standby."""
 
-    def __init__(self, notes: Notes, scheduler_name: str, gpus: GpuTally, billing: Billing, jobs: dict[str, dict],
-                 stamp: Callable[[str], None]) -> None:
+    def __init__(self, notes: Notes, scheduler_name: str, gpus: GpuTally, billing: Billing, jobs: dict[GangKey, dict],
+                 stamp: Callable[[GangKey], None]) -> None:
         self.notes, self.scheduler_name = notes, scheduler_name
         self.gpus, self.billing, self.jobs, self.stamp = gpus, billing, jobs, stamp
         self.pods: dict[str, PodInfo] = {}
-        self.by_job: dict[str, set[str]] = {}  # job key (or pod gang key) -> keys of its pods
-        self.gang_keys: set[str] = set()  # the pod gang keys of by_job
+        self.by_job: dict[GangKey, set[str]] = {}  # gang -> keys of its pods
+        self.gang_keys: set[GangKey] = set()  # the pod gangs of by_job
         self.gang_pods: dict[str, dict] = {}  # pod key -> object, of the pods other controllers ask it to bind
-        self.gang_nominations: dict[str, str] = {}  # pod key -> gang key, of those pods holding a nomination
+        self.gang_nominations: dict[str, GangKey] = {}  # pod key -> gang, of those pods holding a nomination
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.holding_changed: set[str] = set()  # keys changed in `holding` since the snapshot last took them
         self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
         self._ended_bound = ENDED_KEPT  # a standby looks which runs of deleted pods still matter past this many
 
-    def job_of(self, key: str) -> str | None:
+    def job_of(self, key: str) -> GangKey | None:
         return self.pods[key].job if key in self.pods else None
 
     def store(self, key: str, obj: dict, now: float) -> None:
@@ -60,7 +61,7 @@ class PodStore:
             self.holding.pop(key, None)
         if info.job:
             self.by_job.setdefault(info.job, set()).add(key)
-            if is_gang_key(info.job):
+            if info.job.of_pods:
                 self.gang_keys.add(info.job)
         if info.job and not info.owner:
             self.gang_pods[key] = obj
@@ -124,5 +125,5 @@ class PodStore:
                            if (uid := obj["metadata"].get("uid")) in owners})
         self._ended_bound = max(ENDED_KEPT, len(self.jobs), 2 * len(self.ended))
 
-    def pods_of(self, job_key: str) -> list[PodInfo]:
-        return [self.pods[k] for k in self.by_job.get(job_key, ()) if k in self.pods]
+    def pods_of(self, job: GangKey) -> list[PodInfo]:
+        return [self.pods[k] for k in self.by_job.get(job, ()) if k in self.pods]
