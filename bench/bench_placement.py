@@ -6,7 +6,8 @@ the nodes partly or fully busy with foreign pods. Measures:
   - placing one 1,024-GPU gang (128 x 8 GPUs) required inside one spine, repeated (median, p90);
   - one scheduling cycle over 1,000 mixed jobs (1 to 1,024 GPUs) with assume, reservation and backfill;
   - peak RSS of the process.
-Run: .venv/bin/python bench/bench_placement.py [--sizes 1000,10000,100000] [--repeat 30]
+Each size is measured under each objective of --fits (placement.FIRST_FIT, BEST_FIT: how equal domains are chosen).
+Run: .venv/bin/python bench/bench_placement.py [--sizes 1000,10000,100000] [--repeat 30] [--fits first,best]
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import statistics
 import sys
 import time
 
-from superpod.core.cycle import schedule
+from superpod.core.cycle import PriorityFifo, schedule
 from superpod.core.model import Level, Node, Pod, Snapshot, Topology
 from superpod.core.placement import place
 from superpod.core.request import GPU, JobRequest, make_request
@@ -85,7 +86,7 @@ def machine() -> str:
     return f"{cpu}; {os.cpu_count()} logical CPUs; Python {platform.python_version()} on {platform.system()}"
 
 
-def bench(gpus: int, repeat: int) -> None:
+def bench(gpus: int, repeat: int, fit: str) -> None:
     nodes, pods = cluster(gpus)
     t0 = time.perf_counter()
     snap = Snapshot(nodes, TOPO, pods)
@@ -95,7 +96,7 @@ def bench(gpus: int, repeat: int) -> None:
     times, cpus, result = [], [], None
     for _ in range(repeat):
         t, c = time.perf_counter(), time.process_time()
-        result = place(snap, big)
+        result = place(snap, big, fit=fit)
         times.append(time.perf_counter() - t)
         cpus.append(time.process_time() - c)
     where = f"placed in {result.domains[0]}, {result.counts[1]} leaves" if result else "no spine fits"
@@ -103,12 +104,12 @@ def bench(gpus: int, repeat: int) -> None:
     jobs = mixed_jobs(1000)
     snap = Snapshot(nodes, TOPO, pods)
     t, c = time.perf_counter(), time.process_time()
-    decisions = schedule(snap, jobs)
+    decisions = schedule(snap, jobs, PriorityFifo(fit=fit))
     cyc, cpu = time.perf_counter() - t, time.process_time() - c
     placed = sum(d.placed for d in decisions)
     held = next((d.reserved for d in decisions if d.reserved), None)
     print(
-        f"{gpus:>7,} GPUs {len(nodes):>6,} nodes | snapshot {build * 1e3:7.1f} ms | "
+        f"{gpus:>7,} GPUs {len(nodes):>6,} nodes {fit:>5} fit | snapshot {build * 1e3:7.1f} ms | "
         f"1,024-GPU gang in one spine: median {med:6.2f} ms wall ({statistics.median(cpus) * 1e3:5.2f} CPU), "
         f"p90 {p90:6.2f} ms ({where}) | "
         f"cycle of 1,000 jobs {cyc:5.2f} s wall, {cpu:5.2f} s CPU ({placed} placed; reserved: {held})"
@@ -119,10 +120,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", default="1000,10000,100000")
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--fits", default="first", help="comma-separated objectives to compare: first, best")
     args = ap.parse_args()
     print(f"machine: {machine()}")
     for size in [int(s) for s in args.sizes.split(",")]:
-        bench(size, args.repeat)
+        for fit in args.fits.split(","):
+            bench(size, args.repeat, fit)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS: {rss:.0f} MiB")
     return 0

@@ -75,7 +75,7 @@ def test_a_leaf_gang_evicts_the_cheapest_set_and_the_victim_runs_again(cluster, 
     with Sampler(cluster.api, namespace) as sampler:
         jobs.create(training_job("kept", sim, 1, gpus=8, serviceClass="reserved"))
         jobs.wait_phase("kept", "Running")
-        jobs.create(training_job("three", sim, 3, gpus=8, required="leaf"))  # best fit: the leaf of "kept"
+        jobs.create(training_job("three", sim, 3, gpus=8, required="leaf"))  # the leaf of "kept": the first with room
         jobs.wait_phase("three", "Running")
         for name in ("pair-1", "pair-2"):  # the second leaf: two gangs
             jobs.create(training_job(name, sim, 2, gpus=8, required="leaf"))

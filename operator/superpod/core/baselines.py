@@ -2,6 +2,8 @@
 QueuePolicy (core/cycle.py); the queue order is superpod's (priority, then submission), so only placement and the
 reservation differ.
 
+- `superpod-bestfit`: superpod taking, among domains equal on the count of domains, the best fit (least free GPUs)
+  instead of the first in order (placement.BEST_FIT).
 - `superpod-service`: superpod, its queue ordered by predicted service (core/estimates.py turn) instead of arrival.
 - `superpod-estimate-backfill`: superpod letting a job run inside a reservation when its estimate (not its limit)
   ends before the holder's predicted start.
@@ -31,7 +33,7 @@ from dataclasses import replace
 
 from superpod.core.cycle import ESTIMATE, RESERVE_AFTER, RESERVE_FROM_UNITS, PriorityFifo, QueuePolicy, ReservationRule
 from superpod.core.estimates import SERVICE, Ordering
-from superpod.core.placement import Placement, Solver, placement_of
+from superpod.core.placement import BEST_FIT, Placement, Solver, placement_of
 
 OPERATOR_RULE = ReservationRule(after=RESERVE_AFTER, from_units=RESERVE_FROM_UNITS)  # `superpod run`'s default
 
@@ -122,6 +124,7 @@ def _loose(solver: Solver) -> Solver:
 
 POLICIES: dict[str, Callable[[int], QueuePolicy]] = {
     "superpod": lambda seed: PriorityFifo(OPERATOR_RULE),
+    "superpod-bestfit": lambda seed: PriorityFifo(OPERATOR_RULE, fit=BEST_FIT),
     "superpod-service": lambda seed: PriorityFifo(OPERATOR_RULE, Ordering(SERVICE)),
     "superpod-estimate-backfill": lambda seed: PriorityFifo(replace(OPERATOR_RULE, backfill_by=ESTIMATE)),
     "superpod-reserve-all": lambda seed: PriorityFifo(ReservationRule()),

@@ -27,7 +27,7 @@ from superpod.core.gang_key import GangKey
 from superpod.core.horizon import Start, earliest_starts, predicted_start, slots_at
 from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.phases import Cause, Reason
-from superpod.core.placement import Placement, Solver, could_ever_hold, solve, validate
+from superpod.core.placement import FIRST_FIT, Placement, Solver, could_ever_hold, solve, validate
 from superpod.core.request import JobRequest, Shape
 
 
@@ -81,6 +81,7 @@ class QueuePolicy(Protocol):
     reserves: bool  # blocked jobs that could fit later hold reservations (see reservation_for, `reserving`)
     reserving: ReservationRule
     ordering: Ordering  # jobs of one priority by arrival or by predicted service (the turns of their requests)
+    fit: str  # which of equal domains placement takes: the first (placement.FIRST_FIT) or the fullest (BEST_FIT)
     # Jobs whose shape did not fit may be passed over (core/waiting.py): true when `admit`, `group` and `blocking`
     # read nothing of a job but its shape, and `order` is queue_key. A subclass that changes them sets it False.
     parks: bool
@@ -130,18 +131,23 @@ class Unpreempting:
 
 
 class PriorityFifo(Unpreempting):
-    """Priority descending, then submission time, then namespace/name. Admits everything; places exactly."""
+    """Priority descending, then submission time, then namespace/name. Admits everything; places exactly, among
+    equal domains by `fit` (placement.FIRST_FIT or BEST_FIT)."""
 
     reserves = True
     preempts = True  # the operator may add preemption (core/preempt.py) to it
     reserving = ReservationRule()
     ordering = Ordering()  # by arrival, or by predicted service: the turn the controller gives each request
+    fit = FIRST_FIT
 
-    def __init__(self, reserving: ReservationRule | None = None, ordering: Ordering | None = None) -> None:
+    def __init__(self, reserving: ReservationRule | None = None, ordering: Ordering | None = None,
+                 fit: str | None = None) -> None:
         if reserving is not None:
             self.reserving = reserving
         if ordering is not None:
             self.ordering = ordering
+        if fit is not None:
+            self.fit = fit
 
     @property
     def parks(self) -> bool:
@@ -155,7 +161,7 @@ class PriorityFifo(Unpreempting):
         return None
 
     def place(self, solver: Solver) -> Placement | None:
-        return solve(solver)
+        return solve(solver.refit(self.fit))
 
     def group(self, job: JobRequest) -> str:
         return ""
@@ -420,9 +426,9 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
     that, and worth a reservation by the policy's ReservationRule."""
     if blocking:
         sv = Solver(snap, job, frozenset().union(*(r.domains for r in blocking)),
-                    exclude_nodes=frozenset().union(*(r.nodes for r in blocking)))
+                    exclude_nodes=frozenset().union(*(r.nodes for r in blocking)), fit=policy.fit)
     else:
-        sv = Solver(snap, job)
+        sv = Solver(snap, job, fit=policy.fit)
     p = policy.place(sv)
     if p is not None:
         snap.assume(job, p.assignments)
@@ -434,7 +440,7 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
         *(snap.child_nodes[d] for d in sv.excluded_domains)), head)
     if found is not None:
         return found
-    anywhere = Solver(snap, job) if blocking else sv
+    anywhere = Solver(snap, job, fit=policy.fit) if blocking else sv
     blocked_by: tuple[GangKey, ...] = ()
     if blocking and policy.place(anywhere) is not None:
         holders = sorted(blocking, key=lambda r: r.holder.queue_key)

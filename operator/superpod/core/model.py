@@ -216,6 +216,11 @@ class Snapshot:
                 below[d] += 1
         # per level: the most nodes one domain of it holds (bounds how many domains a gang needs there)
         self.widest: list[int] = [max((below[d] for d in ds), default=0) for ds in self.domains_by_level]
+        # each domain's place at its level: domains are in the order of their first node's name
+        self.position: list[int] = [0] * len(self.domains)
+        for ds in self.domains_by_level:
+            for k, d in enumerate(ds):
+                self.position[d] = k
 
     # -- capacity -------------------------------------------------------------------------------------------
     def _apply(self, node: int, requests: Iterable[tuple[str, int]], sign: int) -> None:

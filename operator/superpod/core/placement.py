@@ -1,16 +1,21 @@
 """Exact topology-aware gang placement.
 
 Objective, lexicographic: (1) `required` and every slice constraint hold; (2) fewest domains used at each level,
-coarsest first, ending with nodes; (3) best fit: the least free capacity of the job's primary resource (GPUs, else
-its MIG slice, else cpu) summed over the chosen domains, again coarsest level first. (3) fills the tightest domains
-so large free blocks stay whole. `preferred` needs no extra rule: (2) already keeps a job inside one domain of any
-level whenever that is possible at all.
+coarsest first, ending with nodes; (3) among equals, first fit among domains and best fit among nodes: the least sum
+of the chosen domains' places at their level (a level's domains in the order of their first node's name), coarsest
+level first, then the least free capacity of the job's primary resource (GPUs, else its MIG slice, else cpu) summed
+over the chosen nodes. (3) fills the first leaves, and their tightest nodes, so the last leaves stay whole for the
+next big gang. `fit=BEST_FIT` (a study policy, core/baselines.py) takes instead, at every level, the least free
+capacity over the chosen domains (the tightest domains). `preferred` needs no extra rule: (2) already keeps a job
+inside one domain of any level whenever that is possible at all.
 
 The cost of a solution is one integer: the components above as digits of base 2**48, so costs add and compare as
 plain ints. Because the cost is additive over subtrees, a min-plus knapsack over children is exact. Search runs top
-down: a domain that one child can hold alone needs only its best single child (tried in the order of the child's own
-cost plus what any child of its level must add, then pruned by a lower bound from per-domain aggregates: domains,
-nodes and best-fit free capacity needed below it), otherwise we combine children's full cost arrays.
+down: a domain that one child can hold alone needs only its best single child, otherwise we combine children's full
+cost arrays. Candidate domains are visited best first by a lower bound on their cost: first the cheap one (the
+child's own cost plus what any child of its level must add), then, when that comes first, the full one from
+per-domain aggregates (domains, nodes and fit terms needed below it); a domain whose bound cannot beat the best found
+is never searched.
 
 Explanations and reservations ask the Solver questions (slots, room, ...) instead of reading its fields.
 
@@ -33,8 +38,9 @@ placement); when the others find no room at all, the gang is placed as if every 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from heapq import heapify, heappop, heappush
 from itertools import repeat
 from operator import add
 from typing import TypeVar
@@ -42,6 +48,8 @@ from typing import TypeVar
 from superpod.core.model import Snapshot, View
 from superpod.core.request import GPU, PODS, JobRequest, gpu_units, primary_of
 
+FIRST_FIT = "first"  # (3) at the domain levels: the first domains in order; at the node level: the best fit
+BEST_FIT = "best"  # (3) at every level: the least free capacity
 INF = 1 << 1000  # anything >= INF is infeasible; finite costs stay far below (48 bits x 2 x levels)
 BASE_BITS = 48
 KEEP_EXTRA = 2  # children kept beyond the minimum when a combination step is over budget
@@ -86,7 +94,8 @@ def validate(snap: Snapshot, job: JobRequest) -> str | None:
 
 class Solver:
     """One placement attempt of one job on one snapshot. `exclude`: domain ids (with subtrees) not to use;
-    `exclude_nodes`: node indexes not to use (reservations). `budget`: see _children_table.
+    `exclude_nodes`: node indexes not to use (reservations). `budget`: see _children_table. `fit`: FIRST_FIT or
+    BEST_FIT, the objective's (3) among domains.
 
     Levels are tree depths: 0 the cluster root, 1..finest_level the domain levels, node_level the nodes. Besides
     solve(), explain and cycle ask it only the questions below and read snap, job and the *_level attributes."""
@@ -98,6 +107,7 @@ class Solver:
         exclude: frozenset[int] = frozenset(),
         budget: int = 2_000_000,
         exclude_nodes: frozenset[int] = frozenset(),
+        fit: str = FIRST_FIT,
     ):
         self.snap = snap
         self.job = job
@@ -121,7 +131,9 @@ class Solver:
         self.others = [[(r, v) for r, v in requests if v > 0] for requests in job.others] if job.others else []
         depth = self.node_level
         self.count_weight = [0] + [1 << (BASE_BITS * (2 * depth - i)) for i in range(1, depth + 1)]  # per level
-        self.free_weight = [0] + [1 << (BASE_BITS * (depth - i)) for i in range(1, depth + 1)]  # per level
+        self.fit_weight = [0] + [1 << (BASE_BITS * (depth - i)) for i in range(1, depth + 1)]  # per level
+        self.fit = fit
+        self.first_fit = fit == FIRST_FIT
         self.excluded_domains: set[int] = set()
         for d in exclude:
             self.excluded_domains.update(snap.descendants(d))
@@ -136,6 +148,12 @@ class Solver:
         self._floors: dict[tuple[int, int], int] = {}
         self.budget = budget
         self.exact = True  # False if a combination step had to drop children to stay within `budget`
+
+    def refit(self, fit: str) -> Solver:
+        """This solver, or a fresh one for the same question under the objective `fit`."""
+        if fit == self.fit:
+            return self
+        return Solver(self.snap, self.job, self.exclude, self.budget, self.excluded_nodes, fit)
 
     # -- questions (also asked by explain and cycle) --------------------------------------------------------
     def is_open(self, node: int) -> bool:
@@ -323,21 +341,24 @@ class Solver:
         return memo[1], memo[2]
 
     def _domain_cost(self, domain: int) -> int:
-        """Cost of using `domain`: one domain at its level plus its free primary resource (best fit)."""
+        """Cost of using `domain`: one domain at its level plus its place there (first fit) or its free primary
+        resource (best fit)."""
         level = self.snap.domains[domain].level
-        return self.count_weight[level] + self.view.free[domain][self.primary] * self.free_weight[level]
+        fit = self.snap.position[domain] if self.first_fit else self.view.free[domain][self.primary]
+        return self.count_weight[level] + fit * self.fit_weight[level]
 
     def _node_cost(self, node: int) -> int:
         """Cost of using `node`: one node plus its free primary resource (best fit)."""
         level = self.node_level
-        return self.count_weight[level] + max(self.snap.free[node].get(self.primary, 0), 0) * self.free_weight[level]
+        return self.count_weight[level] + max(self.snap.free[node].get(self.primary, 0), 0) * self.fit_weight[level]
 
     def _lower_bound(self, domain: int, amount: int) -> int:
         """Lower bound on _domain_cost(domain) + the best cost of `amount` replicas inside it. Below `domain`, each
         level uses at least one domain (`need` children at the next, `nodes` nodes at the last), each holding a node
         with at least `fit` free GPUs (the fewest free of a node that can take a replica), and together at least the
-        gang's primary resource: without those best-fit terms, every domain tied with the best on the coarser terms
-        was searched in full (a burst of gangs on an idle fleet)."""
+        gang's primary resource; under first fit, the `need` domains of each level below sit in distinct places from
+        that of the first domain of the level under `domain`. Without those fit terms, every domain tied with the
+        best on the coarser terms was searched in full (a burst of gangs on an idle fleet)."""
         level = self.snap.domains[domain].level
         weight, gpus = self.count_weight, self.gpus_per_replica
         bound = self._domain_cost(domain) + sum(weight[level + 1 : self.node_level])
@@ -370,17 +391,23 @@ class Solver:
                 nodes += c
             nodes = max(nodes, 1)
             fit = next((h for h in range(gpus, len(histogram)) if histogram[h]), gpus)
-        total, free_weight = amount * self.primary_per_replica, self.free_weight
+        total, fit_weight, position = amount * self.primary_per_replica, self.fit_weight, self.snap.position
         for below in range(level + 1, self.node_level + 1):
-            used = nodes if below == self.node_level else need if below == level + 1 else 1
-            bound += max(total, used * fit) * free_weight[below]
+            if below == self.node_level:
+                bound += max(total, nodes * fit) * fit_weight[below]
+            elif self.first_fit:  # a domain's first descendant at each level is built with it: ids domain + 1, ...
+                first = position[domain + below - level]
+                bound += (need * first + need * (need - 1) // 2) * fit_weight[below]
+            else:
+                bound += max(total, (need if below == level + 1 else 1) * fit) * fit_weight[below]
         return bound + nodes * weight[self.node_level]
 
     def _floor(self, level: int, amount: int) -> int:
         """The part of _lower_bound that is the same for every domain of `level`: at each level below, the domains
         (and nodes) the gang needs if each were as wide as the widest and its nodes as large as the largest, and the
-        gang's primary resource free. Candidates are visited in the order of their own cost plus it, their full bound
-        computed only when visited: computing it for every leaf of a fleet first was most of a placement's time."""
+        gang's primary resource free (first fit: that many domains in the first places). Candidates are visited in the
+        order of their own cost plus it, their full bound computed only when that comes first: computing it for every
+        leaf of a fleet first was most of a placement's time."""
         key = (level, amount)
         floor = self._floors.get(key)
         if floor is None:
@@ -391,31 +418,37 @@ class Solver:
             for below in range(level + 1, self.node_level + 1):
                 nodes = 1 if below == self.node_level else snap.widest[below]
                 used = -(-amount // (nodes * per_node)) if per_node and nodes else 1
-                floor += used * self.count_weight[below] + free * self.free_weight[below]
+                fit = used * (used - 1) // 2 if self.first_fit and below < self.node_level else free
+                floor += used * self.count_weight[below] + fit * self.fit_weight[below]
             self._floors[key] = floor
         return floor
 
     # -- search ---------------------------------------------------------------------------------------------
+    def _several_nodes(self, amount: int) -> bool:
+        """Whether `amount` replicas need more than one node, even of the largest."""
+        gpus = self.gpus_per_replica
+        return amount > (self.snap.max_gpus_per_node // gpus if gpus > 0 else 1)
+
     def _best_in(self, domain: int, amount: int) -> tuple[int, list[tuple[int, int]]] | None:
         """Best (cost below `domain`, [(node, replicas)]) for exactly `amount` replicas inside `domain`."""
         level = self.snap.domains[domain].level
         if level == self.finest_level:
             return self._best_from_table(domain, amount)
-        children = [c for c in self.snap.child_domains[domain] if self._capacity_bound(c) >= amount]
-        best: tuple[int, list[tuple[int, int]]] | None = None
         floor = self._floor(level + 1, amount)
-        for cheap, child in sorted((self._domain_cost(c) + floor, c) for c in children):
-            if best is not None:
-                if cheap >= best[0]:
-                    break
-                if self._lower_bound(child, amount) >= best[0]:
-                    continue
+        children = [(self._domain_cost(c) + floor, c) for c in self.snap.child_domains[domain]
+                    if self._capacity_bound(c) >= amount]
+        best: tuple[int, int, list[tuple[int, int]]] | None = None  # (cost, child, parts)
+
+        def known() -> tuple[int, int] | None:
+            return best[:2] if best is not None else None
+
+        for child in _best_first(children, lambda c: self._lower_bound(c, amount), known, self._several_nodes(amount)):
             found = self._best_in(child, amount)
             if found is not None and (level + 1 != self.slice_level or amount % self.slice_size == 0):
                 cost = found[0] + self._domain_cost(child)
-                if best is None or cost < best[0]:
-                    best = (cost, found[1])
-        return best if best is not None else self._best_from_table(domain, amount)
+                if best is None or (cost, child) < best[:2]:
+                    best = (cost, child, found[1])
+        return (best[0], best[2]) if best is not None else self._best_from_table(domain, amount)
 
     def _best_from_table(self, domain: int, amount: int) -> tuple[int, list[tuple[int, int]]] | None:
         table = self._table(domain, amount)
@@ -594,11 +627,12 @@ def _spread(solver: Solver, chosen: list[int], y: int, step: int) -> list[tuple[
     return [(i, amount[i]) for i in chosen]
 
 
-def place(snap: Snapshot, job: JobRequest, exclude: frozenset[int] = frozenset()) -> Placement | None:
+def place(snap: Snapshot, job: JobRequest, exclude: frozenset[int] = frozenset(),
+          fit: str = FIRST_FIT) -> Placement | None:
     """The best placement of the whole gang, or None when no feasible placement exists (see explain.py)."""
     if validate(snap, job) is not None:
         return None
-    return solve(Solver(snap, job, exclude))
+    return solve(Solver(snap, job, exclude, fit=fit))
 
 
 def solve(sv: Solver) -> Placement | None:
@@ -609,7 +643,7 @@ def solve(sv: Solver) -> Placement | None:
     largest = sv.job.at_largest()  # every slot fits every member: placed when today's booking is
     if largest is sv.job or sv._capacity_bound(0) < sv.replicas or validate(sv.snap, largest) is not None:
         return None
-    return solve(Solver(sv.snap, largest, sv.exclude, sv.budget, sv.excluded_nodes))
+    return solve(Solver(sv.snap, largest, sv.exclude, sv.budget, sv.excluded_nodes, sv.fit))
 
 
 def _best(sv: Solver) -> tuple[list[tuple[int, int]], int, dict[int, int]] | None:
@@ -618,42 +652,57 @@ def _best(sv: Solver) -> tuple[list[tuple[int, int]], int, dict[int, int]] | Non
     snap, replicas = sv.snap, sv.replicas
     if sv._capacity_bound(0) < replicas:
         return None
-    best: tuple[int, list[tuple[int, int]], int, dict[int, int]] | None = None  # (cost, parts, domain, others)
+    # (cost, the candidate's id: ties go to the lowest, parts, domain, others)
+    best: tuple[int, int, list[tuple[int, int]], int, dict[int, int]] | None = None
 
-    def consider(cost: int, parts: list[tuple[int, int]], domain: int) -> None:
+    def consider(cost: int, candidate: int, parts: list[tuple[int, int]], domain: int) -> None:
         nonlocal best
-        if best is None or cost < best[0]:
+        if best is None or (cost, candidate) < best[:2]:
             others = _place_others(sv, parts, domain)
             if others is not None:
-                best = (cost, parts, domain, others)
+                best = (cost, candidate, parts, domain, others)
 
     if sv.required_level == sv.node_level:
         for i in range(len(snap.nodes)):
             if sv.slots(i) >= replicas:
-                consider(sv._node_cost(i) + sum(sv._domain_cost(a) for a in snap.ancestors[i][1:]), [(i, replicas)],
-                         snap.ancestors[i][-1])
+                consider(sv._node_cost(i) + sum(sv._domain_cost(a) for a in snap.ancestors[i][1:]), i,
+                         [(i, replicas)], snap.ancestors[i][-1])
     elif sv.required_level == 0:
         found = sv._best_in(0, replicas)
         if found is not None:
-            consider(found[0], found[1], 0)
+            consider(found[0], 0, found[1], 0)
     else:
-        candidates = []
+        candidates, above = [], {}
         floor = sv._floor(sv.required_level, replicas)
         for d in snap.domains_by_level[sv.required_level]:
             if sv._capacity_bound(d) >= replicas:
-                above = sum(sv._domain_cost(a) for a in _domains_above(snap, d))
-                candidates.append((above + sv._domain_cost(d) + floor, above, d))
-        candidates.sort()
-        for cheap, above, d in candidates:
-            if best is not None:
-                if cheap >= best[0]:
-                    break
-                if above + sv._lower_bound(d, replicas) >= best[0]:
-                    continue
+                above[d] = sum(sv._domain_cost(a) for a in _domains_above(snap, d))
+                candidates.append((above[d] + sv._domain_cost(d) + floor, d))
+        for d in _best_first(candidates, lambda d: above[d] + sv._lower_bound(d, replicas),
+                             lambda: None if best is None else best[:2], sv._several_nodes(replicas)):
             found = sv._best_in(d, replicas)
             if found is not None:
-                consider(above + sv._domain_cost(d) + found[0], found[1], d)
-    return best[1:] if best is not None else None
+                consider(above[d] + sv._domain_cost(d) + found[0], d, found[1], d)
+    return best[2:] if best is not None else None
+
+
+def _best_first(candidates: list[tuple[int, int]], bound: Callable[[int], int],
+                best: Callable[[], tuple[int, int] | None], eager: bool) -> Iterator[int]:
+    """The ids of `candidates` ((cheap lower bound, id)) in increasing order of their full lower bound (`bound(id)`,
+    computed only once the cheap one comes first), while one could still beat `best()`, the (cost, id) found so far:
+    ties go to the lowest id. Unless `eager`, the first is searched on its cheap bound alone: its full bound pays
+    only when the cheap one undercounts the domains below (a gang of several nodes), and costs more than a search."""
+    heap = [(cheap, d, False) for cheap, d in candidates]
+    heapify(heap)
+    while heap:
+        key, d, full = heappop(heap)
+        known = best()
+        if known is not None and (key, d) > known:
+            return
+        if full or (known is None and not eager):
+            yield d
+        else:
+            heappush(heap, (max(key, bound(d)), d, True))
 
 
 def _place_others(sv: Solver, parts: list[tuple[int, int]], domain: int) -> dict[int, int] | None:

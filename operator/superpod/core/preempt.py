@@ -73,10 +73,11 @@ def cost_of(victims) -> tuple:
 
 
 def choose(snap: Snapshot, job: JobRequest, candidates: list[Victim], exclude_nodes: frozenset[int] = frozenset(),
-           budget: int = BUDGET, limits: dict[str, float] | None = None) -> Preemption | None:
-    """The victims to evict and where the preemptor then goes; None if it fits already, or no candidate set makes
-    room (or it could not fit even on an idle cluster). `limits`: group -> the most GPUs its victims may hold
-    together (a queue gives back only what it holds beyond its guarantee)."""
+           budget: int = BUDGET, limits: dict[str, float] | None = None,
+           place: Callable[[Solver], Placement | None] = solve) -> Preemption | None:
+    """The victims to evict and where the preemptor then goes (by `place`, the policy's); None if it fits already, or
+    no candidate set makes room (or it could not fit even on an idle cluster). `limits`: group -> the most GPUs its
+    victims may hold together (a queue gives back only what it holds beyond its guarantee)."""
     solver = Solver(snap, job, exclude_nodes=exclude_nodes)
     if solve(solver) is not None:
         return None
@@ -106,9 +107,9 @@ def choose(snap: Snapshot, job: JobRequest, candidates: list[Victim], exclude_no
             best = (cost_of(found), found)
     if best is None:
         return None
-    placement = _place_without(snap, job, best[1], exclude_nodes)
+    placement = _place_without(snap, job, best[1], exclude_nodes, place)
     if placement is None and job.others:  # its other members found no room: free room as if each took the largest
-        return choose(snap, job.at_largest(), candidates, exclude_nodes, budget, limits)
+        return choose(snap, job.at_largest(), candidates, exclude_nodes, budget, limits, place)
     return Preemption(tuple(sorted(best[1], key=lambda v: v.key)), placement, exact) if placement else None
 
 
@@ -188,14 +189,14 @@ def _ranked(solver: Solver, domains: list[int], on_node: dict[int, list[tuple[Vi
     return sorted(out)
 
 
-def _place_without(snap: Snapshot, job: JobRequest, victims: list[Victim],
-                   exclude_nodes: frozenset[int]) -> Placement | None:
+def _place_without(snap: Snapshot, job: JobRequest, victims: list[Victim], exclude_nodes: frozenset[int],
+                   place: Callable[[Solver], Placement | None]) -> Placement | None:
     """Where the preemptor goes once the victims' pods are gone; the snapshot is given back unchanged."""
     pods = [snap.pods[key] for victim in victims for key in victim.pods if key in snap.pods]
     for pod in pods:
         snap.remove_pod(pod.key)
     try:
-        return solve(Solver(snap, job, exclude_nodes=exclude_nodes))
+        return place(Solver(snap, job, exclude_nodes=exclude_nodes))
     finally:
         for pod in pods:
             snap.add_pod(pod)
@@ -404,6 +405,7 @@ class Preempting:
         self.hopeless, self.bound = hopeless, bound
         self._given: dict[str, float] = {}  # group -> GPUs its victims gave back this cycle
         self.reserves, self.reserving, self.preempts = inner.reserves, inner.reserving, True
+        self.fit = inner.fit
         self.parks = inner.parks and not nominations  # a nominated job must be visited to be placed
         self.chosen: dict[str, Preemption] = {}  # preemptor key -> what it evicts this cycle
         self.shielded: dict[str, str] = {}  # job key -> the protected gangs it may not evict, named, when it found none
@@ -462,7 +464,7 @@ class Preempting:
                 limits[group] = most - self._given.get(group, 0.0)
             candidates.append(Victim(gang.request.key, gang.request.priority, gang.gpus, gang.lost, gang.pods,
                                      group))
-        found = choose(snap, job, candidates, taken(), limits=limits) if candidates else None
+        found = choose(snap, job, candidates, taken(), limits=limits, place=self.inner.place) if candidates else None
         if found is None:
             if protected:  # the tenant waiting is told who holds what it may take back
                 more = f" and {len(protected) - 3} more" if len(protected) > 3 else ""

@@ -29,7 +29,7 @@ from superpod.core.accounting import gpu_units
 from superpod.core.cycle import Held, Reservation, ReservationRule, Unpreempting
 from superpod.core.model import Node
 from superpod.core.phases import Cause, Reason
-from superpod.core.placement import Placement, Solver, solve
+from superpod.core.placement import FIRST_FIT, Placement, Solver, solve
 from superpod.core.request import GPU, MIG_PREFIX, PRODUCT_LABEL, JobRequest
 
 ANY = "*"
@@ -247,6 +247,7 @@ class FairQueues(Unpreempting):
         self.reserves = inner.reserves if inner is not None else True
         self.reserving = inner.reserving if inner is not None else ReservationRule()
         self.preempts = inner.preempts if inner is not None else True
+        self.fit = inner.fit if inner is not None else FIRST_FIT
         self.parks = False  # admit reads each job's queue and what the cycle placed
         self.used = dict(usage.running)  # (leaf queue, flavor) -> units, with what this cycle placed
         self.total: dict[str, float] = {}  # flavor -> units of all queues
@@ -475,6 +476,7 @@ class Closed(Unpreempting):
     reserving = ReservationRule()
     parks = False
     preempts = False
+    fit = FIRST_FIT
 
     def __init__(self, why: str) -> None:
         self.why = Cause(Reason.QUEUES_HELD, why)

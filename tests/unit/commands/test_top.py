@@ -17,16 +17,16 @@ def test_a_superpod_node_by_node_in_120_columns():
     submit(c, "a", "train-0")
     body = training_job("big-llm", 16, 8)
     c.submit(body)
-    c.update_node("dgx-su02-n01", lambda node: node.setdefault("spec", {}).update({"unschedulable": True}))
+    c.update_node("dgx-su01-n01", lambda node: node.setdefault("spec", {}).update({"unschedulable": True}))
     c.settle(3)
     out = render(c.state)
     lines = out.splitlines()
     assert lines[0] == "128 nodes, 136 of 1024 GPUs in use"
     assert max(len(line) for line in lines) <= 120
-    assert "spine dgx-spine-1 / leaf su-2: 136/256 GPUs, 1 node(s) out of placement" in lines, "best fit"
-    assert "spine dgx-spine-1 / leaf su-1: 0/256 GPUs" in lines
+    assert "spine dgx-spine-1 / leaf su-1: 136/256 GPUs, 1 node(s) out of placement" in lines, "the first leaf"
+    assert "spine dgx-spine-1 / leaf su-2: 0/256 GPUs" in lines
     assert sum("big-llm" in line for line in lines) == 6, "16 nodes, three to a row"
-    assert any("dgx-su02-n01x░░░░░░░░" in line for line in lines), "cordoned"
+    assert any("dgx-su01-n01x░░░░░░░░" in line for line in lines), "cordoned"
     assert any(line.startswith("a ") and line.split()[1:5] == ["64", "136", "72", "0"] for line in lines)
 
 

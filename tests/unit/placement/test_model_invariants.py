@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from superpod.core.model import Pod, Snapshot
-from superpod.core.placement import place
+from superpod.core.placement import BEST_FIT, FIRST_FIT, place
 from superpod.core.request import GPU
 from tests.unit.builders import TOPO3, job, node, snapshot
 
@@ -64,8 +64,9 @@ def test_aggregates_match_recount(ops, product_views):
         # memoised bounds and views give the same decisions as a snapshot built from scratch
         fresh = Snapshot(snap.nodes, snap.topology, list(snap.pods.values()))
         for probe in PROBES:
-            a, b = place(snap, probe), place(fresh, probe)
-            assert (a and a.assignments) == (b and b.assignments)
+            for fit in (FIRST_FIT, BEST_FIT):
+                a, b = place(snap, probe, fit=fit), place(fresh, probe, fit=fit)
+                assert (a and a.assignments) == (b and b.assignments)
         # placements never overcommit: free GPUs go negative only through foreign pods
         if not pods:
             assert all(f.get(GPU, 0) >= 0 and f.get("cpu", 0) >= 0 for f in snap.free)

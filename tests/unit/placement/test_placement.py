@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from superpod.core.model import Pod, Topology
-from superpod.core.placement import Solver, place, solve, validate
+from superpod.core.placement import BEST_FIT, FIRST_FIT, Solver, place, solve, validate
 from superpod.core.request import GPU, Requirement
 from tests.unit.builders import TOPO, TOPO3, job, node, snapshot
 
@@ -64,15 +64,32 @@ def test_preferred_never_makes_a_job_unplaceable():
 def test_best_fit_is_tightest_domain_coarsest_first():
     snap = two_spines(used={"s0l0n0": 6, "s0l0n1": 4, "s0l1n3": 7, "s1l1n3": 7})
     # spine s0 has the least free GPUs, in it leaf s0l0, in it node s0l0n0 (2 free)
-    assert list(place(snap, job("small").gpus(1).build()).assignments) == ["s0l0n0"]
-    assert list(place(snap, job("two").gpus(2).build()).assignments) == ["s0l0n0"]
-    assert list(place(snap, job("four").gpus(4).build()).assignments) == ["s0l0n1"]
+    assert list(place(snap, job("small").gpus(1).build(), fit=BEST_FIT).assignments) == ["s0l0n0"]
+    assert list(place(snap, job("two").gpus(2).build(), fit=BEST_FIT).assignments) == ["s0l0n0"]
+    assert list(place(snap, job("four").gpus(4).build(), fit=BEST_FIT).assignments) == ["s0l0n1"]
     # a 3-node gang in one leaf: s0l0 has only 2 whole nodes; s0l1 is in the tighter spine
-    p = place(snap, job("gang").gpus(8).replicas(3).required("leaf").build())
+    p = place(snap, job("gang").gpus(8).replicas(3).required("leaf").build(), fit=BEST_FIT)
     assert leaves_of(snap, p) == {"s0l1"}
     # 4 whole nodes: only s1l0 has them
-    p = place(snap, job("gang").gpus(8).replicas(4).required("leaf").build())
+    p = place(snap, job("gang").gpus(8).replicas(4).required("leaf").build(), fit=BEST_FIT)
     assert leaves_of(snap, p) == {"s1l0"}
+
+
+def test_first_fit_takes_the_first_of_equal_domains_and_the_tightest_node_inside():
+    # leaves in the order of their first node's name: "z" (nodes a0, a1), then "b" (b0, b1)
+    nodes = [node(f"{n}").gpus(8).spine("s").leaf(leaf) for n, leaf in
+             (("a0", "z"), ("a1", "z"), ("b0", "b"), ("b1", "b"))]
+    two = job("two").gpus(2).build()
+    idle = snapshot(nodes, TOPO)
+    assert list(place(idle, two, fit=FIRST_FIT).assignments) == ["a0"]  # equal leaves: the first
+    # leaf b is fuller (8 free against 14) but comes later: the first leaf, and in it the tightest node (a1, 6 free)
+    snap = snapshot(nodes, TOPO, used={"a1": 2, "b0": 6, "b1": 2})
+    assert list(place(snap, two, fit=FIRST_FIT).assignments) == ["a1"]
+    assert list(place(snap, two, fit=BEST_FIT).assignments) == ["b0"]  # the old objective: the fuller leaf
+    assert place(snap, two).assignments == place(snap, two, fit=FIRST_FIT).assignments  # the default
+    # fewer nodes still come first: 2 x 4 GPUs take two nodes of leaf z (4 and 6 free), one of leaf b (b1, 8 free)
+    snap = snapshot(nodes, TOPO, used={"a0": 4, "a1": 2, "b0": 6})
+    assert place(snap, job("gang").gpus(4).replicas(2).build(), fit=FIRST_FIT).assignments == {"b1": [0, 1]}
 
 
 def test_ranks_follow_topology():

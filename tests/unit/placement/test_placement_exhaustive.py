@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from superpod.core.model import Pod, Snapshot, Topology, filter_reason
-from superpod.core.placement import Solver, solve
+from superpod.core.placement import BEST_FIT, FIRST_FIT, Solver, solve
 from superpod.core.request import GPU, PODS, JobRequest
 from tests.unit.builders import LEAF, NODE, NVLINK, SPINE, job, node, snapshot
 
@@ -83,17 +83,30 @@ def _paths(snap: Snapshot, name: str) -> list[tuple[str, ...]]:
     return out + [(*key, name)]
 
 
-def _cost(snap: Snapshot, job: JobRequest, names: list[str]) -> tuple:
-    """(domains per level..., nodes, free GPUs of chosen domains per level..., of chosen nodes) from scratch."""
+def _places(snap: Snapshot, lvl: int) -> dict[tuple[str, ...], int]:
+    """Each domain of level `lvl` (its path) -> its place: the domains in the order of their first node's name."""
+    order: dict[tuple[str, ...], int] = {}
+    for name in sorted(n.name for n in snap.nodes):
+        order.setdefault(_paths(snap, name)[lvl], len(order))
+    return order
+
+
+def _cost(snap: Snapshot, job: JobRequest, names: list[str], fit: str = FIRST_FIT) -> tuple:
+    """(domains per level..., nodes, then per level the fit term of the chosen domains..., of the chosen nodes) from
+    scratch. The fit term: free GPUs summed (best fit; always at the node level) or places summed (first fit)."""
     eligible = [n.name for n in snap.nodes if filter_reason(n, job) is None]
     free = {x: max(snap.free[snap.index[x]].get(job.primary, 0), 0) for x in eligible}
     depth = len(snap.levels) + 1
-    counts, frees = [], []
+    counts, fits = [], []
     for lvl in range(depth):
         chosen = {_paths(snap, x)[lvl] for x in names}
         counts.append(len(chosen))
-        frees.append(sum(free[x] for x in eligible if _paths(snap, x)[lvl] in chosen))
-    return tuple(counts + frees)
+        if fit == FIRST_FIT and lvl < depth - 1:
+            places = _places(snap, lvl)
+            fits.append(sum(places[path] for path in chosen))
+        else:
+            fits.append(sum(free[x] for x in eligible if _paths(snap, x)[lvl] in chosen))
+    return tuple(counts + fits)
 
 
 def _feasible(snap: Snapshot, job: JobRequest, names: tuple[str, ...]) -> bool:
@@ -162,21 +175,33 @@ def _check_against_exhaustive(
     EXCLUDED.update(snap.nodes[i].name for d in exclude for i in snap.nodes_under(d))
     EXCLUDED.update(snap.nodes[i].name for i in exclude_nodes)
     candidates = [n.name for n in snap.nodes if _slots(snap, job, n.name) > 0]
-    best = None
-    for k in range(1, min(job.replicas, len(candidates)) + 1):
-        for names in combinations(candidates, k):
-            if _feasible(snap, job, names):
-                c = _cost(snap, job, list(names))
-                if best is None or c < best:
-                    best = c
-    got = solve(Solver(snap, job, exclude, exclude_nodes=exclude_nodes))
-    if best is None:
-        assert got is None
-        return
-    assert got is not None, f"exhaustive search found {best}"
-    _check_feasible(snap, job, got.assignments)
-    assert _cost(snap, job, list(got.assignments)) == best
-    assert got.counts == best[: len(snap.levels) + 1]
+    feasible = [list(names) for k in range(1, min(job.replicas, len(candidates)) + 1)
+                for names in combinations(candidates, k) if _feasible(snap, job, names)]
+    for fit in (FIRST_FIT, BEST_FIT):
+        best = min((_cost(snap, job, names, fit) for names in feasible), default=None)
+        got = solve(Solver(snap, job, exclude, exclude_nodes=exclude_nodes, fit=fit))
+        if best is None:
+            assert got is None
+            continue
+        assert got is not None, f"exhaustive search found {best}"
+        _check_feasible(snap, job, got.assignments)
+        assert _cost(snap, job, list(got.assignments), fit) == best, fit
+        assert got.counts == best[: len(snap.levels) + 1]
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(multi=True), st.sampled_from([FIRST_FIT, BEST_FIT]))
+def test_the_search_bounds_never_exceed_the_best_cost_below_a_domain(sc, fit):
+    """_lower_bound and _floor prune a domain only if they are at most what its best placement costs."""
+    snap, job, exclude, exclude_nodes = sc
+    sv = Solver(snap, job, exclude, exclude_nodes=exclude_nodes, fit=fit)
+    for domain in range(1, len(snap.domains)):
+        for amount in range(1, job.replicas + 1):
+            found = sv._best_in(domain, amount) if sv._capacity_bound(domain) >= amount else None
+            if found is not None:
+                best = sv._domain_cost(domain) + found[0]
+                assert sv._lower_bound(domain, amount) <= best
+                assert sv._domain_cost(domain) + sv._floor(snap.domains[domain].level, amount) <= best
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
