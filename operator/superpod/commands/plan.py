@@ -19,7 +19,7 @@ import yaml
 from superpod.api.convert import ConvertError, describe, job_from_k8s, node_from_k8s, topology_from_k8s
 from superpod.api.dumps import items_of, read_input
 from superpod.controller.controller import Controller
-from superpod.controller.job_status import NO_DETAILS, cause_details
+from superpod.controller.job_status import NO_DETAILS, cause_details, reference
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import PriorityFifo
 from superpod.core.phases import PENDING, Phase, Reason
@@ -68,7 +68,7 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
         assign = d.placement.assignments if d and d.placement else {}
         reason = d.reason if d else controller.invalid.get(job.key) or controller.held_back.get(job.key)
         code = d.cause.code if d and d.cause else Reason.INVALID if job.key in controller.invalid else None
-        preempts = [{"namespace": key.namespace, "name": key.name} for key in d.preempts] if d else []
+        preempts = [reference(key) for key in d.preempts] if d else []
         out.append({"namespace": job.namespace, "name": job.name, "placed": bool(assign),
                     "assignments": {k: assign[k] for k in sorted(assign)}, "reason": None if assign else reason,
                     "code": None if assign else code, "preempts": preempts,

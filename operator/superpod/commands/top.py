@@ -46,26 +46,25 @@ async def load_cluster(api) -> ClusterState:
 
 def render(state: ClusterState, width: int = 120, selector: dict[str, str] | None = None) -> str:
     """The view, of the nodes whose labels match `selector` (all by default)."""
-    if selector:
-        state.nodes = {name: entry for name, entry in state.nodes.items()
-                       if all((entry.obj["metadata"].get("labels") or {}).get(k) == v for k, v in selector.items())}
-    labelled = [entry.obj["metadata"].get("labels") or {} for entry in state.nodes.values()]
+    nodes = {name: entry for name, entry in state.nodes.items()
+             if all((entry.obj["metadata"].get("labels") or {}).get(k) == v for k, v in (selector or {}).items())}
+    labelled = [entry.obj["metadata"].get("labels") or {} for entry in nodes.values()]
     levels = [level for level in state.topology()[0].domain_levels
               if level.label != "kubernetes.io/hostname" and any(level.label in labels for labels in labelled)]
     used, jobs = _usage(state)
     nominated = _nominated(state)
     jobs.update(nominated)
     groups: dict[tuple[str, ...], list[str]] = {}
-    for name, entry in sorted(state.nodes.items()):
+    for name, entry in sorted(nodes.items()):
         labels = entry.obj["metadata"].get("labels") or {}
         groups.setdefault(tuple(labels.get(level.label, "-") for level in levels), []).append(name)
-    total = sum(_gpus(entry) for entry in state.nodes.values())
-    lines = [f"{len(state.nodes)} nodes, {_num(sum(used.get(n, 0) for n in state.nodes))} of {_num(total)} GPUs in use"]
-    per_node = len(state.nodes) <= PER_NODE_UP_TO
+    total = sum(_gpus(entry) for entry in nodes.values())
+    lines = [f"{len(nodes)} nodes, {_num(sum(used.get(n, 0) for n in nodes))} of {_num(total)} GPUs in use"]
+    per_node = len(nodes) <= PER_NODE_UP_TO
     for domain, names in sorted(groups.items()):
-        have = sum(_gpus(state.nodes[n]) for n in names)
+        have = sum(_gpus(nodes[n]) for n in names)
         busy = sum(used.get(n, 0) for n in names)
-        out = sum(1 for n in names if _flag(state.nodes[n]) not in " n")
+        out = sum(1 for n in names if _flag(nodes[n]) not in " n")
         where = " / ".join(f"{level.name} {_short(value)}" for level, value in zip(levels, domain, strict=True)
                            if value != "-") or "all"
         head = f"{where}: {_num(busy)}/{_num(have)} GPUs" + (f", {out} node(s) out of placement" if out else "")
@@ -75,12 +74,12 @@ def render(state: ClusterState, width: int = 120, selector: dict[str, str] | Non
                          f"{'  ' + ', '.join(job for job, _ in holders.most_common(3)) if holders else ''}")
             continue
         lines.append(head)
-        cells = [_cell(name, state.nodes[name], used.get(name, 0), jobs.get(name), name in nominated)
+        cells = [_cell(name, nodes[name], used.get(name, 0), jobs.get(name), name in nominated)
                  for name in names]
         per_row = max(1, width // (CELL + 2))
         for start in range(0, len(cells), per_row):
             lines.append("  " + "  ".join(cells[start:start + per_row]).rstrip())
-    lines += _mig_layouts(state) + _reservations(state) + _queues(state)
+    lines += _mig_layouts(state, nodes) + _reservations(state) + _queues(state)
     return "\n".join(line[:width] for line in lines)
 
 
@@ -149,7 +148,7 @@ def _nominated(state: ClusterState) -> dict[str, str]:
     return out
 
 
-def _mig_layouts(state: ClusterState) -> list[str]:
+def _mig_layouts(state: ClusterState, nodes: dict) -> list[str]:
     """Each node partitioned into MIG slices: per profile, slices in use of those it advertises."""
     used: dict[str, Counter] = {}
     for pod in state.holding.values():
@@ -157,7 +156,7 @@ def _mig_layouts(state: ClusterState) -> list[str]:
             if resource.startswith(MIG_PREFIX):
                 used.setdefault(pod.node, Counter())[resource[len(MIG_PREFIX):]] += amount
     lines = []
-    for name, entry in sorted(state.nodes.items()):
+    for name, entry in sorted(nodes.items()):
         alloc = (entry.obj.get("status") or {}).get("allocatable") or {}
         slices = {r[len(MIG_PREFIX):]: v for r, v in alloc.items() if r.startswith(MIG_PREFIX) and str(v) != "0"}
         if slices:

@@ -100,7 +100,8 @@ class Controller:
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
         self.room = WaitingRoom()
-        self.said: dict[str, tuple[float, str, int]] = {}  # job uid -> when its cause was written, its code, hash
+        # job uid (a pod gang: its key) -> when its cause was written, its code, the hash of its sentence
+        self.said: dict[str | GangKey, tuple[float, str, int]] = {}
         # Running gangs judged steady (all replicas running, nothing to write), with what they were judged on:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
         self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, the last change of its nodes)
@@ -536,7 +537,7 @@ class Controller:
                                                   f"left out of placement: {entry.problem}")]))
         for view in map(self.reader.by_key.get, sorted(self.reader.damaged)):
             if view.problems:
-                out.append(Plan(f"repair:{view.key}", [view.emit(
+                out.append(Plan(f"repair:{view.key.text}", [view.emit(
                     "Warning", Reason.STATUS_REPAIRED, f"status fields dropped and rewritten: "
                     f"{'; '.join(view.problems)}")]))
         return out

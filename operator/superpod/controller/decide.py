@@ -105,7 +105,7 @@ def _pending(state: ClusterState, view: JobView, now: float, out: Pending, label
         return
     if live or newer:  # pods of an earlier attempt still run: stop them first, place once they are going
         out.reasons[view.key] = f"stopping {len(live)} pod(s) of an earlier attempt before a new one starts"
-        plan = Plan(f"stop:{view.key}")
+        plan = Plan(f"stop:{view.key.text}")
         if newer:  # that attempt is closed (billed what its pods used) and its number never used again
             plan.then(*abandoned(state, view, max(p.attempt for p in newer), now, labels))
         if live:
@@ -211,7 +211,7 @@ def starts(state: ClusterState, decisions: list[Decision], views: dict[GangKey, 
 
 
 def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: dict[GangKey, str],
-               notes: dict[GangKey, str], now: float, said: dict[str, tuple[float, str, int]],
+               notes: dict[GangKey, str], now: float, said: dict[str | GangKey, tuple[float, str, int]],
                budget: int | None = None, passed: frozenset[GangKey] = frozenset()) -> tuple[list[Plan], int]:
     """Queued with the decision's cause: its code in status.reason, its sentence (and a note on MIG when there is
     one) in status.message, its details in status.reservation and status.blockedBy; or the MIG flow's message while

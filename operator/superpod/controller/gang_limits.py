@@ -44,8 +44,9 @@ class GangLimits:
             if problem and self.told.get(key) != problem and (pods := gangs.bound(state, key)):
                 self.told[key] = problem
                 then = f"{limit.source} ({limit.seconds:.0f} s) applies" if limit else "it runs without a limit"
-                plans.append(Plan(f"limit:{key}", [Emit(pod_ref(pods[0]), "Warning", str(Reason.MAX_RUNTIME_IGNORED),
-                                                        f"gang {key}: {problem}; ignored, {then}")]))
+                said = Emit(pod_ref(pods[0]), "Warning", str(Reason.MAX_RUNTIME_IGNORED),
+                            f"gang {key}: {problem}; ignored, {then}")
+                plans.append(Plan(f"limit:{key.text}", [said]))
         for key in self.seen.keys() - placed.keys():
             del self.seen[key]
             self.told.pop(key, None)

@@ -112,11 +112,11 @@ def cause_details(decision: Decision) -> dict:
         reservation = {"domain": decision.reserved, "nodes": list(nodes[:LISTED]), "nodeCount": len(nodes)}
         if decision.expected_start is not None:
             reservation["expectedStart"] = rfc3339(round(decision.expected_start / 60) * 60)
-    blocked = [_reference(key) for key in decision.blocked_by[:LISTED]]
+    blocked = [reference(key) for key in decision.blocked_by[:LISTED]]
     return {"reservation": reservation, "blockedBy": blocked or None}
 
 
-def _reference(key: GangKey) -> dict:
+def reference(key: GangKey) -> dict:
     """A job of status.blockedBy: a TrainingJob, or a gang of pods (by its gang's name, or its pod's)."""
     return {"kind": "PodGang" if key.of_pods else "TrainingJob", "namespace": key.namespace, "name": key.name}
 

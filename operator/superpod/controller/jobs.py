@@ -108,7 +108,7 @@ class JobView:
 
     def fault(self, what: str, now: float) -> Plan:
         """A bug met this job: a Warning and a condition on it (status otherwise unchanged); the rest schedules on."""
-        plan = Plan(f"error:{self.key}", [self.emit("Warning", Reason.INTERNAL_ERROR, what)])
+        plan = Plan(f"error:{self.key.text}", [self.emit("Warning", Reason.INTERNAL_ERROR, what)])
         if (change := job_status.faulted(self.raw, what)) is not None:
             plan.steps.insert(0, self.write(change, now))
         return plan

@@ -39,6 +39,7 @@ from superpod.api.times import rfc3339
 from superpod.controller.actions import BindPods, DeletePods, Emit, Plan, SetPodCondition, pod_ref
 from superpod.controller.state import ClusterState
 from superpod.core.estimates import LIMIT_GRACE
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Pod, Snapshot
 from superpod.core.phases import POD_FINISHED, POD_UNSCHEDULABLE, Cause, Phase, Reason
 from superpod.core.preempt import Running
@@ -66,13 +67,14 @@ class GangView:
     members, then the others: in_slot_order), and their core request. It answers the cycle as a TrainingJob's
     JobView does (wait, invalid, fault), with pod conditions instead of a status."""
 
-    key: str
+    key: GangKey
     members: tuple[dict, ...]
     request: JobRequest | ConvertError | None = None  # None: it waits before anything is placed
     problems: tuple[str, ...] = ()
 
     @property
-    def uid(self) -> str:
+    def uid(self) -> GangKey:
+        """A pod gang has no object of its own: its key stands for a uid."""
         return self.key
 
     @cached_property
@@ -113,7 +115,7 @@ class GangView:
         return self.wait(reason, why, now)
 
     def fault(self, what: str, now: float) -> Plan:
-        return Plan(f"error:{self.key}", [self.emit("Warning", Reason.INTERNAL_ERROR, what)])
+        return Plan(f"error:{self.key.text}", [self.emit("Warning", Reason.INTERNAL_ERROR, what)])
 
     def bind(self, assignments: dict[str, list[int]]) -> Plan:
         nodes = {index: node for node, ranks in assignments.items() for index in ranks}  # member i: slot i
@@ -131,7 +133,7 @@ class GangNominee:
     """A pod gang holding a nomination (a NOMINATED condition of its pods), as the preemption flow reads a nominated
     TrainingJob: its key, whether it still waits (phase), the nomination, and how to drop it."""
 
-    key: str
+    key: GangKey
     waiting: bool
     status: Any  # .nomination: the api.models.Nomination
     holders: tuple[dict, ...]  # the pods that carry it
@@ -254,7 +256,7 @@ class PodGangs:
             out.append(Running(request, gpus, gpus * max(0.0, ran), tuple(pods), protected))
         return out
 
-    def nominated(self, state: ClusterState, ready: dict) -> dict[str, GangNominee]:
+    def nominated(self, state: ClusterState, ready: dict) -> dict[GangKey, GangNominee]:
         """The pod gangs holding a nomination (`ready`: the waiting room's views, for their requests)."""
         holders: dict[str, list[dict]] = {}
         for pod_key, key in state.gang_nominations.items():
@@ -412,14 +414,15 @@ class PodGangs:
             self._told.add(key)
             pods = self._bound(state, key)
             if pods:
-                plans.append(Plan(f"relabelled:{key}", [Emit(pod_ref(pods[0]), "Warning", str(Reason.QUEUE_RELABELLED),
-                    f"gang {key} was bound in queue {admitted or 'of its namespace'}; its pods now name "
-                    f"{named or 'none'}: it counts in the queue it was bound in until it ends")]))
+                said = Emit(pod_ref(pods[0]), "Warning", str(Reason.QUEUE_RELABELLED),
+                            f"gang {key} was bound in queue {admitted or 'of its namespace'}; its pods now name "
+                            f"{named or 'none'}: it counts in the queue it was bound in until it ends")
+                plans.append(Plan(f"relabelled:{key.text}", [said]))
         self.relabelled = {}
         return plans
 
 
-def _evict(key: str, pods: list[dict], reason: str, event: Reason, why: str, now: float) -> Plan:
+def _evict(key: GangKey, pods: list[dict], reason: str, event: Reason, why: str, now: float) -> Plan:
     """The DisruptionTarget condition (`reason`), then a graceful delete of each pod, and one Event."""
     steps: list = [SetPodCondition(_key(pod), pod["metadata"].get("uid") or "", {
         "type": "DisruptionTarget", "status": "True", "reason": reason, "message": f"superpod-scheduler: {why}",

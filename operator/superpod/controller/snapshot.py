@@ -9,14 +9,15 @@ from __future__ import annotations
 from collections.abc import Collection
 
 from superpod.controller.state import ClusterState
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Pod, Snapshot
 from superpod.core.request import JobRequest
 
-ASSUMED = "#"  # assumed replicas are keyed "<namespace>/<job>#<replica>", as core Snapshot.assume keys them
+ASSUMED = "#"  # assumed replicas are keyed "<the gang key's text>#<replica>", as core Snapshot.assume keys them
 
 
-def assumed_key(job_key: str, index: int) -> str:
-    return f"{job_key}{ASSUMED}{index}"
+def assumed_key(job: GangKey, index: int) -> str:
+    return f"{job.text}{ASSUMED}{index}"
 
 
 class SnapshotCache:

@@ -86,7 +86,7 @@ class QueuePolicy(Protocol):
     # read nothing of a job but its shape, and `order` is queue_key. A subclass that changes them sets it False.
     parks: bool
     preempts: bool  # the operator may run it under preemption (core/preempt.py's Preempting wraps it)
-    shielded: Mapping[str, str]  # job key -> why the gangs it may evict are protected, when it found none to evict
+    shielded: Mapping[GangKey, str]  # job -> why the gangs it may evict are protected, when it found none to evict
 
     def preempt(self, snap: Snapshot, job: JobRequest, taken: Callable[[], frozenset[int]],
                 head: bool) -> tuple[Decision, Reservation] | None:

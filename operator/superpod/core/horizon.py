@@ -24,7 +24,7 @@ G = TypeVar("G", bound=Hashable)
 class Release:
     """What a gang frees on one node when it ends: predicted from its start, estimate and limit (estimates.py)."""
 
-    holder: str  # the gang (namespace/name)
+    holder: GangKey
     start: float
     estimate: float | None
     limit: float | None
@@ -46,7 +46,7 @@ class Horizon:
         # node -> (its ends, sorted; the clock they were read at; until when they hold whatever the clock says)
         self._ends: dict[str, tuple[list[tuple[float, str, str, Requests]], float, float]] = {}
 
-    def put(self, holder: str, start: float, estimate: float | None, limit: float | None,
+    def put(self, holder: GangKey, start: float, estimate: float | None, limit: float | None,
             members: Iterable[tuple[str, Requests]], version: tuple = ()) -> None:
         """A gang that runs (or was placed this cycle): its members as (node, requests). `version` says what it was
         put with; putting the same holder with the same version again changes nothing."""
@@ -66,7 +66,7 @@ class Horizon:
                                                            tuple(sorted(total.items())))
         self.nodes_of[holder] = (tuple(by_node), version)
 
-    def drop(self, holder: str) -> None:
+    def drop(self, holder: GangKey) -> None:
         self.assumed.discard(holder)
         known = self.nodes_of.pop(holder, None)
         for node in known[0] if known is not None else ():

@@ -314,16 +314,16 @@ class Snapshot:
         return True
 
     def assume(self, job: JobRequest, assignments: dict[str, list[int]]) -> None:
-        """Reserve capacity for a placed gang (pod keys `<ns>/<name>#<rank>`, each member's own requests) before the
-        pods exist."""
+        """Reserve capacity for a placed gang (pod keys `<its key's text>#<rank>`: a TrainingJob's and a pod gang's of
+        one name never meet), each member's own requests, before the pods exist."""
         for node, ranks in assignments.items():
             for r in ranks:
-                self.add_pod(Pod(f"{job.key}#{r}", node, job.member_requests(r)))
-                self.assumed.add(f"{job.key}#{r}")
+                self.add_pod(Pod(f"{job.key.text}#{r}", node, job.member_requests(r)))
+                self.assumed.add(f"{job.key.text}#{r}")
 
     def forget(self, job: JobRequest) -> None:
         """Undo `assume` (a failed write rolls the whole gang back)."""
-        prefix = f"{job.key}#"
+        prefix = f"{job.key.text}#"
         for k in [k for k in self.pods if k.startswith(prefix)]:
             self.remove_pod(k)
             self.assumed.add(k)

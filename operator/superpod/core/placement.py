@@ -45,6 +45,7 @@ from itertools import repeat
 from operator import add
 from typing import TypeVar
 
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot, View
 from superpod.core.request import GPU, PODS, JobRequest, gpu_units, primary_of
 
@@ -58,7 +59,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Placement:
-    job: str
+    job: GangKey
     assignments: dict[str, list[int]]  # node -> replica indexes (ranks follow the topology)
     counts: tuple[int, ...]  # domains used per level, coarsest first, nodes last
     domains: tuple[str, ...]  # the domain at the required level (or every top-level domain used)

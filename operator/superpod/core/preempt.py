@@ -221,8 +221,8 @@ class Room:
         usable = [i for i in nodes if self.usable(i)]
         self.requests, primary = sv.requests, sv.primary
         self.free: dict[int, dict[str, int]] = {}  # node -> free of each request, once a victim there is evicted
-        self.freed: dict[str, list[tuple[int, tuple[tuple[str, int], ...]]]] = {}  # victim key -> (node, requests)
-        self.units: dict[str, int] = {}  # victim key -> primary resource it frees here
+        self.freed: dict[GangKey, list[tuple[int, tuple[tuple[str, int], ...]]]] = {}  # victim -> (node, requests)
+        self.units: dict[GangKey, int] = {}  # victim -> primary resource it frees here
         for i in usable:
             for victim, requests, amount in self.on_node.get(i, ()):
                 if victim.key not in self.freed:
@@ -407,8 +407,8 @@ class Preempting:
         self.reserves, self.reserving, self.preempts = inner.reserves, inner.reserving, True
         self.fit = inner.fit
         self.parks = inner.parks and not nominations  # a nominated job must be visited to be placed
-        self.chosen: dict[str, Preemption] = {}  # preemptor key -> what it evicts this cycle
-        self.shielded: dict[str, str] = {}  # job key -> the protected gangs it may not evict, named, when it found none
+        self.chosen: dict[GangKey, Preemption] = {}  # preemptor -> what it evicts this cycle
+        self.shielded: dict[GangKey, str] = {}  # job -> the protected gangs it may not evict, named, when it found none
         self._taken: set[str] = set()  # victims chosen this cycle
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:

@@ -27,6 +27,7 @@ from operator import attrgetter
 
 from superpod.core.accounting import gpu_units
 from superpod.core.cycle import Held, Reservation, ReservationRule, Unpreempting
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Node
 from superpod.core.phases import Cause, Reason
 from superpod.core.placement import FIRST_FIT, Placement, Solver, solve
@@ -254,8 +255,8 @@ class FairQueues(Unpreempting):
         self.subtree: dict[tuple[str, str], float] = {}  # (queue, flavor) -> units of it and the queues below it
         for (leaf, flavor), amount in self.used.items():
             self._add(leaf, flavor, amount)
-        self.inside: dict[str, bool] = {}  # job key -> inside its queue's guarantee when the cycle began
-        self.where: dict[str, tuple[str | None, str | None, str | None]] = {}  # job key -> (queue, flavor, problem)
+        self.inside: dict[GangKey, bool] = {}  # job -> inside its queue's guarantee when the cycle began
+        self.where: dict[GangKey, tuple[str | None, str | None, str | None]] = {}  # job -> (queue, flavor, problem)
         self.wanted: dict[tuple[str, str], float] = {}  # (leaf, flavor) -> units its waiting jobs want inside it
         self.kept: dict[str, float] = {}  # flavor -> units the leaf queues keep from borrowers (see `_keeps`)
         self.shares: dict[str, float] = {}

@@ -192,9 +192,10 @@ class JobRequest:
 
     @cached_property
     def queue_key(self) -> tuple:
-        """Priority descending, then its turn (submission time unless ordered by service), then namespace/name
-        (computed once: the request is frozen)."""
-        return (-self.priority, self.submitted if self.turn is None else self.turn, self.namespace, self.name)
+        """Priority descending, then its turn (submission time unless ordered by service), then namespace, name and
+        kind (computed once: the request is frozen)."""
+        return (-self.priority, self.submitted if self.turn is None else self.turn, self.namespace, self.name,
+                self.kind)
 
     @cached_property
     def _shape(self) -> Shape:  # the request is frozen: computed once

@@ -37,9 +37,11 @@ class Line:
         self.jobs.insert(at, job)
 
     def remove(self, job: JobRequest) -> None:
-        at = bisect_left(self.keys, job.queue_key)
-        if at < len(self.keys) and self.jobs[at] is job:
-            del self.keys[at], self.jobs[at]
+        at, end = bisect_left(self.keys, job.queue_key), bisect_right(self.keys, job.queue_key)
+        for i in range(at, end):
+            if self.jobs[i] is job:
+                del self.keys[i], self.jobs[i]
+                return
 
 
 class WaitingLine:

@@ -148,6 +148,6 @@ def test_plan_names_the_running_gangs_a_job_would_preempt():
     now = 1_796_022_000.0  # 2026-11-30T05:40:00Z
     [urgent] = plan_objects(items, now)["jobs"]
     assert urgent["name"] == "urgent" and not urgent["placed"] and urgent["assignments"] == {}
-    assert urgent["preempts"] == [{"namespace": "team-a", "name": "low"}]
+    assert urgent["preempts"] == [{"kind": "TrainingJob", "namespace": "team-a", "name": "low"}]
     assert urgent["reason"].startswith("preempting team-a/low (priority 0) to start on nodes ")
     assert urgent["code"] == "Preempting" and urgent["reservation"]["nodeCount"] == 2
