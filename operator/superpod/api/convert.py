@@ -165,7 +165,7 @@ def record_from_k8s(obj: dict) -> Record:
     spec = _validate(GPUUsage, obj).spec
     return Record(spec.queue, spec.namespace, spec.job, spec.flavor, spec.serviceClass, spec.attempt, spec.gpus,
                   spec.start.timestamp(), spec.end.timestamp(), spec.gpuSeconds, spec.pod or "", spec.estimateKey or "",
-                  spec.outcome or "")
+                  spec.outcome or "", spec.maxRuntimeSeconds)
 
 
 def usage_name(job_uid: str, attempt: int) -> str:
@@ -196,7 +196,8 @@ def usage_object(record: Record, job_uid: str, pod_uid: str = "") -> dict:
                      "end": rfc3339(record.end, micro=True), "gpuSeconds": record.gpu_seconds,
                      **({"pod": record.pod} if record.pod else {}),
                      **({"estimateKey": record.estimate_key} if record.estimate_key else {}),
-                     **({"outcome": record.outcome} if record.outcome else {})}}
+                     **({"outcome": record.outcome} if record.outcome else {}),
+                     **({"maxRuntimeSeconds": round(record.limit)} if record.limit else {})}}
 
 
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|m|s)")

@@ -440,6 +440,9 @@ class GPUUsageSpec(_Spec):
                                     "attempt's span: the job's superpod.dev/estimate-key label, else its name stem.")
     outcome: str | None = Field(None, max_length=32, description="The job's phase after the attempt: Succeeded, "
                                 "Failed, or Queued (stopped and put back).")
+    maxRuntimeSeconds: int | None = Field(None, ge=1, description="The runtime limit the attempt ran under (its "
+                                          "spec.maxRuntimeSeconds or its queue's): the estimator predicts a later run "
+                                          "under the same key from the share of its limit this one used.")
 
 
 class GPUUsage(BaseModel):

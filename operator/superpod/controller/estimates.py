@@ -33,8 +33,8 @@ class Estimator:
         if not isinstance(view, JobView):
             return None
         namespace = view.obj["metadata"]["namespace"]
-        runtimes = self.state.ledger.runtimes(namespace, estimate_key(view.obj), view.gang_units)
-        return estimates.estimate(runtimes, self.limit(view))
+        runs = self.state.ledger.runs(namespace, estimate_key(view.obj), view.gang_units)
+        return estimates.estimate(runs, self.limit(view))
 
     def limit(self, view) -> float | None:
         """A TrainingJob's runtime limit in force, if it has one (a pod gang: not known here)."""

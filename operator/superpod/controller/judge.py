@@ -97,7 +97,7 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     else:
         write = change.differs(view.raw) or bool(view.problems)
     if write:
-        plan.then(*_usage_record(state, view, closing, verdict.phase, now, labels))
+        plan.then(*_usage_record(state, view, closing, verdict.phase, now, labels, limit))
         plan.then(view.write(change, now))
         if (verdict.phase != status.phase or verdict.reason != status.reason) and not _progress(status, verdict):
             plan.then(view.emit("Warning" if verdict.action == lifecycle.TEARDOWN else "Normal", verdict.reason,
@@ -170,9 +170,10 @@ def _closing(state: ClusterState, view: JobView, now: float) -> Closing | None:
 
 
 def _usage_record(state: ClusterState, view: JobView, closing: Closing | None, outcome: str | None, now: float,
-                  labels: Callable[[JobView], Labels]) -> list[RecordUsage]:
+                  labels: Callable[[JobView], Labels], limit: RuntimeLimit | None = None) -> list[RecordUsage]:
     """The GPUUsage record of the attempt `closing` closes (none if its pods never ran), ending as `outcome` (a
-    phase): written before the status write that closes it, so a close that landed always has its record."""
+    phase), run under `limit`: written before the status write that closes it, so a close that landed always has its
+    record."""
     attempt = view.status.attempt
     if closing is None:
         return []
@@ -184,7 +185,8 @@ def _usage_record(state: ClusterState, view: JobView, closing: Closing | None, o
     record = Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, attempt,
                     view.gang_units, min(run.start for run in runs),
                     max(now if run.end is None else run.end for run in runs), round(max(0.0, used), 3),
-                    estimate_key=estimate_key(view.obj), outcome=str(outcome or ""))
+                    estimate_key=estimate_key(view.obj), outcome=str(outcome or ""),
+                    limit=limit.seconds if limit is not None else None)
     return [RecordUsage(usage_object(record, view.uid))]
 
 

@@ -1,8 +1,11 @@
 """Runtime estimates: how long the queue policy expects a gang to run, from its limit and from history.
 
-- A job's estimate is the mean of the last RUNS runtimes recorded under its estimate key and size (Tsafrir, Etsion and
-  Feitelson: the mean of a user's last two runtimes predicts better than the user's own estimate), capped by its
-  limit; its limit alone when nothing is recorded; None (unknown) when it has neither.
+- A job's estimate comes from the last RUNS runs recorded under its estimate key and size (Tsafrir, Etsion and
+  Feitelson: the mean of a user's last two runtimes predicts better than the user's own estimate). When the job and
+  those runs have limits, it is its own limit times the mean share of their limits the runs used (users who set
+  limits set them the same way each time, so the limit says how long this run is meant to be: Tang et al. correct
+  each user's estimates by how much of them their jobs use); else the mean of their runtimes. Capped by its limit;
+  its limit alone when nothing is recorded; None (unknown) when it has neither.
 - Estimates and limits are held in the waiting line rounded up to a grid of quarter octaves (at most 19 % more): a
   limit is part of a job's shape (it decides which reservations the job may use), so limits seconds apart make one.
 - A gang that outlives its prediction is predicted to run half as long again as it has so far, up to its limit.
@@ -39,13 +42,17 @@ def rounded(seconds: float) -> float:
     return 2.0 ** (steps / GRID)
 
 
-def estimate(runtimes: Sequence[float], limit: float | None) -> float | None:
-    """The estimate of a job whose key recorded `runtimes` (oldest first) and whose limit is `limit` (None: no
-    limit)."""
-    recent = [runtime for runtime in runtimes[-RUNS:] if runtime > 0]
+def estimate(runs: Sequence[tuple[float, float | None]], limit: float | None) -> float | None:
+    """The estimate of a job whose key recorded `runs` (runtime, the limit it ran under or None; oldest first) and
+    whose limit is `limit` (None: no limit)."""
+    recent = [(runtime, ran_under) for runtime, ran_under in runs[-RUNS:] if runtime > 0]
     if not recent:
         return limit or None
-    guess = rounded(sum(recent) / len(recent))
+    if limit and all(ran_under for _, ran_under in recent):
+        guess = limit * sum(min(runtime / ran_under, 1.0) for runtime, ran_under in recent) / len(recent)
+    else:
+        guess = sum(runtime for runtime, _ in recent) / len(recent)
+    guess = rounded(guess)
     return min(guess, limit) if limit else guess
 
 

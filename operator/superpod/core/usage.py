@@ -34,6 +34,7 @@ class Record:
     pod: str = ""  # the pod's name, for a pod's own record ("" for a TrainingJob attempt's)
     estimate_key: str = ""  # what its runtime teaches the estimator about (api.convert.estimate_key)
     outcome: str = ""  # how the attempt ended: the job's phase after it (Succeeded, Failed, Queued), "" unknown
+    limit: float | None = None  # the runtime limit the attempt ran under (None: none, or not recorded)
 
     @property
     def teaches(self) -> bool:
@@ -46,6 +47,10 @@ class Record:
             return self.gpu_seconds if since <= self.start < until else 0.0
         overlap = min(until, self.end) - max(since, self.start)
         return self.gpu_seconds * max(0.0, overlap) / (self.end - self.start)
+
+
+def _taught_entry(name: str, record: Record) -> tuple[float, float, str, float]:
+    return record.end, record.end - record.start, name, record.limit or 0.0
 
 
 def runs_within(runs: Iterable[Run], units: float, since: float, until: float) -> float:
@@ -98,9 +103,9 @@ class Ledger:
     totals: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, flavor, class) -> all time
     _spent: dict[tuple[str, float], float] = field(default_factory=dict)  # (queue, since) -> GPU-seconds after it
     _past: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # queue -> (half-life, value, at)
-    # (namespace, estimate key) -> (end, runtime, record name) of the attempts that teach, by end: the history the
-    # runtime estimator reads (rebuilt from the records, so it survives restarts)
-    taught: dict[tuple[str, str], list[tuple[float, float, str]]] = field(default_factory=dict)
+    # (namespace, estimate key, GPU units) -> (end, runtime, record name, limit or 0) of the attempts that teach, by
+    # end: the history the runtime estimator reads (rebuilt from the records, so it survives restarts)
+    taught: dict[tuple[str, str, float], list[tuple[float, float, str, float]]] = field(default_factory=dict)
 
     def add(self, name: str, record: Record) -> None:
         self.remove(name)
@@ -110,7 +115,7 @@ class Ledger:
             self.by_attempt.setdefault((record.namespace, record.job, record.attempt), set()).add(name)
         if record.teaches:
             bisect.insort(self.taught.setdefault((record.namespace, record.estimate_key, record.gpus), []),
-                          (record.end, record.end - record.start, name))
+                          _taught_entry(name, record))
         self._count(record, 1.0)
 
     def get(self, name: str) -> Record | None:
@@ -127,7 +132,7 @@ class Ledger:
                     del self.by_attempt[(record.namespace, record.job, record.attempt)]
             if record.teaches:
                 key = (record.namespace, record.estimate_key, record.gpus)
-                entry = (record.end, record.end - record.start, name)
+                entry = _taught_entry(name, record)
                 taught = self.taught[key]
                 at = bisect.bisect_left(taught, entry)
                 if at < len(taught) and taught[at] == entry:
@@ -136,10 +141,13 @@ class Ledger:
                     del self.taught[key]
             self._count(record, -1.0)
 
-    def runtimes(self, namespace: str, estimate_key: str, gpus: float, last: int = RUNS) -> list[float]:
-        """The last runtimes recorded under an estimate key by gangs of `gpus` GPU units (Record.gpus), oldest first:
-        the runs of one size teach only that size (a tenant cannot lend a big job the runtimes of cheap small runs)."""
-        return [runtime for _, runtime, _ in self.taught.get((namespace, estimate_key, gpus), [])[-last:]]
+    def runs(self, namespace: str, estimate_key: str, gpus: float,
+             last: int = RUNS) -> list[tuple[float, float | None]]:
+        """The last runs recorded under an estimate key by gangs of `gpus` GPU units (Record.gpus), oldest first, as
+        (runtime, the limit it ran under or None): the runs of one size teach only that size (a tenant cannot lend a
+        big job the runtimes of cheap small runs)."""
+        return [(runtime, limit or None) for _, runtime, _, limit in
+                self.taught.get((namespace, estimate_key, gpus), [])[-last:]]
 
     def attempt(self, namespace: str, job: str, attempt: int, started: float) -> Record | None:
         """The record of a TrainingJob's attempt whose span holds `started` (the start of one of its pods)."""

@@ -11,7 +11,7 @@ from superpod.core.estimates import estimate, predicted_end, rounded, turn
 from superpod.core.gang_key import GangKey
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU
-from superpod.k8s.api import PODS
+from superpod.k8s.api import GPUUSAGES, PODS
 from tests.unit.builders import job, node, snapshot
 from tests.unit.memory_cluster import MemoryCluster, training_job
 
@@ -96,8 +96,12 @@ def test_at_most_the_rule_s_number_of_reservations_per_group():
 def test_estimates_from_history_and_limits():
     assert estimate([], None) is None
     assert estimate([], 3_600.0) == 3_600.0
-    assert estimate([100.0, 1_000.0, 3_000.0], None) == rounded(2_000.0)  # the mean of the last two
-    assert estimate([1_000.0, 3_000.0], 1_500.0) == 1_500.0  # capped by the limit
+    assert estimate([(100.0, None), (1_000.0, None), (3_000.0, None)], None) == rounded(2_000.0)  # the last two
+    assert estimate([(1_000.0, None), (3_000.0, None)], 1_500.0) == 1_500.0  # capped by the limit
+    # runs that used a half and a quarter of their limits: this one is predicted to use 3/8 of its own
+    assert estimate([(1_800.0, 3_600.0), (900.0, 3_600.0)], 7_200.0) == rounded(2_700.0)
+    assert estimate([(1_800.0, 3_600.0), (900.0, None)], 7_200.0) == rounded(1_350.0)  # one without: their mean
+    assert estimate([(1_800.0, 3_600.0)], None) == rounded(1_800.0)  # no limit of its own: their mean
     assert 2_000.0 <= rounded(2_000.0) < 2_000.0 * 1.19
     assert predicted_end(0.0, 100.0, None, 50.0) == 100.0
     assert predicted_end(0.0, 100.0, None, 400.0) == 600.0  # outlived: half as long again as it ran
@@ -169,3 +173,21 @@ def test_the_runs_of_one_size_teach_only_jobs_of_that_size():
     views, estimator = c.controller.reader.by_key, c.controller.estimator
     assert estimator.runtime(views[GangKey("team-a", "probe-2")]) == rounded(120), "a run of its size teaches it"
     assert estimator.runtime(views[GangKey("team-a", "probe-3")]) is None, "a run of another size does not"
+
+
+def test_a_run_teaches_the_share_of_its_limit_it_used_and_that_survives_in_its_usage_record():
+    """A job that ran 20 min of its 1 h limit predicts that the next run under a 4 h limit takes 80 min."""
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)
+    c.submit(training_job("tune-1", 1, maxRuntimeSeconds=3600))
+    c.settle(3)
+    c.tick(1200)
+    for key in [key for key in c.store.objects[PODS] if "/tune-1-" in key]:
+        c.kubelet.finish(key, 0)
+    c.settle(5)
+    assert c.status("tune-1")["phase"] == "Succeeded"
+    [usage] = [obj for obj in c.store.objects[GPUUSAGES].values() if obj["spec"]["job"] == "tune-1"]
+    assert usage["spec"]["maxRuntimeSeconds"] == 3600
+    c.submit(training_job("tune-2", 1, maxRuntimeSeconds=4 * 3600))
+    c.cycle()
+    view = c.controller.reader.by_key[GangKey("team-a", "tune-2")]
+    assert c.controller.estimator.runtime(view) == rounded(4 * 1200)
