@@ -3,7 +3,8 @@ minute later can move every later start), so a policy is judged by its median ov
 
 For each seed: `superpod simulate generate --sizes S --seed N ...`, then `superpod simulate` of every policy at each
 load; prints per load and policy the median (min-max) over seeds of mean JCT, idle GPU-time while a job that fits an
-idle cluster waits, and p99 wait of gangs of 32 GPUs or more. Asserts nothing.
+idle cluster waits, p99 wait of gangs of 32 GPUs or more, and the share of multi-node gangs placed on the fewest
+leaves they could use. Asserts nothing.
 Run: .venv/bin/python bench/bench_policies.py [--sizes llm] [--seeds 1-5] [--load 0.9,1.3] [--nodes N] [--workers 2]
      [--estimates history|limit|oracle]
 """
@@ -47,13 +48,14 @@ def replay(args, seed: int, out: Path) -> dict:
     return {path.parent.name: json.loads(path.read_text()) for path in folder.glob("**/summary.json")}
 
 
-def figures(summary: dict) -> dict[str, tuple[float, float, float]]:
-    """policy -> (mean JCT h, idle %, p99 wait >= 32 GPUs h)."""
+def figures(summary: dict) -> dict[str, tuple[float, float, float, float]]:
+    """policy -> (mean JCT h, idle %, p99 wait >= 32 GPUs h, % of multi-node gangs on the fewest leaves)."""
     out = {}
     for name, policy in summary["policies"].items():
         metrics = policy["metrics"]
+        fewest = metrics["fewest_leaves_share"]["share"]
         out[name] = (metrics["jct"]["mean"] / 3600, 100 * (metrics["idle_while_waiting"] or 0.0),
-                     (metrics["p99_queueing_32_plus"] or 0.0) / 3600)
+                     (metrics["p99_queueing_32_plus"] or 0.0) / 3600, 100 * (1.0 if fewest is None else fewest))
     return out
 
 
@@ -83,10 +85,11 @@ def main() -> None:
           "estimates: median (min-max) over seeds")
     for load, policies in sorted(results.items()):
         print(f"load {load}")
-        print(f"  {'policy':<28} {'mean JCT':>20} {'idle waiting':>20} {'p99 wait >=32':>22}")
+        print(f"  {'policy':<28} {'mean JCT':>20} {'idle waiting':>20} {'p99 wait >=32':>22} {'fewest leaves':>18}")
         for name, rows in policies.items():
-            jct, idle, p99 = zip(*rows, strict=True)
-            print(f"  {name:<28} {cell(list(jct), 'h'):>20} {cell(list(idle), '%'):>20} {cell(list(p99), 'h'):>22}")
+            jct, idle, p99, fewest = zip(*rows, strict=True)
+            print(f"  {name:<28} {cell(list(jct), 'h'):>20} {cell(list(idle), '%'):>20} {cell(list(p99), 'h'):>22} "
+                  f"{cell(list(fewest), ''):>18}")
 
 
 if __name__ == "__main__":
