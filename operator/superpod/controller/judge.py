@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 
 from superpod.api import manifests
 from superpod.api.convert import estimate_key, usage_object
+from superpod.api.times import rfc3339
 from superpod.controller import job_status
 from superpod.controller.actions import CreatePods, CreateService, DeletePods, Plan, RecordUsage
 from superpod.controller.job_status import Change, Closing
@@ -16,13 +17,18 @@ from superpod.controller.jobs import JobView
 from superpod.controller.metering import Labels, attempt_bill, attempt_runs, attempt_usage, outside_queues
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle
+from superpod.core import replace as replace_nodes
 from superpod.core.cycle import RESERVE_AFTER, RESERVE_FROM_UNITS, ReservationRule
 from superpod.core.estimates import LIMIT_GRACE, Ordering
+from superpod.core.model import Snapshot
 from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Phase, Reason
+from superpod.core.request import JobRequest
 from superpod.core.runtime_limit import RuntimeLimit
 from superpod.core.usage import Record
 
 STATUS_DELAY = 5.0  # seconds (Settings.status_delay)
+REPLACE_DEADLINE = 300.0  # seconds (Settings.replace_deadline)
+REPLACE = "Replace"  # spec.nodeFailure: make the replicas of a lost node again elsewhere
 
 
 @dataclass(frozen=True)
@@ -38,6 +44,18 @@ class Settings:
     # which blocked jobs hold reservations (core/cycle.py)
     reserving: ReservationRule = ReservationRule(after=RESERVE_AFTER, from_units=RESERVE_FROM_UNITS)
     ordering: Ordering = Ordering()  # jobs of one priority by arrival or by predicted service (core/estimates.py)
+    # Seconds the replicas of a lost node wait for a node to replace it (spec.nodeFailure Replace); then the gang
+    # restarts.
+    replace_deadline: float = REPLACE_DEADLINE
+
+
+@dataclass(frozen=True)
+class Lost:
+    """A placed gang whose replicas on lost nodes (`verdict.lost`) are to be made again elsewhere: decided once the
+    cycle's snapshot is known (`replacement`)."""
+
+    view: JobView
+    verdict: lifecycle.Verdict
 
 
 def revisit_at(state: ClusterState, view: JobView, now: float, settings: Settings,
@@ -65,9 +83,10 @@ def own_pods(state: ClusterState, view: JobView) -> list[PodInfo]:
 
 
 def judge(state: ClusterState, view: JobView, now: float, settings: Settings, metrics=None,
-          labels: Callable[[JobView], Labels] = outside_queues, limit: RuntimeLimit | None = None) -> Plan | None:
-    """The plan for a placed job (None: nothing to do). `limit`: its runtime limit in force
-    (QueueBook.job_limit), counted from its placement (status.attemptStartTime)."""
+          labels: Callable[[JobView], Labels] = outside_queues,
+          limit: RuntimeLimit | None = None) -> Plan | Lost | None:
+    """The plan for a placed job (None: nothing to do; Lost: replicas to make again elsewhere). `limit`: its runtime
+    limit in force (QueueBook.job_limit), counted from its placement (status.attemptStartTime)."""
     status = view.status
     attempt, placement = status.attempt, view.placement()
     if sorted(placement) != list(range(view.replicas)):
@@ -78,7 +97,11 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         return requeue(state, view, now, Reason.WRITE_FAILED, f"pod {taken[0]} of an earlier job of the same name "
                        "holds a name of this attempt (placed while it was unseen): placed again as a new attempt",
                        labels)
-    current = {p.index: p for p in mine if p.attempt == attempt and not p.deleting and p.index is not None}
+    replacing = frozenset(status.replacing or ())
+    # a replaced replica's pod left on its lost node: it goes at once (its kubelet is not there to stop it)
+    displaced = [p for p in mine if p.attempt == attempt and p.index in replacing and p.node != placement[p.index]]
+    ours = [p for p in mine if p.attempt == attempt and p.index is not None and p not in displaced]
+    current = {p.index: p for p in ours if not p.deleting}
     lost, not_ready = _node_trouble(state, set(placement.values()), now, settings.not_ready_grace)
     verdict = lifecycle.decide(lifecycle.Attempt(
         replicas=view.replicas, phase=status.phase, created_at=view.time(status.attemptStartTime) or now,
@@ -86,11 +109,16 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         restarts=status.restarts, interruptions=status.interruptions, startup_failures=status.startupFailures,
         container_errors=status.containerErrors, placement=placement, pods={i: p.state for i, p in current.items()},
         lost_nodes=lost, not_ready=not_ready, not_ready_grace=settings.not_ready_grace,
-        deleted=frozenset(p.index for p in mine if p.attempt == attempt and p.deleting and p.index is not None
-                          and p.phase not in POD_FINISHED), limit=limit), now)
+        deleted=frozenset(p.index for p in ours if p.deleting and p.phase not in POD_FINISHED), limit=limit,
+        replace=view.spec("nodeFailure") == REPLACE and isinstance(view.request, JobRequest), replacing=replacing,
+        replaced_at=_last_replaced(view), replace_by=view.time(status.replacementDeadline)), now)
+    if verdict.action == lifecycle.REPLACE:
+        return Lost(view, verdict)
     plan = Plan(view.key)
     closing = _closing(state, view, now) if verdict.ends_attempt else None
     change = _change(state, view, verdict, current, closing, now)
+    if not verdict.ends_attempt:
+        change |= _replaced_seen(view, current)
     unsent = state.unsent.get(view.key)
     if unsent is not None:  # its placement is not written yet: only once it runs, ends, or has waited long enough
         write = verdict.phase != Phase.STARTING or now - unsent[1] >= settings.status_delay or bool(view.problems)
@@ -121,7 +149,60 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     stale = [(p.key, p.uid) for p in mine if p.attempt != attempt and not p.deleting]
     if stale:
         plan.then(DeletePods(tuple(sorted(stale))))
+    if displaced and verdict.action != lifecycle.TEARDOWN:
+        plan.then(DeletePods(tuple(sorted((p.key, p.uid) for p in displaced)), 0))
     return plan if plan.steps else None
+
+
+def _last_replaced(view: JobView) -> float | None:
+    """When the current attempt's last replacement was decided (None: it had none)."""
+    times = [r.time.timestamp() for r in view.status.replaced if r.attempt == view.status.attempt]
+    return max(times, default=None)
+
+
+def _replaced_seen(view: JobView, current: dict[int, PodInfo]) -> Change:
+    """The replicas still being made again (those whose pod does not run on its new node yet), and no deadline for
+    a replacement unless one is awaited."""
+    replacing, placement = view.status.replacing or [], view.placement()
+    left = [i for i in replacing if not (i in current and current[i].node == placement[i]
+                                         and current[i].phase in ("Running", "Succeeded"))]
+    return job_status.replacing(left)
+
+
+def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, settings: Settings) -> Plan | None:
+    """The writes that make the lost replicas again on nodes that keep the gang's topology (booked on `snap`): the
+    status first (the new placement, the replicas being made again: the commit point a next leader goes on from),
+    then the lost pods deleted at once and the new ones created under the same names. Without such nodes, the
+    deadline after which the gang restarts, written once."""
+    view, verdict = lost.view, lost.verdict
+    status, placement = view.status, view.placement()
+    chosen = replace_nodes.choose(snap, view.request, placement, verdict.lost)
+    if chosen is None:
+        deadline = view.time(status.replacementDeadline) or now + settings.replace_deadline
+        why = (f"{verdict.message}; no node that keeps the gang's topology can take replica"
+               f"{'s' if len(verdict.lost) > 1 else ''} {', '.join(map(str, verdict.lost))} now: the gang restarts "
+               f"at {rfc3339(deadline)} unless one frees up")
+        change = job_status.awaiting_replacement(why, deadline)
+        if not change.differs(view.raw) and not view.problems:
+            return None
+        return Plan(view.key, [view.write(change, now), view.emit("Warning", Reason.AWAITING_REPLACEMENT, why)])
+    nodes = {**placement, **chosen}
+    assignments: dict[str, list[int]] = {}
+    for i, node in sorted(nodes.items()):
+        assignments.setdefault(node, []).append(i)
+    domains, domain = describe_domains(state, assignments)
+    moved = ", ".join(f"replica {i} from {placement[i]} to {node}" for i, node in sorted(chosen.items()))
+    message = f"{verdict.message}: made again on another node, {moved}; the others run on"
+    records = [{"attempt": status.attempt, "replica": i, "lostNode": placement[i], "node": node, "time": rfc3339(now)}
+               for i, node in sorted(chosen.items())]
+    change = job_status.replaced(view.raw, status.replacements, assignments, domains, domain, records,
+                                 sorted(set(status.replacing or ()) | set(chosen)), message)
+    gone = tuple(sorted((p.key, p.uid) for p in own_pods(state, view)
+                        if p.attempt == status.attempt and p.index in chosen))
+    pods = tuple(manifests.pod(view.obj, status.attempt, i, node, settings.scheduler_name, settings.writer)
+                 for i, node in sorted(chosen.items()))
+    return Plan(view.key, [view.write(change, now), view.emit("Normal", Reason.NODE_REPLACED, message),
+                           *([DeletePods(gone, 0)] if gone else []), CreatePods(view.key, pods)])
 
 
 def _progress(status, verdict) -> bool:
@@ -228,3 +309,19 @@ def requeue(state: ClusterState, view: JobView, now: float, reason: str, why: st
     live = tuple(sorted((p.key, p.uid) for p in own_pods(state, view) if not p.deleting
                         and p.phase not in POD_FINISHED))
     return plan.then(DeletePods(live, grace)) if live else plan
+
+
+def describe_domains(state: ClusterState, assignments: dict[str, list[int]]) -> tuple[dict, str | None]:
+    """Per topology level, the domains the gang occupies; and the tightest single domain holding it."""
+    topology = state.topology()[0]
+    out: dict[str, list[str]] = {}
+    tightest = None
+    for level in topology.levels:
+        values = sorted({(state.nodes[n].node.labels.get(level.label) if state.nodes[n].node else None)
+                         or f"({n})" for n in assignments if n in state.nodes})
+        out[level.name] = values
+        if len(values) == 1:
+            tightest = f"{level.name} {values[0]}"
+    if tightest is None and len(assignments) == 1:
+        tightest = f"node {next(iter(assignments))}"
+    return out, tightest

@@ -1,0 +1,146 @@
+"""spec.nodeFailure Replace end to end on the in-memory API: a lost node's replicas are made again on another node of
+the gang's required domain, same names, ranks and environment, the others untouched; with no such node the gang
+restarts at the deadline; a replacement cut short by a crash is finished by the next leader."""
+
+from __future__ import annotations
+
+from superpod.core.phases import Reason
+from superpod.k8s.api import NODES, PODS, ApiError
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
+
+LEAF = {"required": "leaf"}
+
+
+def _cluster(**spec) -> MemoryCluster:
+    """Two leaves of four 8-GPU nodes; gang `r`: 3 replicas in leaf su-1, its fourth node free."""
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    c.submit(training_job("r", 3, 8, topology=LEAF, nodeFailure="Replace", **spec))
+    c.settle(3)
+    assert c.status("r")["phase"] == "Running" and c.status("r")["domain"] == "leaf su-1"
+    return c
+
+
+def _pods(c: MemoryCluster) -> dict[str, dict]:
+    return {p["metadata"]["name"]: p for p in c.pods("r")}
+
+
+def _lose(c: MemoryCluster, replica: int) -> str:
+    """Delete the node of `r`'s replica (a node gone: its pods stay until someone deletes them)."""
+    node = _pods(c)[f"r-a1-{replica}"]["spec"]["nodeName"]
+    c.store.delete_now(NODES, node)
+    return node
+
+
+def _leaf(c: MemoryCluster, node: str) -> str:
+    return c.store.objects[NODES][node]["metadata"]["labels"]["superpod.dev/leaf"]
+
+
+def test_a_lost_node_has_only_its_replica_made_again_in_the_gangs_leaf():
+    c = _cluster()
+    before = _pods(c)
+    lost = _lose(c, 1)
+    c.settle(3)
+    after = _pods(c)
+    st = c.status("r")
+    assert sorted(after) == sorted(before), "the same pod names: the same host names under the Service"
+    assert after["r-a1-1"]["metadata"]["uid"] != before["r-a1-1"]["metadata"]["uid"]
+    node = after["r-a1-1"]["spec"]["nodeName"]
+    assert node != lost and _leaf(c, node) == "su-1", "made again inside the gang's required leaf"
+    for name in ("r-a1-0", "r-a1-2"):
+        assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"], "the others run on untouched"
+    assert after["r-a1-1"]["spec"]["hostname"] == "r-a1-1" and after["r-a1-1"]["spec"]["subdomain"] == "r"
+    assert after["r-a1-1"]["spec"]["containers"][0]["env"] == before["r-a1-1"]["spec"]["containers"][0]["env"]
+    assert (st["phase"], st["reason"], st["attempt"]) == ("Running", "Running", 1)
+    assert (st["replacements"], st["interruptions"], st["restarts"]) == (1, 0, 0)
+    assert [(r["replica"], r["lostNode"], r["node"]) for r in st["replaced"]] == [(1, lost, node)]
+    assert st["placement"][node] == [1] and lost not in st["placement"] and not st.get("replacing")
+    assert Reason.NODE_REPLACED in [reason for reason, _ in c.events("r")]
+
+
+def test_a_not_ready_node_past_the_grace_is_replaced_and_its_pod_deleted_at_once():
+    c = _cluster()
+    before = _pods(c)
+    lost = before["r-a1-2"]["spec"]["nodeName"]
+    c.kubelet.set_ready(lost, False)
+    c.settle(31, seconds=10)
+    after = _pods(c)
+    assert after["r-a1-2"]["spec"]["nodeName"] != lost and after["r-a1-2"]["status"]["phase"] == "Running"
+    assert not [p for p in c.store.objects[PODS].values() if p["spec"]["nodeName"] == lost], \
+        "the pod on the unreachable node is force-deleted: its name is free for the replacement"
+    assert c.status("r")["replacements"] == 1 and c.status("r")["attempt"] == 1
+
+
+def test_without_a_node_in_the_leaf_the_gang_waits_then_restarts_at_the_deadline():
+    c = _cluster()
+    c.submit(training_job("filler", 1, 8, topology=LEAF))  # takes su-1's last node
+    c.settle(3)
+    lost = _lose(c, 0)
+    c.settle(3)
+    st = c.status("r")
+    assert (st["phase"], st["reason"], st["attempt"]) == ("Running", Reason.AWAITING_REPLACEMENT, 1)
+    assert st["replacementDeadline"] and "restarts at" in st["message"]
+    assert all(_leaf(c, p["spec"]["nodeName"]) == "su-1" for p in c.pods("r") if p["spec"]["nodeName"] != lost), \
+        "never outside the leaf"
+    c.settle(30, seconds=10)  # past the 300 s deadline
+    st = c.status("r")
+    assert (st["phase"], st["reason"], st.get("placement")) == ("Queued", "NodeLost", None)
+    assert st["message"].startswith(f"node {lost} is gone or stayed not ready and no node to replace it was found by")
+    c.settle(3, seconds=10)  # the restart's backoff
+    st = c.status("r")
+    assert (st["phase"], st["attempt"], st["failures"][-1]["reason"]) == ("Running", 2, "NodeLost")
+    assert st["interruptions"] == 1 and st.get("replacements", 0) == 0 and not st.get("replacementDeadline")
+
+
+def test_restart_gang_is_the_default():
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    c.submit(training_job("g", 3, 8, topology=LEAF))
+    c.settle(3)
+    c.store.delete_now(NODES, c.pods("g")[0]["spec"]["nodeName"])
+    c.settle(2)
+    st = c.status("g")
+    assert st["interruptions"] == 1 and st["failures"][-1]["reason"] == "NodeLost" and not st.get("replacements")
+
+
+def test_a_replacement_cut_short_after_its_status_is_finished_by_the_next_leader():
+    """The status (new placement, replicas being made again) is the commit point: a leader that stopped before the
+    pods were written leaves a gang the next one completes, without a restart."""
+    c = _cluster()
+    before = _pods(c)
+    lost = _lose(c, 1)
+
+    def stop_after_status(verb, kind, obj, writer):
+        if verb in ("create", "delete") and kind is PODS:
+            c.leading = False  # the Lease is lost right after the status write landed
+            raise ApiError(503, "ServiceUnavailable", "stopping")
+
+    c.store.fault = stop_after_status
+    c.cycle()
+    c.store.fault = None
+    c.leading = True
+    st = c.status("r")
+    assert st["replacing"] == [1] and lost not in st["placement"], "the status landed"
+    assert before["r-a1-1"]["metadata"]["name"] in {p["metadata"]["name"] for p in c.store.objects[PODS].values()
+                                                     if p["spec"]["nodeName"] == lost}, "the pods were not touched"
+    c.start("op-2")
+    c.settle(3)
+    after = _pods(c)
+    st = c.status("r")
+    assert after["r-a1-1"]["spec"]["nodeName"] == next(n for n, ranks in st["placement"].items() if ranks == [1])
+    assert (st["phase"], st["attempt"], st["replacements"], st["interruptions"]) == ("Running", 1, 1, 0)
+    assert not st.get("replacing")
+    for name in ("r-a1-0", "r-a1-2"):
+        assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"]
+
+
+def test_the_replacement_is_booked_before_waiting_jobs_are_placed():
+    """The replica's new node is taken in the cycle that decides it: a job waiting for one node does not get it."""
+    c = _cluster()
+    c.submit(training_job("big", 4, 8, topology=LEAF))  # waits: su-2 is free, so it goes there
+    c.settle(2)
+    c.submit(training_job("one", 1, 8, topology=LEAF))  # no node is free once su-1's last is taken
+    lost = _lose(c, 2)
+    c.settle(3)
+    node = _pods(c)["r-a1-2"]["spec"]["nodeName"]
+    assert node != lost and _leaf(c, node) == "su-1"
+    assert c.status("one")["phase"] == "Queued"
+    assert run(c.admin.list(PODS))  # the API is consistent
