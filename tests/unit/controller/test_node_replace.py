@@ -105,6 +105,8 @@ def test_a_replacement_cut_short_after_its_status_is_finished_by_the_next_leader
     """The status (new placement, replicas being made again) is the commit point: a leader that stopped before the
     pods were written leaves a gang the next one completes, without a restart."""
     c = _cluster()
+    c.submit(training_job("big", 4, 8, topology=LEAF))  # fills leaf su-2
+    c.settle(2)
     before = _pods(c)
     lost = _lose(c, 1)
 
@@ -121,8 +123,10 @@ def test_a_replacement_cut_short_after_its_status_is_finished_by_the_next_leader
     assert st["replacing"] == [1] and lost not in st["placement"], "the status landed"
     assert before["r-a1-1"]["metadata"]["name"] in {p["metadata"]["name"] for p in c.store.objects[PODS].values()
                                                      if p["spec"]["nodeName"] == lost}, "the pods were not touched"
+    c.submit(training_job("one", 1, 8))  # the one node free is the replica's new node: held for it
     c.start("op-2")
     c.settle(3)
+    assert c.status("one")["phase"] == "Queued"
     after = _pods(c)
     st = c.status("r")
     assert after["r-a1-1"]["spec"]["nodeName"] == next(n for n, ranks in st["placement"].items() if ranks == [1])
