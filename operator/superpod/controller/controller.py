@@ -222,7 +222,7 @@ class Controller:
         waiting job is placed; or, with none free, the deadline after which their gangs restart."""
         for lost in self.lost:
             try:
-                plan = replacement(self.state, lost, turn.snap, turn.now, self.settings)
+                plan = replacement(self.state, lost, turn.snap, turn.now, self.settings, self.queues.labels)
             except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
                 log.exception("replacing replicas of %s failed", lost.view.key)
                 self._count_error("judge")
@@ -307,7 +307,7 @@ class Controller:
         if self.state.ended:
             by_uid = self.reader.by_uid
             self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts
-                                     for uid, _, _ in self.state.ended.values() if uid in by_uid})
+                                     for uid, *_ in self.state.ended.values() if uid in by_uid})
 
     @property
     def decisions(self) -> list[Decision]:

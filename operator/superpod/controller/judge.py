@@ -8,13 +8,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from superpod.api import manifests
-from superpod.api.convert import estimate_key, usage_object
+from superpod.api.convert import estimate_key, pod_usage_name, usage_object
 from superpod.api.times import rfc3339
 from superpod.controller import job_status
 from superpod.controller.actions import CreatePods, CreateService, DeletePods, Plan, RecordUsage
 from superpod.controller.job_status import Change, Closing
 from superpod.controller.jobs import JobView
-from superpod.controller.metering import Labels, attempt_bill, attempt_runs, attempt_usage, outside_queues
+from superpod.controller.metering import (
+    Labels,
+    apart_usage,
+    attempt_bill,
+    attempt_runs,
+    attempt_usage,
+    outside_queues,
+)
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core import lifecycle
 from superpod.core import replace as replace_nodes
@@ -169,14 +176,16 @@ def _replaced_seen(view: JobView, current: dict[int, PodInfo]) -> Change:
     return job_status.replacing(left)
 
 
-def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, settings: Settings) -> Plan | None:
+def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, settings: Settings,
+                labels: Callable[[JobView], Labels] = outside_queues) -> Plan | None:
     """The writes that make the lost replicas again on nodes that keep the gang's topology (booked on `snap`): the
     status first (the new placement, the replicas being made again: the commit point a next leader goes on from),
-    then the lost pods deleted at once and the new ones created under the same names. Without such nodes, the
-    deadline after which the gang restarts, written once."""
+    then the lost pods' own GPUUsage records, the lost pods deleted at once and the new ones created under the same
+    names. Without such nodes, the deadline after which the gang restarts, written once."""
     view, verdict = lost.view, lost.verdict
     status, placement = view.status, view.placement()
     chosen = replace_nodes.choose(snap, view.request, placement, verdict.lost)
+    used = job_status.used(round(status.finishedGpuSeconds + attempt_usage(state, view, status.attempt, now), 3))
     if chosen is None:
         deadline = view.time(status.replacementDeadline) or now + settings.replace_deadline
         why = (f"{verdict.message}; no node that keeps the gang's topology can take replica"
@@ -185,6 +194,7 @@ def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, set
         change = job_status.awaiting_replacement(why, deadline)
         if not change.differs(view.raw) and not view.problems:
             return None
+        change |= used
         return Plan(view.key, [view.write(change, now), view.emit("Warning", Reason.AWAITING_REPLACEMENT, why)])
     nodes = {**placement, **chosen}
     assignments: dict[str, list[int]] = {}
@@ -196,13 +206,26 @@ def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, set
     records = [{"attempt": status.attempt, "replica": i, "lostNode": placement[i], "node": node, "time": rfc3339(now)}
                for i, node in sorted(chosen.items())]
     change = job_status.replaced(view.raw, status.replacements, assignments, domains, domain, records,
-                                 sorted(set(status.replacing or ()) | set(chosen)), message)
-    gone = tuple(sorted((p.key, p.uid) for p in own_pods(state, view)
-                        if p.attempt == status.attempt and p.index in chosen))
+                                 sorted(set(status.replacing or ()) | set(chosen)), message) | used
+    displaced = sorted((p for p in own_pods(state, view) if p.attempt == status.attempt and p.index in chosen),
+                       key=lambda p: p.key)
+    bills = [RecordUsage(usage_object(_displaced_record(view, p, labels(view), now), view.uid, p.uid))
+             for p in displaced if p.run.start is not None and pod_usage_name(p.uid) not in state.ledger.queue_of]
+    gone = tuple((p.key, p.uid) for p in displaced)
     pods = tuple(manifests.pod(view.obj, status.attempt, i, node, settings.scheduler_name, settings.writer)
                  for i, node in sorted(chosen.items()))
-    return Plan(view.key, [view.write(change, now), view.emit("Normal", Reason.NODE_REPLACED, message),
+    return Plan(view.key, [view.write(change, now), view.emit("Normal", Reason.NODE_REPLACED, message), *bills,
                            *([DeletePods(gone, 0)] if gone else []), CreatePods(view.key, pods)])
+
+
+def _displaced_record(view: JobView, pod: PodInfo, labels: Labels, now: float) -> Record:
+    """A replaced replica's pod billed on its own, from its start until its replacement is decided (`now`: it is
+    deleted at once), so that its run survives the attempt's close and a next leader that never saw it."""
+    queue, namespace, flavor, service_class = labels
+    start = pod.run.start or now
+    end = max(start, now if pod.run.end is None else min(pod.run.end, now))
+    return Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, view.status.attempt,
+                  round(view.units, 4), start, end, round(view.units * (end - start), 3), pod.key.split("/", 1)[1])
 
 
 def _progress(status, verdict) -> bool:
@@ -260,7 +283,7 @@ def _usage_record(state: ClusterState, view: JobView, closing: Closing | None, o
     runs = [run for run in attempt_runs(state, view, attempt) if run.start is not None]
     if not runs:
         return []
-    used = closing.finished - view.status.finishedGpuSeconds
+    used = closing.finished - view.status.finishedGpuSeconds - apart_usage(state, view, attempt)
     queue, namespace, flavor, service_class = labels(view)
     record = Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, attempt,
                     view.gang_units, min(run.start for run in runs),

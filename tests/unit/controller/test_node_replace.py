@@ -4,8 +4,12 @@ restarts at the deadline; a replacement cut short by a crash is finished by the 
 
 from __future__ import annotations
 
+from datetime import datetime
+
+import pytest
+
 from superpod.core.phases import Reason
-from superpod.k8s.api import NODES, PODS, ApiError
+from superpod.k8s.api import GPUUSAGES, NODES, PODS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
 LEAF = {"required": "leaf"}
@@ -148,3 +152,68 @@ def test_the_replacement_is_booked_before_waiting_jobs_are_placed():
     assert node != lost and _leaf(c, node) == "su-1"
     assert c.status("one")["phase"] == "Queued"
     assert run(c.admin.list(PODS))  # the API is consistent
+
+
+class _Runs:
+    """Every pod run of gang `r` as the API shows it: its start, and its end (finish, or removal)."""
+
+    def __init__(self, c: MemoryCluster) -> None:
+        self.c, self.start, self.end, self.at_cycle = c, {}, {}, 0.0
+
+    def step(self, seconds: float = 1.0) -> None:
+        self.c.cycle()
+        self.look()
+        self.at_cycle = self.gpu_seconds()  # up to the cycle's time
+        self.c.tick(seconds)
+
+    def look(self) -> None:
+        live = {}
+        for pod in self.c.store.objects.get(PODS, {}).values():
+            if pod["metadata"]["name"].startswith("r-a"):
+                live[pod["metadata"]["uid"]] = pod
+        for uid, pod in live.items():
+            status = pod.get("status") or {}
+            if status.get("startTime"):
+                self.start.setdefault(uid, datetime.fromisoformat(status["startTime"]).timestamp())
+            finished = [s["state"]["terminated"]["finishedAt"] for s in status.get("containerStatuses") or []
+                        if "terminated" in (s.get("state") or {})]
+            if finished and uid not in self.end:
+                self.end[uid] = datetime.fromisoformat(max(finished)).timestamp()
+        for uid in self.start:
+            if uid not in live:
+                self.end.setdefault(uid, self.c.now)
+
+    def gpu_seconds(self) -> float:
+        return 8 * sum(self.end.get(uid, self.c.now) - start for uid, start in self.start.items())
+
+
+@pytest.mark.parametrize("next_leader", [False, True])
+def test_a_replica_replaced_twice_in_one_attempt_has_every_pod_run_billed_once(next_leader):
+    """Every run of each pod of the attempt, those replaced included, is billed exactly once: in the attempt's
+    GPUUsage records and its status.gpuSeconds, from the replacement's own status write on; also when the attempt
+    is closed by a next leader that never saw the replaced pods."""
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    c.submit(training_job("r", 2, 8, topology=LEAF, nodeFailure="Replace"))
+    runs = _Runs(c)
+    for _ in range(5):
+        runs.step(10)
+    for times in (1, 2):
+        _lose(c, 1)
+        runs.step()
+        st = c.status("r")
+        assert st["replacements"] == times and st["attempt"] == 1
+        assert st["gpuSeconds"] == round(runs.at_cycle, 3), "the replacement's status write is up to date"
+        for _ in range(3):
+            runs.step(10)
+    assert len(runs.start) == 4, "replica 1 ran on three nodes"
+    if next_leader:
+        c.start("op-2")
+    for pod in c.pods("r"):
+        c.kubelet.finish(f"team-a/{pod['metadata']['name']}", 0)
+    for _ in range(3):
+        runs.step()
+    st = c.status("r")
+    assert st["phase"] == "Succeeded"
+    billed = sum(r["spec"]["gpuSeconds"] for r in c.store.objects.get(GPUUSAGES, {}).values())
+    assert billed == pytest.approx(runs.gpu_seconds(), abs=0.01), "every pod run billed, none twice"
+    assert st["gpuSeconds"] == st["finishedGpuSeconds"] == pytest.approx(runs.gpu_seconds(), abs=0.01)
