@@ -75,6 +75,7 @@ class Controller:
                  settings: Settings | None = None, mig: MigFlow | None = None, metrics=None, policy=None,
                  clock: Callable[[], float] = time.time) -> None:
         self.state, self.settings, self.mig, self.metrics = state, settings or Settings(), mig, metrics
+        state.fail_on(frozenset(self.settings.failure_conditions))
         self.policy = policy or PriorityFifo(self.settings.reserving, self.settings.ordering)
         self.applier = Applier(api, state, leading, metrics, writer=self.settings.writer, clock=clock)
         self.queues = QueueBook(state, self.settings.usage_half_life, metrics)

@@ -23,17 +23,20 @@ from superpod.controller.metering import (
     outside_queues,
 )
 from superpod.controller.state import ClusterState, PodInfo
+from superpod.controller.state.nodes import FAILING
 from superpod.core import lifecycle
 from superpod.core import replace as replace_nodes
 from superpod.core.cycle import RESERVE_AFTER, RESERVE_FROM_UNITS, ReservationRule
 from superpod.core.estimates import LIMIT_GRACE, Ordering
-from superpod.core.model import Snapshot
+from superpod.core.model import Node, Snapshot
 from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Phase, Reason
-from superpod.core.request import JobRequest
+from superpod.core.request import GPU, JobRequest
 from superpod.core.runtime_limit import RuntimeLimit
 from superpod.core.usage import Record
 
 STATUS_DELAY = 5.0  # seconds (Settings.status_delay)
+# NoExecute taints a node's lifecycle controller sets while it is not ready: the not-ready grace covers them
+GRACED_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 REPLACE_DEADLINE = 300.0  # seconds (Settings.replace_deadline)
 REPLACE = "Replace"  # spec.nodeFailure: make the replicas of a lost node again elsewhere
 
@@ -54,6 +57,8 @@ class Settings:
     # Seconds the replicas of a lost node wait for a node to replace it (spec.nodeFailure Replace); then the gang
     # restarts.
     replace_deadline: float = REPLACE_DEADLINE
+    # Node conditions (type, status) that mean the node failed, e.g. ("GpuUnhealthy", "True"): its gangs lose it.
+    failure_conditions: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,15 +115,17 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     ours = [p for p in mine if p.attempt == attempt and p.index is not None and p not in displaced]
     current = {p.index: p for p in ours if not p.deleting}
     lost, not_ready = _node_trouble(state, set(placement.values()), now, settings.not_ready_grace)
+    replace_lost = view.spec("nodeFailure") == REPLACE and isinstance(view.request, JobRequest)
+    failed = _node_failures(state, view, placement, ours, replace_lost)
     verdict = lifecycle.decide(lifecycle.Attempt(
         replicas=view.replicas, phase=status.phase, created_at=view.time(status.attemptStartTime) or now,
         startup_timeout=float(view.spec("startupTimeoutSeconds")), max_restarts=int(view.spec("maxRestarts")),
         restarts=status.restarts, interruptions=status.interruptions, startup_failures=status.startupFailures,
         container_errors=status.containerErrors, placement=placement, pods={i: p.state for i, p in current.items()},
-        lost_nodes=lost, not_ready=not_ready, not_ready_grace=settings.not_ready_grace,
+        lost_nodes=lost | frozenset(failed), not_ready=not_ready, not_ready_grace=settings.not_ready_grace,
         deleted=frozenset(p.index for p in ours if p.deleting and p.phase not in POD_FINISHED), limit=limit,
-        replace=view.spec("nodeFailure") == REPLACE and isinstance(view.request, JobRequest), replacing=replacing,
-        replaced_at=_last_replaced(view), replace_by=view.time(status.replacementDeadline)), now)
+        replace=replace_lost, replacing=replacing, replaced_at=_last_replaced(view),
+        replace_by=view.time(status.replacementDeadline), lost_why=failed), now)
     if verdict.action == lifecycle.REPLACE:
         return Lost(view, verdict)
     plan = Plan(view.key)
@@ -249,6 +256,56 @@ def _node_trouble(state: ClusterState, nodes: set[str], now: float,
             else:
                 not_ready[node] = now - entry.not_ready_since
     return frozenset(lost), not_ready
+
+
+def _node_failures(state: ClusterState, view: JobView, placement: dict[int, str], ours: list[PodInfo],
+                   drains: bool) -> dict[str, str]:
+    """The gang's nodes that failed though ready -> why: tainted NoExecute (not tolerated; not-ready and unreachable
+    have the grace), a failure condition (`Settings.failure_conditions`), fewer GPUs allocatable than the gang's pods
+    hold there; with `drains`, cordoned with a replica's pod deleted or evicted there (a cordon alone is not)."""
+    request = view.request
+    if not isinstance(request, JobRequest):
+        return {}
+    pods: dict[int, PodInfo] = {}
+    for p in ours:
+        pods.setdefault(p.index, p)
+    out: dict[str, str] = {}
+    for node, ranks in _by_node(placement).items():
+        entry = state.nodes.get(node)
+        model = entry.node if entry is not None else None
+        if model is None or not model.ready:
+            continue  # gone, unreadable or not ready: the grace (`_node_trouble`)
+        holding = [i for i in ranks if i not in pods or pods[i].phase not in POD_FINISHED]
+        why = _failure_of(model, request, len(holding) * request.gpus)
+        if why is None and drains and model.unschedulable:
+            evicted = [i for i in holding if (pods[i].deleting or pods[i].state.disrupted if i in pods else
+                                              view.phase == Phase.RUNNING and i not in (view.status.replacing or ()))]
+            if evicted:
+                why = f"is drained (cordoned, replica {evicted[0]}'s pod evicted or deleted)"
+        if why is not None:
+            out[node] = why
+    return out
+
+
+def _failure_of(node: Node, request: JobRequest, gpus: int) -> str | None:
+    """Why a ready node failed for a gang holding `gpus` GPUs on it (None: it did not)."""
+    if node.held.startswith(FAILING):
+        return f"has the failure condition {node.held[len(FAILING):]}"
+    for taint in node.taints:
+        if taint.effect == "NoExecute" and taint.key not in GRACED_TAINTS \
+                and not any(toleration.tolerates(taint) for toleration in request.tolerations):
+            return f"is tainted {taint.key}:NoExecute"
+    offered = node.allocatable.get(GPU, 0)
+    if gpus and offered < gpus:
+        return f"offers {offered} GPUs, fewer than the {gpus} the gang's pods hold there"
+    return None
+
+
+def _by_node(placement: dict[int, str]) -> dict[str, list[int]]:
+    out: dict[str, list[int]] = {}
+    for i, node in sorted(placement.items()):
+        out.setdefault(node, []).append(i)
+    return out
 
 
 def _change(state: ClusterState, view: JobView, verdict: lifecycle.Verdict, current: dict[int, PodInfo],

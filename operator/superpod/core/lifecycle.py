@@ -70,6 +70,8 @@ class Attempt:
     replacing: frozenset[int] = frozenset()  # replicas being made again on their new node (their pods may be missing)
     replaced_at: float | None = None  # when the last replacement was decided: its pods' startup counts from then
     replace_by: float | None = None  # lost replicas wait for a node until then; then the gang restarts
+    # why a node of `lost_nodes` failed, when not gone or not ready (tainted, a failure condition, GPUs lost, drained)
+    lost_why: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -109,8 +111,8 @@ def decide(a: Attempt, now: float) -> Verdict:
                        a.startup_failures, a.container_errors,
                        failure=_failure(Reason.MAX_RUNTIME_EXCEEDED, now, message=message))
     for i, pod in sorted(a.pods.items()):
-        if pod.phase == "Failed":
-            return _pod_failed(a, now, i, pod)
+        if pod.phase == "Failed" and not (a.replace and pod.disrupted and a.placement.get(i) in a.lost_nodes):
+            return _pod_failed(a, now, i, pod)  # (one its failed node evicted is replaced with the node)
     for i, pod in sorted(a.pods.items()):
         if pod.waiting_reason in CONTAINER_ERRORS:
             return _container_error(a, now, i, pod)
@@ -156,7 +158,7 @@ def decide(a: Attempt, now: float) -> Verdict:
 def _node_lost(a: Attempt, now: float, lost: list[str], done: set[int]) -> Verdict:
     """Replicas on `lost` nodes: made again elsewhere when the gang asks for it and some replica runs on, until
     `replace_by`; else the gang restarts."""
-    what = f"node {lost[0]} is gone or stayed not ready"
+    what = f"node {lost[0]} {a.lost_why.get(lost[0], 'is gone or stayed not ready')}"
     replicas = tuple(i for i in range(a.replicas) if i not in done and a.placement.get(i) in a.lost_nodes)
     if a.replace and len(replicas) < a.replicas - len(done):
         if a.replace_by is None or now < a.replace_by:

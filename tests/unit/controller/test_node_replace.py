@@ -8,6 +8,7 @@ from datetime import datetime
 
 import pytest
 
+from superpod.controller.judge import Settings
 from superpod.core.phases import Reason
 from superpod.k8s.api import GPUUSAGES, NODES, PODS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
@@ -217,3 +218,90 @@ def test_a_replica_replaced_twice_in_one_attempt_has_every_pod_run_billed_once(n
     billed = sum(r["spec"]["gpuSeconds"] for r in c.store.objects.get(GPUUSAGES, {}).values())
     assert billed == pytest.approx(runs.gpu_seconds(), abs=0.01), "every pod run billed, none twice"
     assert st["gpuSeconds"] == st["finishedGpuSeconds"] == pytest.approx(runs.gpu_seconds(), abs=0.01)
+
+
+def _taint(key: str, effect: str = "NoExecute"):
+    def change(node: dict) -> None:
+        node["spec"].setdefault("taints", []).append({"key": key, "value": "x", "effect": effect})
+    return change
+
+
+def _replaced_from(c: MemoryCluster, replica: int, node: str, why: str) -> None:
+    st = c.status("r")
+    assert (st["phase"], st["attempt"], st["replacements"], st["interruptions"]) == ("Running", 1, 1, 0)
+    assert [(r["replica"], r["lostNode"]) for r in st["replaced"]] == [(replica, node)]
+    new = _pods(c)[f"r-a1-{replica}"]["spec"]["nodeName"]
+    assert new != node and _leaf(c, new) == "su-1"
+    assert [m for reason, m in c.events("r") if reason == Reason.NODE_REPLACED and m.startswith(why)], "the Event"
+
+
+def test_a_noexecute_taint_the_pods_do_not_tolerate_replaces_the_node_and_restarts_a_restart_gang():
+    c = _cluster()
+    node = _pods(c)["r-a1-1"]["spec"]["nodeName"]
+    c.update_node(node, _taint("example.com/maintenance"))
+    c.settle(2)
+    _replaced_from(c, 1, node, f"node {node} is tainted example.com/maintenance:NoExecute")
+    g = MemoryCluster(nodes=8, nodes_per_unit=4)
+    g.submit(training_job("g", 3, 8, topology=LEAF))
+    g.settle(3)
+    g.update_node(g.pods("g")[0]["spec"]["nodeName"], _taint("example.com/maintenance"))
+    g.settle(2)
+    st = g.status("g")
+    assert st["interruptions"] == 1 and st["failures"][-1]["reason"] == "NodeLost"
+    assert "is tainted example.com/maintenance:NoExecute; gang restarts" in st["message"]
+
+
+def test_a_tolerated_or_not_ready_taint_or_a_noschedule_one_is_no_failure():
+    tolerant = [{"key": "example.com/maintenance", "operator": "Exists", "effect": "NoExecute"}]
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    job = training_job("r", 3, 8, topology=LEAF, nodeFailure="Replace")
+    job["spec"]["template"]["spec"]["tolerations"] = tolerant
+    c.submit(job)
+    c.settle(3)
+    nodes = [p["spec"]["nodeName"] for p in c.pods("r")]
+    c.update_node(nodes[0], _taint("example.com/maintenance"))
+    c.update_node(nodes[1], _taint("node.kubernetes.io/unreachable"))  # the not-ready grace covers it
+    c.update_node(nodes[2], _taint("example.com/other", "NoSchedule"))
+    c.settle(3)
+    st = c.status("r")
+    assert (st["phase"], st.get("replacements", 0), st["interruptions"]) == ("Running", 0, 0)
+
+
+def test_a_configured_failure_condition_replaces_the_node_and_keeps_it_out_of_placement():
+    c = MemoryCluster(nodes=8, nodes_per_unit=4,
+                      settings=Settings(not_ready_grace=300, failure_conditions=(("GpuUnhealthy", "True"),)))
+    c.submit(training_job("r", 3, 8, topology=LEAF, nodeFailure="Replace"))
+    c.settle(3)
+    node = _pods(c)["r-a1-2"]["spec"]["nodeName"]
+
+    def unhealthy(obj: dict) -> None:
+        obj["status"]["conditions"].append({"type": "GpuUnhealthy", "status": "True", "reason": "XidError"})
+    c.update_node(node, unhealthy)
+    c.settle(2)
+    _replaced_from(c, 2, node, f"node {node} has the failure condition GpuUnhealthy=True")
+    c.submit(training_job("one", 1, 8, topology=LEAF))  # su-1 has only the unhealthy node left
+    c.settle(2)
+    assert _leaf(c, c.pods("one")[0]["spec"]["nodeName"]) == "su-2"
+
+
+def test_fewer_gpus_allocatable_than_the_gang_holds_there_replaces_the_node():
+    c = _cluster()
+    node = _pods(c)["r-a1-0"]["spec"]["nodeName"]
+    c.update_node(node, lambda obj: obj["status"]["allocatable"].update({"nvidia.com/gpu": "7"}))
+    c.settle(2)
+    _replaced_from(c, 0, node, f"node {node} offers 7 GPUs, fewer than the 8 the gang's pods hold there")
+
+
+def test_a_cordon_alone_is_no_failure_its_pods_evicted_are():
+    c = _cluster()
+    before = _pods(c)
+    node = before["r-a1-1"]["spec"]["nodeName"]
+    c.update_node(node, lambda obj: obj["spec"].update({"unschedulable": True}))
+    c.settle(3)
+    assert c.status("r").get("replacements", 0) == 0 and _pods(c) == before
+    run(c.admin.delete(PODS, "r-a1-1", "team-a"))  # the drain evicts it (graceful)
+    c.settle(3)
+    _replaced_from(c, 1, node, f"node {node} is drained")
+    after = _pods(c)
+    for name in ("r-a1-0", "r-a1-2"):
+        assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"]

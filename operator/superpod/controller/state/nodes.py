@@ -23,6 +23,7 @@ MIG_PREVIOUS = "superpod.dev/mig-previous"  # the nvidia.com/mig.config value be
 MIG_PREVIOUS_RESOURCES = "superpod.dev/mig-previous-resources"  # what the node advertised before (JSON)
 MIG_FAILED = "superpod.dev/mig-failed"  # why the last reconfiguration failed; no more MIG plans here
 MIG_KEYS = "superpod.dev/mig-"  # the prefix of that bookkeeping, and of the label that opts a node in to dynamic MIG
+FAILING = "failing: condition "  # Node.held of a node with a condition that means it failed (`NodeStore.fail_on`)
 
 
 @dataclass
@@ -51,6 +52,15 @@ class NodeStore:
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.mig_nodes: set[str] = set()  # nodes with a label or annotation under MIG_KEYS: what the MIG flow reads
         self.offers: dict[tuple[str, str], int] = {}  # offer_keys of the usable nodes -> how many nodes offer it
+        self.failure_conditions: frozenset[tuple[str, str]] = frozenset()  # (type, status) that mean a node failed
+
+    def fail_on(self, conditions: frozenset[tuple[str, str]]) -> None:
+        """Node conditions (type, status) that mean a node failed: it is held out of placement, and the placed gangs
+        on it lose it (judge.py). The nodes stored are read again."""
+        if conditions != self.failure_conditions:
+            self.failure_conditions = conditions
+            for name, entry in list(self.nodes.items()):
+                self.store(name, entry.obj, 0.0 if entry.not_ready_since is None else entry.not_ready_since)
 
     def job_of(self, key: str) -> GangKey | None:
         return None
@@ -64,6 +74,8 @@ class NodeStore:
             node: Node | None = node_from_k8s(obj)
             if mig_held(obj):  # being repartitioned: no placement until the new resources are there
                 node = replace(node, held="being repartitioned for MIG")
+            elif self.failure_conditions and (failing := failed_condition(obj, self.failure_conditions)):
+                node = replace(node, held=f"{FAILING}{failing}")
         except ConvertError as e:
             node, problem = None, str(e)
         ready = node is not None and node.ready
@@ -155,3 +167,11 @@ def mig_held(obj: dict) -> bool:
         return True
     alloc = (obj.get("status") or {}).get("allocatable") or {}
     return any(str(alloc.get(r, "0")) != str(n) for r, n in expect.items())
+
+
+def failed_condition(obj: dict, conditions: frozenset[tuple[str, str]]) -> str | None:
+    """The first of the node's conditions that means it failed, as Type=Status (None: none does)."""
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and (str(c.get("type")), str(c.get("status"))) in conditions:
+            return f"{c.get('type')}={c.get('status')}"
+    return None
