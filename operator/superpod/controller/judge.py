@@ -151,11 +151,14 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         if live:  # a gang stopped at its limit gets LIMIT_GRACE, not its pods' own grace (reservations count on it)
             plan.then(DeletePods(tuple(sorted(live)),
                                  LIMIT_GRACE if verdict.reason == Reason.MAX_RUNTIME_EXCEEDED else None))
-    elif verdict.action == lifecycle.CREATE_MISSING:
-        missing = sorted(set(placement) - set(current))
-        plan.then(CreatePods(view.key, tuple(
-            manifests.pod(view.obj, attempt, i, placement[i], settings.scheduler_name, settings.writer)
-            for i in missing)))
+    elif displaced:  # before any create: a replica's name is free only once its displaced pod is gone
+        plan.then(DeletePods(tuple(sorted((p.key, p.uid) for p in displaced)), 0))
+    if verdict.action == lifecycle.CREATE_MISSING:
+        held = {p.index for p in displaced}  # made again once its displaced pod is seen gone
+        if missing := sorted(set(placement) - set(current) - held):
+            plan.then(CreatePods(view.key, tuple(
+                manifests.pod(view.obj, attempt, i, placement[i], settings.scheduler_name, settings.writer)
+                for i in missing)))
     if verdict.phase in ACTIVE and verdict.action != lifecycle.TEARDOWN and view.key not in state.services \
             and manifests.has_service(view.obj):
         plan.then(CreateService(manifests.headless_service(view.obj)),
@@ -163,8 +166,6 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     stale = [(p.key, p.uid) for p in mine if p.attempt != attempt and not p.deleting]
     if stale:
         plan.then(DeletePods(tuple(sorted(stale))))
-    if displaced and verdict.action != lifecycle.TEARDOWN:
-        plan.then(DeletePods(tuple(sorted((p.key, p.uid) for p in displaced)), 0))
     return plan if plan.steps else None
 
 
@@ -186,9 +187,9 @@ def _replaced_seen(view: JobView, current: dict[int, PodInfo]) -> Change:
 def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, settings: Settings,
                 labels: Callable[[JobView], Labels] = outside_queues) -> Plan | None:
     """The writes that make the lost replicas again on nodes that keep the gang's topology (booked on `snap`): the
-    status first (the new placement, the replicas being made again: the commit point a next leader goes on from),
-    then the lost pods' own GPUUsage records, the lost pods deleted at once and the new ones created under the same
-    names. Without such nodes, the deadline after which the gang restarts, written once."""
+    lost pods' own GPUUsage records, the status (the new placement, the replicas being made again: the commit point a
+    next leader goes on from), the lost pods deleted at once, then the new ones created under the same names. Without
+    such nodes, the deadline after which the gang restarts, written once."""
     view, verdict = lost.view, lost.verdict
     status, placement = view.status, view.placement()
     chosen = replace_nodes.choose(snap, view.request, placement, verdict.lost)
@@ -221,8 +222,10 @@ def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, set
     gone = tuple((p.key, p.uid) for p in displaced)
     pods = tuple(manifests.pod(view.obj, status.attempt, i, node, settings.scheduler_name, settings.writer)
                  for i, node in sorted(chosen.items()))
-    return Plan(view.key, [view.write(change, now), view.emit("Normal", Reason.NODE_REPLACED, message), *bills,
-                           *([DeletePods(gone, 0)] if gone else []), CreatePods(view.key, pods)])
+    # the lost pods' records before the status (a next leader may never see those pods); their names freed before
+    # the creates (a failed delete leaves them to the next cycles' judge)
+    return Plan(view.key, [*bills, view.write(change, now), view.emit("Normal", Reason.NODE_REPLACED, message),
+                           *([DeletePods(gone, 0, required=True)] if gone else []), CreatePods(view.key, pods)])
 
 
 def _displaced_record(view: JobView, pod: PodInfo, labels: Labels, now: float) -> Record:

@@ -175,20 +175,29 @@ def usage(state: ClusterState, view: JobView, now: float) -> tuple[float, float]
 
 def attempt_runs(state: ClusterState, view: JobView, attempt: int) -> list[Run]:
     """The runs one attempt's own record bills: observed pods, and pods already gone (their recorded runs) — both for
-    a replica whose pod is gone and was made again under its name — but not a pod billed on its own (a replaced
-    replica's pod: `apart_usage`)."""
+    a replica whose pod is gone and was made again under its name — but of a pod billed on its own (a replaced
+    replica's pod: `apart_usage`) only what it ran past its record."""
     runs: list[Run] = []
     prefix = f"{view.key.namespace}/"
-    billed = state.ledger.queue_of
     for i in range(view.replicas):
         key = prefix + manifests.pod_name(view.obj["metadata"]["name"], attempt, i)
         pod = state.pods.get(key)
-        if pod is not None and pod.owner == view.uid and pod_usage_name(pod.uid) not in billed:
-            runs.append(pod.run)
+        if pod is not None and pod.owner == view.uid:
+            runs += _unbilled(state, pod.uid, pod.run)
         ended = state.ended.get(key)
-        if ended is not None and ended[:2] == (view.uid, attempt) and pod_usage_name(ended[3]) not in billed:
-            runs.append(ended[2])
+        if ended is not None and ended[:2] == (view.uid, attempt):
+            runs += _unbilled(state, ended[3], ended[2])
     return runs
+
+
+def _unbilled(state: ClusterState, pod_uid: str, run: Run) -> list[Run]:
+    """A pod's run, or the part of it after its own record ends (a replaced pod that outlived the decision)."""
+    record = state.ledger.get(pod_usage_name(pod_uid)) if state.ledger.queue_of else None
+    if record is None:
+        return [run]
+    if run.start is None or (run.end is not None and run.end <= record.end):
+        return []
+    return [Run(max(run.start, record.end), run.end)]
 
 
 def apart_usage(state: ClusterState, view: JobView, attempt: int) -> float:

@@ -10,7 +10,7 @@ import pytest
 
 from superpod.controller.judge import Settings
 from superpod.core.phases import Reason
-from superpod.k8s.api import GPUUSAGES, NODES, PODS, ApiError
+from superpod.k8s.api import GPUUSAGES, NODES, PODS, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
 LEAF = {"required": "leaf"}
@@ -305,3 +305,176 @@ def test_a_cordon_alone_is_no_failure_its_pods_evicted_are():
     after = _pods(c)
     for name in ("r-a1-0", "r-a1-2"):
         assert after[name]["metadata"]["uid"] == before[name]["metadata"]["uid"]
+
+
+def _real_cluster() -> MemoryCluster:
+    """`_cluster`, its pods slow to stop as on a real cluster: a graceful delete of a pod on a dead node never
+    completes (its kubelet is not there to finish it)."""
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    job = training_job("r", 3, 8, topology=LEAF, nodeFailure="Replace",
+                       annotations={"sim.superpod.dev/terminate-after": "3600"})
+    job["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] = 3600
+    c.submit(job)
+    c.settle(3)
+    assert c.status("r")["phase"] == "Running"
+    return c
+
+
+def _cut_off(c: MemoryCluster, replica: int) -> str:
+    """Make the node of `r`'s replica not ready (its kubelet cut off: its pods stay until force-deleted)."""
+    node = _pods(c)[f"r-a1-{replica}"]["spec"]["nodeName"]
+    c.kubelet.set_ready(node, False)
+    return node
+
+
+def _replica_running_elsewhere(c: MemoryCluster, replica: int, lost: str) -> None:
+    st = c.status("r")
+    pod = _pods(c)[f"r-a1-{replica}"]
+    assert (st["phase"], st["attempt"]) == ("Running", 1), (st["phase"], st["attempt"], st.get("message"))
+    assert pod["spec"]["nodeName"] != lost and pod["status"]["phase"] == "Running", \
+        (pod["spec"]["nodeName"], pod["metadata"].get("deletionTimestamp"), st.get("message"))
+
+
+def test_a_replacement_cut_short_before_the_force_delete_is_finished_by_the_next_leader():
+    """The next leader force-deletes the lost pod before it makes the replica again: its create never meets the old
+    pod's name, and no rollback deletes the old pod gracefully (which would leave it terminating on its dead node)."""
+    c = _real_cluster()
+    lost = _cut_off(c, 1)
+    c.settle(25, seconds=10)  # not ready: within the grace
+    calls = []
+
+    def stop_after_status(verb, kind, obj, writer):
+        if verb in ("create", "delete") and kind is PODS:
+            calls.append(verb)
+            c.leading = False
+            raise ApiError(503, "ServiceUnavailable", "stopping")
+
+    c.store.fault = stop_after_status
+    while not calls:
+        c.cycle()
+        c.tick(10)
+    c.store.fault = None
+    c.leading = True
+    assert c.status("r").get("replacing") == [1], "the status landed, the pods were not touched"
+    c.start("op-2")
+    c.settle(60, seconds=1)
+    _replica_running_elsewhere(c, 1, lost)
+
+
+def test_a_force_delete_that_fails_once_is_tried_again_before_the_replica_is_made():
+    c = _real_cluster()
+    lost = _cut_off(c, 1)
+    c.settle(25, seconds=10)
+    failed = []
+
+    def once(verb, kind, obj, writer):
+        if verb == "delete" and kind is PODS and not failed:
+            failed.append(obj)
+            raise ApiError(503, "ServiceUnavailable", "try again")
+
+    c.store.fault = once
+    while not failed:
+        c.cycle()
+        c.tick(10)
+    c.store.fault = None
+    c.settle(60, seconds=1)
+    _replica_running_elsewhere(c, 1, lost)
+
+
+def test_a_lost_pods_run_is_billed_though_the_leader_stopped_before_its_record_and_the_pod_is_gone():
+    """The lost pod's own GPUUsage record is written before the replacement's status: a leader stopped in between
+    leaves the replacement undecided, and the next one bills the pod it still sees; a pod removed meanwhile (the
+    pod GC of a deleted node) was billed already."""
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    c.submit(training_job("r", 2, 8, topology=LEAF, nodeFailure="Replace"))
+    runs = _Runs(c)
+    for _ in range(5):
+        runs.step(10)
+    _lose(c, 1)
+    old = _pods(c)["r-a1-1"]
+
+    def stop_before_status(verb, kind, obj, writer):
+        if verb == "update" and kind is TRAININGJOBS:
+            c.leading = False
+            raise ApiError(503, "ServiceUnavailable", "stopping")
+
+    c.store.fault = stop_before_status
+    c.cycle()
+    c.store.fault = None
+    assert not c.status("r").get("replacing"), "the replacement's status did not land"
+    assert [r for r in c.store.objects[GPUUSAGES].values() if r["spec"].get("pod") == old["metadata"]["name"]]
+    runs.look()
+    c.store.delete_now(PODS, f"team-a/{old['metadata']['name']}")  # podgc: its node is gone
+    runs.look()
+    c.leading = True
+    c.start("op-2")
+    for _ in range(3):
+        runs.step(10)
+    for pod in c.pods("r"):
+        c.kubelet.finish(f"team-a/{pod['metadata']['name']}", 0)
+    for _ in range(3):
+        runs.step()
+    assert c.status("r")["phase"] == "Succeeded"
+    billed = sum(r["spec"]["gpuSeconds"] for r in c.store.objects.get(GPUUSAGES, {}).values())
+    assert billed == pytest.approx(runs.gpu_seconds(), abs=0.01), "every pod run billed, none twice"
+
+
+def test_a_replacement_keeps_off_the_nodes_a_preemptor_is_nominated_to():
+    """A preemptor's nominated nodes are held for it (its victims are stopping): a replacement decided before the
+    cycle's reservations are booked does not take them."""
+    from tests.unit.preemption.test_preemption import job, live_pods
+    c = MemoryCluster(nodes=4, nodes_per_unit=4)
+    c.submit(job("r", replicas=2, priority=50, nodeFailure="Replace", topology=LEAF))
+    c.submit(job("low-a", priority=0, preemptionGracePeriodSeconds=5))
+    c.submit(job("low-b", priority=0, preemptionGracePeriodSeconds=5))
+    c.settle(5)
+    c.tick(100)
+    c.submit(job("big", replicas=2, priority=100))
+    c.cycle()
+    big = c.status("big")
+    assert big["reason"] == "Preempting"
+    nominated = set(big["nomination"]["nodes"])
+    c.store.delete_now(NODES, c.pods("r")[0]["spec"]["nodeName"])
+    c.settle(15)
+    taken = {p["spec"]["nodeName"] for p in live_pods(c, "r")} & nominated
+    assert not taken, (f"r's replacement took {taken}, held for big", c.status("big")["phase"])
+
+
+@pytest.mark.parametrize("mode", ["RestartGang", "Replace"])
+def test_a_momentary_drop_of_allocatable_gpus_is_no_failure(mode):
+    """A kubelet restart zeroes a device plugin's resource until the plugin registers again (kubernetes#73948): a
+    few seconds of `nvidia.com/gpu: 0` on a Ready node lose nothing."""
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    c.submit(training_job("g", 3, 8, topology=LEAF, nodeFailure=mode))
+    c.settle(3)
+    node = c.pods("g")[0]["spec"]["nodeName"]
+    c.update_node(node, lambda obj: obj["status"]["allocatable"].update({"nvidia.com/gpu": "0"}))
+    c.cycle()
+    c.tick(10)
+    c.cycle()
+    c.update_node(node, lambda obj: obj["status"]["allocatable"].update({"nvidia.com/gpu": "8"}))
+    c.settle(3)
+    st = c.status("g")
+    assert (st["attempt"], st.get("interruptions", 0), st.get("replacements", 0)) == (1, 0, 0), st.get("message")
+
+
+def test_the_taint_managers_eviction_on_a_not_ready_node_replaces_the_replica():
+    """Kubernetes evicts a NotReady node's pods when their 300 s toleration of the unreachable taint ends, the same
+    300 s as --not-ready-grace but counted from the taint, which the operator sees a little later: the pod evicted
+    (Terminating: its kubelet is gone) is a replica lost with its node, not one deleted by someone else."""
+    c = _real_cluster()
+    node = _cut_off(c, 1)
+    t0 = c.now
+    c.tick(0.5)
+    c.cycle()  # the operator sees the node not ready half a second after the node lifecycle controller said so
+    while c.now + 10 < t0 + 300:
+        c.tick(10)
+        c.cycle()
+    c.now = t0 + 300  # the taint manager: toleration over, the pod is evicted (graceful; no kubelet to finish it)
+    run(c.admin.delete(PODS, "r-a1-1", "team-a"))
+    c.now += 0.2
+    c.cycle()
+    c.settle(5)
+    st = c.status("r")
+    assert (st["attempt"], st.get("replacements", 0)) == (1, 1), (st["attempt"], st.get("failures"), node)
+    _replica_running_elsewhere(c, 1, node)
