@@ -221,9 +221,14 @@ class Controller:
     def _replace(self, turn: Turn) -> None:
         """5b. The replicas of lost nodes made again on nodes that keep their gangs' topology, booked before any
         waiting job is placed; or, with none free, the deadline after which their gangs restart."""
+        if not self.lost:
+            return
+        nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
         for lost in self.lost:
-            try:
-                plan = replacement(self.state, lost, turn.snap, turn.now, self.settings, self.queues.labels)
+            try:  # not onto nodes held for a preemptor: its victims were stopped for them
+                held = {node for key, view in nominees.items() if key != lost.view.key and view.status.nomination
+                        for node in view.status.nomination.nodes}
+                plan = replacement(self.state, lost, turn.snap, turn.now, self.settings, self.queues.labels, held)
             except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
                 log.exception("replacing replicas of %s failed", lost.view.key)
                 self._count_error("judge")

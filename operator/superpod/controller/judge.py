@@ -4,7 +4,7 @@ any of its pods is deleted, so a crash can neither lose nor double-count it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 
 from superpod.api import manifests
@@ -185,14 +185,14 @@ def _replaced_seen(view: JobView, current: dict[int, PodInfo]) -> Change:
 
 
 def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, settings: Settings,
-                labels: Callable[[JobView], Labels] = outside_queues) -> Plan | None:
+                labels: Callable[[JobView], Labels] = outside_queues, held: Collection[str] = ()) -> Plan | None:
     """The writes that make the lost replicas again on nodes that keep the gang's topology (booked on `snap`): the
     lost pods' own GPUUsage records, the status (the new placement, the replicas being made again: the commit point a
     next leader goes on from), the lost pods deleted at once, then the new ones created under the same names. Without
-    such nodes, the deadline after which the gang restarts, written once."""
+    such nodes, the deadline after which the gang restarts, written once. `held`: nodes nominated to preemptors."""
     view, verdict = lost.view, lost.verdict
     status, placement = view.status, view.placement()
-    chosen = replace_nodes.choose(snap, view.request, placement, verdict.lost)
+    chosen = replace_nodes.choose(snap, view.request, placement, verdict.lost, held=held)
     used = job_status.used(round(status.finishedGpuSeconds + attempt_usage(state, view, status.attempt, now), 3))
     if chosen is None:
         deadline = view.time(status.replacementDeadline) or now + settings.replace_deadline

@@ -18,12 +18,14 @@ from superpod.core.request import JobRequest
 
 
 def choose(snap: Snapshot, job: JobRequest, placement: Mapping[int, str], lost: Collection[int],
-           fit: str = FIRST_FIT) -> dict[int, str] | None:
+           fit: str = FIRST_FIT, held: Collection[str] = ()) -> dict[int, str] | None:
     """Replica -> its new node, for each of `lost` (replicas of `placement`, replica -> node, whose nodes are lost),
     booked on `snap` (Snapshot.assume, as a placement is); None, booking nothing, when some replica has no node that
-    keeps the gang's rules, or no replica survives to keep the gang's place."""
+    keeps the gang's rules, or no replica survives to keep the gang's place. `held`: nodes not to take (those
+    nominated to preemptors)."""
     lost = sorted(set(lost))
-    lost_nodes = frozenset(snap.index[placement[i]] for i in lost if placement.get(i) in snap.index)
+    lost_nodes = frozenset(snap.index[placement[i]] for i in lost if placement.get(i) in snap.index) | frozenset(
+        snap.index[node] for node in held if node in snap.index)
     kept = {i: snap.index[node] for i, node in placement.items() if i not in lost and node in snap.index}
     if not lost or not kept:
         return None
