@@ -265,7 +265,8 @@ def _node_failures(state: ClusterState, view: JobView, placement: dict[int, str]
                    drains: bool) -> dict[str, str]:
     """The gang's nodes that failed though ready -> why: tainted NoExecute (not tolerated; not-ready and unreachable
     have the grace), a failure condition (`Settings.failure_conditions`), fewer GPUs allocatable than the gang's pods
-    hold there; with `drains`, cordoned with a replica's pod deleted or evicted there (a cordon alone is not)."""
+    hold there; with `drains`, cordoned or not ready with a replica's pod deleted or evicted there (the taint
+    manager's eviction of a not-ready node's pods loses the node; a cordon alone does not)."""
     request = view.request
     if not isinstance(request, JobRequest):
         return {}
@@ -276,18 +277,25 @@ def _node_failures(state: ClusterState, view: JobView, placement: dict[int, str]
     for node, ranks in _by_node(placement).items():
         entry = state.nodes.get(node)
         model = entry.node if entry is not None else None
-        if model is None or not model.ready:
-            continue  # gone, unreadable or not ready: the grace (`_node_trouble`)
+        if model is None:
+            continue  # gone or unreadable: `_node_trouble`
         holding = [i for i in ranks if i not in pods or pods[i].phase not in POD_FINISHED]
+        if not model.ready:  # within the grace (`_node_trouble`) unless its replicas' pods are taken from it
+            if drains and (evicted := _evicted(view, holding, pods)):
+                out[node] = f"is not ready and replica {evicted[0]}'s pod was evicted or deleted"
+            continue
         why = _failure_of(model, request, len(holding) * request.gpus)
-        if why is None and drains and model.unschedulable:
-            evicted = [i for i in holding if (pods[i].deleting or pods[i].state.disrupted if i in pods else
-                                              view.phase == Phase.RUNNING and i not in (view.status.replacing or ()))]
-            if evicted:
-                why = f"is drained (cordoned, replica {evicted[0]}'s pod evicted or deleted)"
+        if why is None and drains and model.unschedulable and (evicted := _evicted(view, holding, pods)):
+            why = f"is drained (cordoned, replica {evicted[0]}'s pod evicted or deleted)"
         if why is not None:
             out[node] = why
     return out
+
+
+def _evicted(view: JobView, holding: list[int], pods: dict[int, PodInfo]) -> list[int]:
+    """The replicas of `holding` whose pod is being deleted, was evicted, or (a running gang's) is gone."""
+    return [i for i in holding if (pods[i].deleting or pods[i].state.disrupted if i in pods else
+                                   view.phase == Phase.RUNNING and i not in (view.status.replacing or ()))]
 
 
 def _failure_of(node: Node, request: JobRequest, gpus: int) -> str | None:
