@@ -73,8 +73,8 @@ class Lost:
 def revisit_at(state: ClusterState, view: JobView, now: float, settings: Settings,
                limit: RuntimeLimit | None = None) -> float:
     """When time alone may change what `judge` says of a placed job while nothing of it, its pods or its nodes
-    changes: its startup deadline, the end of an unsent status' delay, the grace of a node of it that is not ready,
-    the end of its runtime `limit`. Until then an unchanged job is judged the same."""
+    changes: its startup deadline, the end of an unsent status' delay, the grace of a node of it that is not ready
+    or short of GPUs, the end of its runtime `limit`. Until then an unchanged job is judged the same."""
     status, due = view.status, []
     started = view.time(status.attemptStartTime) or now
     due.append(started + float(view.spec("startupTimeoutSeconds")))
@@ -82,10 +82,13 @@ def revisit_at(state: ClusterState, view: JobView, now: float, settings: Setting
         due.append(limit.deadline(started))
     if (unsent := state.unsent.get(view.key)) is not None:
         due.append(unsent[1] + settings.status_delay)
-    for node in set(view.placement().values()):
+    gpus = view.request.gpus if isinstance(view.request, JobRequest) else 0
+    for node, ranks in _by_node(view.placement()).items():
         entry = state.nodes.get(node)
         if entry is not None and entry.not_ready_since is not None:
             due.append(entry.not_ready_since + settings.not_ready_grace)
+        elif entry is not None and entry.node is not None and entry.node.allocatable.get(GPU, 0) < gpus * len(ranks):
+            due.append(entry.gpus_since + settings.not_ready_grace)  # fewer GPUs than its pods hold: the same grace
     return min(due)
 
 
@@ -116,16 +119,18 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     current = {p.index: p for p in ours if not p.deleting}
     lost, not_ready = _node_trouble(state, set(placement.values()), now, settings.not_ready_grace)
     replace_lost = view.spec("nodeFailure") == REPLACE and isinstance(view.request, JobRequest)
-    failed = _node_failures(state, view, placement, ours, replace_lost)
+    failed, short = _node_failures(state, view, placement, ours, replace_lost, now, settings.not_ready_grace)
     verdict = lifecycle.decide(lifecycle.Attempt(
         replicas=view.replicas, phase=status.phase, created_at=view.time(status.attemptStartTime) or now,
         startup_timeout=float(view.spec("startupTimeoutSeconds")), max_restarts=int(view.spec("maxRestarts")),
         restarts=status.restarts, interruptions=status.interruptions, startup_failures=status.startupFailures,
         container_errors=status.containerErrors, placement=placement, pods={i: p.state for i, p in current.items()},
-        lost_nodes=lost | frozenset(failed), not_ready=not_ready, not_ready_grace=settings.not_ready_grace,
+        lost_nodes=lost | frozenset(failed), not_ready={**not_ready, **{node: t for node, (t, _) in short.items()}},
+        not_ready_grace=settings.not_ready_grace,
         deleted=frozenset(p.index for p in ours if p.deleting and p.phase not in POD_FINISHED), limit=limit,
         replace=replace_lost, replacing=replacing, replaced_at=_last_replaced(view),
-        replace_by=view.time(status.replacementDeadline), lost_why=failed), now)
+        replace_by=view.time(status.replacementDeadline),
+        lost_why={**failed, **{node: why for node, (_, why) in short.items()}}), now)
     if verdict.action == lifecycle.REPLACE:
         return Lost(view, verdict)
     plan = Plan(view.key)
@@ -262,14 +267,16 @@ def _node_trouble(state: ClusterState, nodes: set[str], now: float,
 
 
 def _node_failures(state: ClusterState, view: JobView, placement: dict[int, str], ours: list[PodInfo],
-                   drains: bool) -> dict[str, str]:
+                   drains: bool, now: float, grace: float) -> tuple[dict[str, str], dict[str, tuple[float, str]]]:
     """The gang's nodes that failed though ready -> why: tainted NoExecute (not tolerated; not-ready and unreachable
     have the grace), a failure condition (`Settings.failure_conditions`), fewer GPUs allocatable than the gang's pods
-    hold there; with `drains`, cordoned or not ready with a replica's pod deleted or evicted there (the taint
-    manager's eviction of a not-ready node's pods loses the node; a cordon alone does not)."""
+    hold there for `grace` (a kubelet restart zeroes them for seconds); with `drains`, cordoned or not ready with a
+    replica's pod deleted or evicted there (the taint manager's eviction of a not-ready node's pods loses the node; a
+    cordon alone does not). Also the nodes short of GPUs within the grace -> (seconds since, why)."""
     request = view.request
     if not isinstance(request, JobRequest):
-        return {}
+        return {}, {}
+    short: dict[str, tuple[float, str]] = {}
     pods: dict[int, PodInfo] = {}
     for p in ours:
         pods.setdefault(p.index, p)
@@ -284,12 +291,18 @@ def _node_failures(state: ClusterState, view: JobView, placement: dict[int, str]
             if drains and (evicted := _evicted(view, holding, pods)):
                 out[node] = f"is not ready and replica {evicted[0]}'s pod was evicted or deleted"
             continue
-        why = _failure_of(model, request, len(holding) * request.gpus)
+        why = _failure_of(model, request)
+        gpus, offered = len(holding) * request.gpus, model.allocatable.get(GPU, 0)
+        if why is None and gpus and offered < gpus:
+            why = f"offers {offered} GPUs, fewer than the {gpus} the gang's pods hold there"
+            if now - entry.gpus_since < grace:
+                short[node], why = (now - entry.gpus_since, why), None
         if why is None and drains and model.unschedulable and (evicted := _evicted(view, holding, pods)):
             why = f"is drained (cordoned, replica {evicted[0]}'s pod evicted or deleted)"
         if why is not None:
             out[node] = why
-    return out
+            short.pop(node, None)
+    return out, short
 
 
 def _evicted(view: JobView, holding: list[int], pods: dict[int, PodInfo]) -> list[int]:
@@ -298,17 +311,14 @@ def _evicted(view: JobView, holding: list[int], pods: dict[int, PodInfo]) -> lis
                                    view.phase == Phase.RUNNING and i not in (view.status.replacing or ()))]
 
 
-def _failure_of(node: Node, request: JobRequest, gpus: int) -> str | None:
-    """Why a ready node failed for a gang holding `gpus` GPUs on it (None: it did not)."""
+def _failure_of(node: Node, request: JobRequest) -> str | None:
+    """Why a ready node failed for a gang, by its condition or taints (None: it did not)."""
     if node.held.startswith(FAILING):
         return f"has the failure condition {node.held[len(FAILING):]}"
     for taint in node.taints:
         if taint.effect == "NoExecute" and taint.key not in GRACED_TAINTS \
                 and not any(toleration.tolerates(taint) for toleration in request.tolerations):
             return f"is tainted {taint.key}:NoExecute"
-    offered = node.allocatable.get(GPU, 0)
-    if gpus and offered < gpus:
-        return f"offers {offered} GPUs, fewer than the {gpus} the gang's pods hold there"
     return None
 
 

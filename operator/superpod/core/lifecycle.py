@@ -70,7 +70,8 @@ class Attempt:
     replacing: frozenset[int] = frozenset()  # replicas being made again on their new node (their pods may be missing)
     replaced_at: float | None = None  # when the last replacement was decided: its pods' startup counts from then
     replace_by: float | None = None  # lost replicas wait for a node until then; then the gang restarts
-    # why a node of `lost_nodes` failed, when not gone or not ready (tainted, a failure condition, GPUs lost, drained)
+    # why a node of `lost_nodes` failed, when not gone or not ready (tainted, a failure condition, GPUs lost, drained);
+    # why one of `not_ready` is waited for, when it is ready (fewer GPUs than the gang holds there, within the grace)
     lost_why: dict[str, str] = field(default_factory=dict)
 
 
@@ -129,8 +130,8 @@ def decide(a: Attempt, now: float) -> Verdict:
     if down:  # the message names the deadline, not a count of seconds: it stays the same while the node is down
         node, seconds = max(down.items(), key=lambda x: (x[1], x[0]))
         deadline = _clock(now - seconds + a.not_ready_grace)
-        return _same(a, a.phase, KEEP, Reason.NODE_NOT_READY,
-                     f"node {node} is not ready; the gang restarts elsewhere at {deadline} unless it is back by then")
+        return _same(a, a.phase, KEEP, Reason.NODE_NOT_READY, f"node {node} {a.lost_why.get(node, 'is not ready')}; "
+                     f"the gang restarts elsewhere at {deadline} unless it is back by then")
     if not missing and all(p.phase in ("Running", "Succeeded") for p in a.pods.values()):
         return _same(a, Phase.RUNNING, reason=Reason.RUNNING, message=f"all {a.replicas} replicas running")
     remade = sorted(i for i in a.replacing if i not in a.pods or a.pods[i].phase != "Running")

@@ -289,6 +289,8 @@ def test_fewer_gpus_allocatable_than_the_gang_holds_there_replaces_the_node():
     node = _pods(c)["r-a1-0"]["spec"]["nodeName"]
     c.update_node(node, lambda obj: obj["status"]["allocatable"].update({"nvidia.com/gpu": "7"}))
     c.settle(2)
+    assert c.status("r")["reason"] == Reason.NODE_NOT_READY and not c.status("r").get("replacements")
+    c.settle(31, seconds=10)  # for the not-ready grace: a kubelet restart zeroes the GPUs for seconds
     _replaced_from(c, 0, node, f"node {node} offers 7 GPUs, fewer than the 8 the gang's pods hold there")
 
 

@@ -12,7 +12,7 @@ from superpod.controller.state.base import Notes, slim
 from superpod.core.gang_key import GangKey
 from superpod.core.mig_render import STATE_LABEL
 from superpod.core.model import Node
-from superpod.core.request import MIG_CAPABLE_LABEL, PRODUCT_LABEL
+from superpod.core.request import GPU, MIG_CAPABLE_LABEL, PRODUCT_LABEL
 
 # Dynamic MIG bookkeeping on the nodes themselves (see controller/mig.py), so it survives an operator restart.
 MIG_EXPECT = "superpod.dev/mig-expect"  # resources the node must advertise once reconfigured (JSON)
@@ -33,6 +33,7 @@ class NodeEntry:
     node: Node | None  # None when the object cannot be read: it is left out, with `problem` saying why
     problem: str | None = None
     not_ready_since: float | None = None  # on the local clock, when it was first seen not ready
+    gpus_since: float = 0.0  # on the local clock, when its allocatable GPUs were first seen at their present count
 
 
 class NodeStore:
@@ -80,7 +81,8 @@ class NodeStore:
             node, problem = None, str(e)
         ready = node is not None and node.ready
         since = None if ready else (old.not_ready_since if old and old.not_ready_since is not None else now)
-        self.nodes[name] = NodeEntry(obj["metadata"].get("uid") or "", obj, node, problem, since)
+        gpus = old.gpus_since if old is not None and _gpus(old.node) == _gpus(node) else now
+        self.nodes[name] = NodeEntry(obj["metadata"].get("uid") or "", obj, node, problem, since, gpus)
         if problem:
             self.unreadable.add(name)
         else:
@@ -128,6 +130,10 @@ class NodeStore:
 
     def usable_nodes(self) -> list[Node]:
         return [entry.node for entry in self.nodes.values() if entry.node is not None]
+
+
+def _gpus(node: Node | None) -> int | None:
+    return None if node is None else node.allocatable.get(GPU, 0)
 
 
 def offer_keys(node: Node) -> set[tuple[str, str]]:
