@@ -147,7 +147,8 @@ def unwritten(job: dict, pods: dict[str, dict]) -> dict[str, Counter]:
     request = None
     for node, ranks in status["placement"].items():
         for rank in ranks:
-            if f"{job['metadata']['namespace']}/{job['metadata']['name']}-a{status['attempt']}-{rank}" not in pods:
+            pod = pods.get(f"{job['metadata']['namespace']}/{job['metadata']['name']}-a{status['attempt']}-{rank}")
+            if pod is None or pod["spec"].get("nodeName") != node:  # (a replaced replica's pod left on its lost node)
                 if request is None:
                     request = requests_of(rendered_pod(job, 0, 0, ""))
                 out.setdefault(node, Counter()).update(request)

@@ -118,6 +118,12 @@ class TrainingJobSpec(_Spec):
         description="Not preempted until each attempt has run this long (default and most: its GPUQueue's; 0 "
         "without one); fixed while the job is Starting or Running.",
     )
+    nodeFailure: Literal["RestartGang", "Replace"] = Field(
+        "RestartGang", description="When a node of the placed gang is lost (gone, or NotReady past the grace): "
+        "RestartGang tears the gang down and places it again; Replace makes only the replicas of that node again on "
+        "another node that keeps the gang's topology (same rank, host name and environment), the others running on, "
+        "and restarts the gang if no such node is found in time. Replace suits elastic training code only.",
+    )
     maxRuntimeSeconds: int | None = Field(
         None, ge=1,
         description="A limit the operator enforces: an attempt placed this long ago is stopped (graceful, each "
@@ -152,6 +158,15 @@ class Failure(BaseModel):
     exitCode: int | None = Field(None, description="The exit code of the container that failed.")
     message: str | None = Field(None, description="Termination message, or the kubelet's words.")
     time: datetime = Field(description="RFC 3339 time the operator saw it.")
+
+
+class Replacement(BaseModel):
+    model_config = ConfigDict(extra="allow")
+    attempt: int = Field(ge=0, description="The attempt whose replica was replaced.")
+    replica: int = Field(ge=0, description="The replica (rank) made again.")
+    lostNode: str = Field(description="The node it was lost with.")
+    node: str = Field(description="The node it was made again on.")
+    time: datetime = Field(description="RFC 3339 time the operator decided it.")
 
 
 class Nomination(BaseModel):
@@ -233,6 +248,18 @@ class TrainingJobStatus(BaseModel):
     )
     containerErrors: int = Field(0, ge=0, description="Attempts torn down by image or container config errors.")
     failures: list[Failure] = Field(default_factory=list, description="What ended the last attempts, newest last.")
+    replacements: int = Field(
+        0, ge=0, description="Replicas made again on another node after theirs was lost (spec.nodeFailure Replace), "
+        "counted apart from restarts and interruptions."
+    )
+    replaced: list[Replacement] = Field(default_factory=list, description="The last replacements, newest last.")
+    replacing: list[int] | None = Field(
+        None, description="The replicas being made again on their new node, until each is seen there."
+    )
+    replacementDeadline: datetime | None = Field(
+        None, description="While replicas of a lost node wait for a node to replace it: when the gang restarts "
+        "instead."
+    )
     notBefore: datetime | None = Field(None, description="RFC 3339 time before which a requeued job is not placed.")
     gpus: str | None = Field(None, description="What the whole gang holds, e.g. 128 GPUs or 8 x mig-3g.40gb.")
     ready: str | None = Field(None, description="Replicas running / replicas.")

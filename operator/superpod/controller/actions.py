@@ -57,10 +57,12 @@ class CreatePods:
 @dataclass(frozen=True)
 class DeletePods:
     """Graceful deletion (each pod's own grace period, or `grace` seconds), each only while it is still the object
-    with that uid."""
+    with that uid. A failed delete is retried next cycle; `required`: it also stops the plan (what follows needs the
+    pods gone)."""
 
     pods: tuple[tuple[str, str], ...]  # (namespace/name, uid)
     grace: int | None = None
+    required: bool = False
 
 
 @dataclass(frozen=True)

@@ -212,7 +212,7 @@ class Applier:
 
     async def _create_pods(self, step: CreatePods) -> None:
         """Every pod of the gang, in parallel. A pod whose answer was lost is expected (it may exist); any other
-        failure deletes the pods of the gang and raises."""
+        failure deletes the pods this step made (by uid) and raises."""
         unknown: set[str] = set()
         uids: dict[str, str] = {}  # pod key -> uid of the pods this step created (rolled back by uid)
 
@@ -237,12 +237,13 @@ class Applier:
         errors = [r for r in results if isinstance(r, BaseException)]
         if any(isinstance(e, NotLeader) for e in errors):
             raise NotLeader()
+        if unknown:
+            self.expected[step.pods[0]["metadata"]["ownerReferences"][0]["uid"]] = (unknown, self.clock())
         if not errors:
-            if unknown:
-                self.expected[step.pods[0]["metadata"]["ownerReferences"][0]["uid"]] = (unknown, self.clock())
             return
-        keys = sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}" for p in step.pods)
-        await self._delete_pods(DeletePods(tuple((k, uids.get(k, "")) for k in keys)))
+        # only the pods this step made, by uid: a name another pod holds (a conflict) is not ours to delete, and
+        # one whose answer was lost is judged once seen (expected)
+        await self._delete_pods(DeletePods(tuple(sorted(uids.items()))))
         first = next((e for e in errors if isinstance(e, ApiError)), errors[0])
         if not isinstance(first, ApiError):
             raise first
@@ -274,11 +275,16 @@ class Applier:
             self._see(PODS, await self.api.delete(PODS, name, namespace, uid or None, step.grace))
 
         results = await asyncio.gather(*(delete(k, u) for k, u in step.pods), return_exceptions=True)
+        failed = None
         for r in results:
             if isinstance(r, NotLeader):
                 raise r
             if isinstance(r, BaseException):
                 log.warning("pod delete failed: %s (retried next cycle)", r)
+                if not (isinstance(r, ApiError) and (r.not_found or r.conflict)):  # (not gone already, nor replaced)
+                    failed = failed or r
+        if failed is not None and step.required:
+            raise failed if isinstance(failed, ApiError) else ApiError(500, "InternalError", str(failed))
 
     async def _bind_pods(self, step: BindPods) -> None:
         """Every binding in parallel; those that failed are remembered (`unbound`), and the step fails after."""

@@ -30,7 +30,7 @@ from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offer
 from superpod.controller.estimates import Estimator
 from superpod.controller.gang_limits import GangLimits
 from superpod.controller.jobs import JobReader, JobView
-from superpod.controller.judge import Settings, judge, record_deleted, requeue, revisit_at
+from superpod.controller.judge import Lost, Settings, judge, record_deleted, replacement, requeue, revisit_at
 from superpod.controller.metering import Meter
 from superpod.controller.mig import MigFlow
 from superpod.controller.podbills import PodBills, gang_labels, own_request
@@ -75,6 +75,7 @@ class Controller:
                  settings: Settings | None = None, mig: MigFlow | None = None, metrics=None, policy=None,
                  clock: Callable[[], float] = time.time) -> None:
         self.state, self.settings, self.mig, self.metrics = state, settings or Settings(), mig, metrics
+        state.fail_on(frozenset(self.settings.failure_conditions))
         self.policy = policy or PriorityFifo(self.settings.reserving, self.settings.ordering)
         self.applier = Applier(api, state, leading, metrics, writer=self.settings.writer, clock=clock)
         self.queues = QueueBook(state, self.settings.usage_half_life, metrics)
@@ -92,6 +93,7 @@ class Controller:
         self.unrecorded: dict[GangKey | str, Plan] = {}  # plan key -> a deleted placed job's record, until written
         self.preempting: dict[GangKey, dict[str, int]] = {}  # preemptor -> victims by kind, of this cycle's preemptions
         self.nominated: dict = {}  # job key -> view, of the jobs and pod gangs holding a nomination (this cycle)
+        self.lost: list[Lost] = []  # this cycle's placed gangs with replicas to make again elsewhere (step 3 to 5)
 
     def _follow_anew(self) -> None:
         """What follows the cache's changes, from scratch: at the start, and at the first cycle after the cache kept
@@ -172,8 +174,8 @@ class Controller:
         """The cycle's steps, in order, each adding its plans to one `Turn`: what the cycle knows so far."""
         turn = Turn(now, touched)
         for step in (self._observe, self._account, self._judge_gangs, self._sort_waiting, self._snapshot,
-                     self._choose_policy, self._decide, self._repartition, self._preempt, self._queue_statuses,
-                     self._tell_waiting, self._report_faults, self._meter):
+                     self._replace, self._choose_policy, self._decide, self._repartition, self._preempt,
+                     self._queue_statuses, self._tell_waiting, self._report_faults, self._meter):
             step(turn)
         return turn.plans
 
@@ -194,6 +196,7 @@ class Controller:
     def _judge_gangs(self, turn: Turn) -> None:
         """3. Judge the placed gangs (keep, finish, restart), their runtime limits, incomplete pod gangs."""
         due = self.deadlines.due(turn.now)
+        self.lost = []
         turn.plans += self._judge_placed(turn.touched, turn.now, [key for key in due if not key.of_pods])
         turn.plans += self._guarded("limits", lambda: self._gang_limits(
             [key for key in due if key.of_pods], turn.now), [])
@@ -214,6 +217,25 @@ class Controller:
         turn.fair, turn.closed = self._queue_policy(turn.snap, holding, turn.now)
         turn.plans += gangs.tell_relabelled(self.state)
         turn.snap.horizon = self.estimator.horizon_at(self.reader, turn.now)
+
+    def _replace(self, turn: Turn) -> None:
+        """5b. The replicas of lost nodes made again on nodes that keep their gangs' topology, booked before any
+        waiting job is placed; or, with none free, the deadline after which their gangs restart."""
+        if not self.lost:
+            return
+        nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
+        for lost in self.lost:
+            try:  # not onto nodes held for a preemptor: its victims were stopped for them
+                held = {node for key, view in nominees.items() if key != lost.view.key and view.status.nomination
+                        for node in view.status.nomination.nodes}
+                plan = replacement(self.state, lost, turn.snap, turn.now, self.settings, self.queues.labels, held)
+            except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
+                log.exception("replacing replicas of %s failed", lost.view.key)
+                self._count_error("judge")
+                plan = lost.view.fault(f"the operator failed to replace its lost replicas: {e!r}", turn.now)
+            if plan is not None:
+                turn.plans.append(plan)
+        self.lost = []
 
     def _choose_policy(self, turn: Turn) -> None:
         """6. The policy in force: held when the queues' policy failed, else under preemption when it may."""
@@ -291,7 +313,7 @@ class Controller:
         if self.state.ended:
             by_uid = self.reader.by_uid
             self.state.forget_ended({uid: by_uid[uid].status.accountedAttempts
-                                     for uid, _, _ in self.state.ended.values() if uid in by_uid})
+                                     for uid, *_ in self.state.ended.values() if uid in by_uid})
 
     @property
     def decisions(self) -> list[Decision]:
@@ -504,6 +526,8 @@ class Controller:
         and the last change of its nodes); a steady job's runtime `limit` wakes it (`deadlines`)."""
         plans = self._judge(view, now, limit)
         self.quiet.pop(view.uid, None)
+        if self.lost and self.lost[-1].view is view:  # judged again each cycle until its replicas are made again
+            return plans
         if not plans and view.phase == Phase.RUNNING and view.status.reason == Reason.RUNNING:
             self.steady[view.uid] = seen
         elif not plans:
@@ -517,6 +541,9 @@ class Controller:
             log.exception("judging %s failed", view.key)
             self._count_error("judge")
             return [view.fault(f"the operator failed to judge this job: {e!r}", now)]
+        if isinstance(plan, Lost):
+            self.lost.append(plan)
+            return []
         return [plan] if plan else []
 
     def _guarded(self, stage: str, step: Callable, fallback):

@@ -17,7 +17,7 @@ from superpod.controller import job_status
 from superpod.controller.actions import Action, CreatePods, CreateService, DeletePods, Plan, WriteStatus
 from superpod.controller.job_status import NO_DETAILS, cause_details
 from superpod.controller.jobs import JobView
-from superpod.controller.judge import Settings, abandoned
+from superpod.controller.judge import Settings, abandoned, describe_domains
 from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
@@ -339,22 +339,6 @@ def rollback(view: JobView, placed: WriteStatus, error: ApiError, now: float) ->
         change, event = job_status.write_failed(why, failures, now + backoff(failures)), Reason.WRITE_FAILED
     status = job_status.applied(placed.status, change, now, view.generation)
     return [WriteStatus(view.key, "", status), view.emit("Warning", event, why)]
-
-
-def describe_domains(state: ClusterState, assignments: dict[str, list[int]]) -> tuple[dict, str | None]:
-    """Per topology level, the domains the gang occupies; and the tightest single domain holding it."""
-    topology = state.topology()[0]
-    out: dict[str, list[str]] = {}
-    tightest = None
-    for level in topology.levels:
-        values = sorted({(state.nodes[n].node.labels.get(level.label) if state.nodes[n].node else None)
-                         or f"({n})" for n in assignments if n in state.nodes})
-        out[level.name] = values
-        if len(values) == 1:
-            tightest = f"{level.name} {values[0]}"
-    if tightest is None and len(assignments) == 1:
-        tightest = f"node {next(iter(assignments))}"
-    return out, tightest
 
 
 def _add(plans: list[Plan], plan: Plan | None) -> None:

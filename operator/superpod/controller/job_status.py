@@ -17,10 +17,12 @@ from superpod.core.phases import Cause, Condition, Phase, Reason
 
 FIELDS = frozenset(TrainingJobStatus.model_fields) - {"conditions", "observedGeneration"}  # `applied` sets these
 NO_DETAILS = {"reservation": None, "blockedBy": None}  # the status fields that detail why a job waits
-UNPLACED = {"placement": None, "domain": None, "domains": None}  # a gang no longer placed
+UNPLACED = {"placement": None, "domain": None, "domains": None, "replacing": None,
+            "replacementDeadline": None}  # a gang no longer placed
 UNDONE = {**UNPLACED, "attemptStartTime": None}  # an attempt that no longer runs
 LISTED = 64  # the most nodes status.reservation names (nodeCount says how many it holds), and jobs blockedBy
 MAX_FAILURES = 5  # failure records kept in status.failures
+MAX_REPLACED = 5  # replacement records kept in status.replaced
 KEPT_PREEMPTIONS = 4  # times kept in status.preemptedAt
 _ENDED = (Phase.SUCCEEDED, Phase.FAILED)  # a verdict of these ends the job
 _RAN = (Phase.RUNNING, Phase.SUCCEEDED)  # a verdict of these says condition Running True
@@ -185,6 +187,26 @@ def judged(status: TrainingJobStatus, raw: dict, verdict: Verdict, running: int,
     if ended:
         return Change(fields, (running_condition, (Condition(phase), "True", verdict.reason, verdict.message)))
     return Change(fields, (running_condition,))
+
+
+def replaced(raw: dict, replacements: int, assignments: dict[str, list[int]], domains: dict, domain: str | None,
+             records: list[dict], replacing: list[int], message: str) -> Change:
+    """Replicas of lost nodes made again on others (`records`: replica, lostNode, node, time): the new placement,
+    the replicas being made again, one replacement more per replica."""
+    return Change({"placement": assignments, "domains": domains, "domain": domain,
+                   "replacements": replacements + len(records),
+                   "replaced": [*(raw.get("replaced") or []), *records][-MAX_REPLACED:], "replacing": replacing,
+                   "replacementDeadline": None, "reason": Reason.REPLACING, "message": message})
+
+
+def replacing(left: list[int]) -> Change:
+    """The replicas still being made again on their new node (none: the field goes), and no replacement awaited."""
+    return Change({"replacing": list(left) or None, "replacementDeadline": None})
+
+
+def awaiting_replacement(why: str, deadline: float) -> Change:
+    """Replicas of a lost node wait for a node to take them until `deadline`, when the gang restarts."""
+    return Change({"reason": Reason.AWAITING_REPLACEMENT, "message": why, "replacementDeadline": rfc3339(deadline)})
 
 
 def used(gpu_seconds: float) -> Change:

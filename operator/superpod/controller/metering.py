@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 
 from superpod.api import manifests
-from superpod.api.convert import usage_name
+from superpod.api.convert import pod_usage_name, usage_name
 from superpod.controller.jobs import JobView
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import Run, gpu_seconds
@@ -174,27 +174,55 @@ def usage(state: ClusterState, view: JobView, now: float) -> tuple[float, float]
 
 
 def attempt_runs(state: ClusterState, view: JobView, attempt: int) -> list[Run]:
-    """The runs of one attempt's pods: observed pods, and pods already gone (their recorded runs) — both for a
-    replica whose pod is gone and was made again under its name (a Starting gang's missing pod)."""
+    """The runs one attempt's own record bills: observed pods, and pods already gone (their recorded runs) — both for
+    a replica whose pod is gone and was made again under its name — but of a pod billed on its own (a replaced
+    replica's pod: `apart_usage`) only what it ran past its record."""
     runs: list[Run] = []
     prefix = f"{view.key.namespace}/"
     for i in range(view.replicas):
         key = prefix + manifests.pod_name(view.obj["metadata"]["name"], attempt, i)
         pod = state.pods.get(key)
         if pod is not None and pod.owner == view.uid:
-            runs.append(pod.run)
-        if key in state.ended and state.ended[key][:2] == (view.uid, attempt):
-            runs.append(state.ended[key][2])
+            runs += _unbilled(state, pod.uid, pod.run)
+        ended = state.ended.get(key)
+        if ended is not None and ended[:2] == (view.uid, attempt):
+            runs += _unbilled(state, ended[3], ended[2])
     return runs
 
 
+def _unbilled(state: ClusterState, pod_uid: str, run: Run) -> list[Run]:
+    """A pod's run, or the part of it after its own record ends (a replaced pod that outlived the decision)."""
+    record = state.ledger.get(pod_usage_name(pod_uid)) if state.ledger.queue_of else None
+    if record is None:
+        return [run]
+    if run.start is None or (run.end is not None and run.end <= record.end):
+        return []
+    return [Run(max(run.start, record.end), run.end)]
+
+
+def apart_usage(state: ClusterState, view: JobView, attempt: int) -> float:
+    """GPU-seconds of the pods of an open attempt billed on their own records (replaced replicas' pods, billed when
+    they were replaced): the attempt's usage, not its record's. Not the tail of the pods left after it closed (they
+    start where its record ends), nor those of an earlier job of the same name (before this attempt started)."""
+    status = view.status
+    records = state.ledger.pods_of(view.key.namespace, view.obj["metadata"]["name"], attempt)
+    if not records:
+        return 0.0
+    own = state.ledger.get(usage_name(view.uid, attempt))
+    since = (view.time(status.attemptStartTime) or 0.0) if attempt == status.attempt else 0.0
+    return sum(r.gpu_seconds for r in records if r.start >= since and (own is None or r.start < own.end))
+
+
 def attempt_usage(state: ClusterState, view: JobView, attempt: int, now: float) -> float:
-    """GPU-seconds of one attempt's pods so far."""
-    return gpu_seconds(attempt_runs(state, view, attempt), view.units, now)
+    """GPU-seconds of one attempt's pods so far, those billed apart included."""
+    return gpu_seconds(attempt_runs(state, view, attempt), view.units, now) + apart_usage(state, view, attempt)
 
 
 def attempt_bill(state: ClusterState, view: JobView, attempt: int, now: float) -> float:
-    """What closing an attempt bills: its GPUUsage record's amount once that is written (a close retried after its
-    record, perhaps by another replica that saw less of its pods, closes at the amount billed), else its usage."""
+    """What closing an attempt bills, its pods billed apart included: its GPUUsage record's amount once that is
+    written (a close retried after its record, perhaps by another replica that saw less of its pods, closes at the
+    amount billed), else its usage."""
     record = state.ledger.get(usage_name(view.uid, attempt))
-    return record.gpu_seconds if record is not None else attempt_usage(state, view, attempt, now)
+    if record is None:
+        return attempt_usage(state, view, attempt, now)
+    return record.gpu_seconds + apart_usage(state, view, attempt)

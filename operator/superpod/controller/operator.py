@@ -299,6 +299,14 @@ def _settings(settings: kopf.OperatorSettings, **_) -> None:
     settings.networking.request_timeout = 60
 
 
+def condition(text: str) -> tuple[str, str]:
+    """TYPE=STATUS of --failure-condition (a bare TYPE: True)."""
+    kind, _, status = text.partition("=")
+    if not kind.strip():
+        raise argparse.ArgumentTypeError(f"expected TYPE=STATUS, e.g. GpuUnhealthy=True, not {text!r}")
+    return kind.strip(), status.strip() or "True"
+
+
 def register(sub) -> None:
     p = sub.add_parser("run", help="run the operator (scheduler) against the cluster KUBECONFIG names")
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
@@ -315,6 +323,14 @@ def register(sub) -> None:
                         "controllers create that it schedules as gangs")
     p.add_argument("--not-ready-grace", type=float, default=Settings.not_ready_grace,
                    help="seconds a placed node may be NotReady before its gang restarts elsewhere")
+    p.add_argument("--replace-deadline", type=float, default=Settings.replace_deadline,
+                   help="seconds the replicas of a lost node wait for a node to replace it (spec.nodeFailure "
+                        "Replace) before their gang restarts")
+    p.add_argument("--failure-condition", dest="failure_conditions", action="append", type=condition, default=[],
+                   metavar="TYPE=STATUS",
+                   help="a node condition that means the node failed, e.g. GpuUnhealthy=True (Node Problem Detector, "
+                        "DCGM): its gangs' replicas are replaced or the gangs restart, and no gang is placed there; "
+                        "repeatable")
     p.add_argument("--usage-half-life", type=duration, default=Settings.usage_half_life,
                    help="how fast a GPUQueue's past usage is forgotten in the order of the surplus, e.g. 168h "
                         "(it halves in this time)")
@@ -371,6 +387,7 @@ def run(args) -> int:
     api_client.user_agent = f"{AGENT}{identity}"  # the API server's audit log names each replica
     settings = Settings(args.scheduler_name, args.not_ready_grace, usage_half_life=args.usage_half_life,
                         preemption=args.preemption, status_delay=args.status_delay,
+                        replace_deadline=args.replace_deadline, failure_conditions=tuple(args.failure_conditions),
                         reserving=ReservationRule(args.reservations, args.reserve_after, args.reserve_from_gpus,
                                                   args.backfill_by),
                         ordering=Ordering(args.order, args.service_weight))

@@ -9,6 +9,8 @@ once whoever writes it, AlreadyExists meaning done) written once the pod ended â
   deleted), from where their attempt's record ends, to the job's queue â€” never twice for the same seconds;
 - GPU pods another scheduler or spec.nodeName placed in a namespace a GPUQueue owns, from their start, to that
   queue (they also count in its allocation, so its limits see them).
+A TrainingJob replica's pod replaced on another node has its record written by the replacement itself
+(judge.replacement), up to then; its attempt's record leaves it out (metering.attempt_runs).
 Each is billed until its GPUs were freed (`state.removed_run`: its finish, or its removal). Until its record is in
 the ledger its usage counts in its queue's budget, past usage and status (`opens`), and in the GPU-seconds counter.
 

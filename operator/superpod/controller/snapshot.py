@@ -91,7 +91,8 @@ class SnapshotCache:
                 continue
             else:
                 request, uid, attempt, nodes = placed[job_key]
-                seen = {p.index for p in state.pods_of(job_key) if p.owner == uid and p.attempt == attempt}
+                seen = {p.index for p in state.pods_of(job_key) if p.owner == uid and p.attempt == attempt
+                        and p.node == nodes.get(p.index)}  # a replaced replica's pod left on its lost node: not it
                 after = (stamp, [Pod(assumed_key(job_key, index), node, request.member_requests(index))
                                  for index, node in nodes.items() if index not in seen])
             for pod in before[1] if before is not None else ():

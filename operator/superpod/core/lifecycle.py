@@ -3,7 +3,9 @@
 Queued -> Starting (placement recorded, pods created) -> Running (every replica Running) -> Succeeded (every replica
 Succeeded) or Failed. A replica that exits non-zero is the user's failure: the whole gang restarts, up to
 maxRestarts. A node that is gone or stays NotReady past a grace period, or a replica deleted or evicted by someone
-else, is an interruption by the infrastructure: the gang restarts without using up maxRestarts. Image and container
+else, is an interruption by the infrastructure: the gang restarts without using up maxRestarts; a gang that asks
+for it (`replace`) has only the replicas of a lost node made again elsewhere, unless none survives or no node was
+found for them by `replace_by`. Image and container
 config errors tear the attempt down at once and fail the job after CONTAINER_ERROR_LIMIT attempts; not all replicas
 Running within the startup timeout requeues with backoff. An attempt placed longer ago than its runtime limit is
 stopped and the job fails (MaxRuntimeExceeded): a limit reached is no failure to retry. Pure: time is passed in, the
@@ -20,6 +22,7 @@ from superpod.core.runtime_limit import RuntimeLimit
 KEEP = "keep"  # nothing to do but maybe write the phase
 CREATE_MISSING = "create-missing"  # finish a gang whose pods were partly written (an operator crash mid-write)
 TEARDOWN = "teardown"  # delete every live pod of the attempt
+REPLACE = "replace"  # make the replicas of lost nodes (Verdict.lost) again on other nodes; the others run on
 
 CONTAINER_ERROR_LIMIT = 3
 NOT_READY_GRACE = 300.0  # as Kubernetes' default toleration of an unreachable or not-ready node
@@ -63,6 +66,13 @@ class Attempt:
     not_ready_grace: float = NOT_READY_GRACE
     deleted: frozenset[int] = frozenset()  # replicas whose pods someone else is deleting (or evicting)
     limit: RuntimeLimit | None = None  # how long after created_at it is stopped (None: never)
+    replace: bool = False  # spec.nodeFailure Replace: the replicas of a lost node are made again on another
+    replacing: frozenset[int] = frozenset()  # replicas being made again on their new node (their pods may be missing)
+    replaced_at: float | None = None  # when the last replacement was decided: its pods' startup counts from then
+    replace_by: float | None = None  # lost replicas wait for a node until then; then the gang restarts
+    # why a node of `lost_nodes` failed, when not gone or not ready (tainted, a failure condition, GPUs lost, drained);
+    # why one of `not_ready` is waited for, when it is ready (fewer GPUs than the gang holds there, within the grace)
+    lost_why: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -77,6 +87,7 @@ class Verdict:
     container_errors: int = 0
     not_before: float | None = None  # a requeued job is not placed again before this time
     failure: dict | None = None  # what ended the attempt, for status.failures
+    lost: tuple[int, ...] = ()  # REPLACE: the replicas whose nodes are lost
 
     @property
     def ends_attempt(self) -> bool:
@@ -101,16 +112,16 @@ def decide(a: Attempt, now: float) -> Verdict:
                        a.startup_failures, a.container_errors,
                        failure=_failure(Reason.MAX_RUNTIME_EXCEEDED, now, message=message))
     for i, pod in sorted(a.pods.items()):
-        if pod.phase == "Failed":
-            return _pod_failed(a, now, i, pod)
+        if pod.phase == "Failed" and not (a.replace and pod.disrupted and a.placement.get(i) in a.lost_nodes):
+            return _pod_failed(a, now, i, pod)  # (one its failed node evicted is replaced with the node)
     for i, pod in sorted(a.pods.items()):
         if pod.waiting_reason in CONTAINER_ERRORS:
             return _container_error(a, now, i, pod)
     working = {a.placement[i] for i in range(a.replicas) if i not in done and i in a.placement}
     lost = sorted(working & a.lost_nodes)
     if lost:
-        return _restart(a, now, Reason.NODE_LOST, f"node {lost[0]} is gone or stayed not ready", node=lost[0])
-    gone = sorted(a.deleted) or (missing if a.phase == Phase.RUNNING else [])
+        return _node_lost(a, now, lost, done)
+    gone = sorted(a.deleted) or ([i for i in missing if i not in a.replacing] if a.phase == Phase.RUNNING else [])
     if gone:  # a Starting gang's missing pods are merely not written yet; a deleted one was taken from it
         i = gone[0]
         return _restart(a, now, Reason.POD_DELETED, f"replica {i}'s pod was deleted", replica=i,
@@ -119,11 +130,13 @@ def decide(a: Attempt, now: float) -> Verdict:
     if down:  # the message names the deadline, not a count of seconds: it stays the same while the node is down
         node, seconds = max(down.items(), key=lambda x: (x[1], x[0]))
         deadline = _clock(now - seconds + a.not_ready_grace)
-        return _same(a, a.phase, KEEP, Reason.NODE_NOT_READY,
-                     f"node {node} is not ready; the gang restarts elsewhere at {deadline} unless it is back by then")
+        return _same(a, a.phase, KEEP, Reason.NODE_NOT_READY, f"node {node} {a.lost_why.get(node, 'is not ready')}; "
+                     f"the gang restarts elsewhere at {deadline} unless it is back by then")
     if not missing and all(p.phase in ("Running", "Succeeded") for p in a.pods.values()):
         return _same(a, Phase.RUNNING, reason=Reason.RUNNING, message=f"all {a.replicas} replicas running")
-    if now - a.created_at > a.startup_timeout:
+    remade = sorted(i for i in a.replacing if i not in a.pods or a.pods[i].phase != "Running")
+    started = max(a.created_at, a.replaced_at or 0.0) if remade else a.created_at
+    if now - started > a.startup_timeout:
         running = sum(1 for p in a.pods.values() if p.phase == "Running")
         failures = a.startup_failures + 1
         return Verdict(
@@ -133,10 +146,27 @@ def decide(a: Attempt, now: float) -> Verdict:
             a.restarts, a.interruptions, failures, a.container_errors, now + backoff(failures),
             _failure(Reason.STARTUP_TIMEOUT, now, message=f"{running} of {a.replicas} running"),
         )
+    if remade:
+        return _same(a, a.phase, CREATE_MISSING if missing else KEEP, Reason.REPLACING,
+                     f"replica{'s' if len(remade) > 1 else ''} {', '.join(map(str, remade))} being made again on "
+                     "another node; the others run on")
     if missing:
         return _same(a, Phase.STARTING, CREATE_MISSING, Reason.STARTING, f"creating {len(missing)} missing pods")
     return _same(a, Phase.STARTING, reason=Reason.STARTING,
                  message=f"{len(a.pods)} pods created, waiting for all to run")
+
+
+def _node_lost(a: Attempt, now: float, lost: list[str], done: set[int]) -> Verdict:
+    """Replicas on `lost` nodes: made again elsewhere when the gang asks for it and some replica runs on, until
+    `replace_by`; else the gang restarts."""
+    what = f"node {lost[0]} {a.lost_why.get(lost[0], 'is gone or stayed not ready')}"
+    replicas = tuple(i for i in range(a.replicas) if i not in done and a.placement.get(i) in a.lost_nodes)
+    if a.replace and len(replicas) < a.replicas - len(done):
+        if a.replace_by is None or now < a.replace_by:
+            return Verdict(a.phase, REPLACE, Reason.NODE_LOST, what, a.restarts, a.interruptions,
+                           a.startup_failures, a.container_errors, lost=replicas)
+        what += f" and no node to replace it was found by {_clock(a.replace_by)}"
+    return _restart(a, now, Reason.NODE_LOST, what, node=lost[0])
 
 
 def _clock(t: float) -> str:

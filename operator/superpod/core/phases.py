@@ -42,6 +42,9 @@ class Reason(StrEnum):
     RUNNING = "Running"
     NODE_NOT_READY = "NodeNotReady"  # a node went NotReady: the gang keeps it for a grace period
     SERVICE_RECREATED = "ServiceRecreated"
+    NODE_REPLACED = "NodeReplaced"  # the replicas of a lost node are made again on another (spec.nodeFailure Replace)
+    REPLACING = "Replacing"  # those replicas are being made again; the others run on
+    AWAITING_REPLACEMENT = "AwaitingReplacement"  # no node may take them yet: the gang restarts at a deadline
     # an attempt ends
     COMPLETED = "Completed"
     POD_FAILED = "PodFailed"  # a replica exited non-zero: the user's failure, counted against maxRestarts

@@ -100,6 +100,8 @@ class Ledger:
     # (namespace, job, attempt) -> names of the TrainingJob attempt records (a job made again under its name starts
     # at attempt 1 again): where the pods an attempt left behind start to be billed on their own
     by_attempt: dict[tuple[str, str, int], set[str]] = field(default_factory=dict)
+    # (namespace, job, attempt) -> names of the records of its pods billed on their own (replaced, left behind)
+    pods_by_attempt: dict[tuple[str, str, int], set[str]] = field(default_factory=dict)
     totals: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, flavor, class) -> all time
     _spent: dict[tuple[str, float], float] = field(default_factory=dict)  # (queue, since) -> GPU-seconds after it
     _past: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # queue -> (half-life, value, at)
@@ -111,8 +113,8 @@ class Ledger:
         self.remove(name)
         self.by_queue.setdefault(record.queue, {})[name] = record
         self.queue_of[name] = record.queue
-        if not record.pod:
-            self.by_attempt.setdefault((record.namespace, record.job, record.attempt), set()).add(name)
+        index = self.pods_by_attempt if record.pod else self.by_attempt
+        index.setdefault((record.namespace, record.job, record.attempt), set()).add(name)
         if record.teaches:
             bisect.insort(self.taught.setdefault((record.namespace, record.estimate_key, record.gpus), []),
                           _taught_entry(name, record))
@@ -125,11 +127,12 @@ class Ledger:
     def remove(self, name: str) -> None:
         if name in self.queue_of:
             record = self.by_queue[self.queue_of.pop(name)].pop(name)
-            names = self.by_attempt.get((record.namespace, record.job, record.attempt))
+            index = self.pods_by_attempt if record.pod else self.by_attempt
+            names = index.get((record.namespace, record.job, record.attempt))
             if names is not None:
                 names.discard(name)
                 if not names:
-                    del self.by_attempt[(record.namespace, record.job, record.attempt)]
+                    del index[(record.namespace, record.job, record.attempt)]
             if record.teaches:
                 key = (record.namespace, record.estimate_key, record.gpus)
                 entry = _taught_entry(name, record)
@@ -148,6 +151,11 @@ class Ledger:
         big job the runtimes of cheap small runs)."""
         return [(runtime, limit or None) for _, runtime, _, limit in
                 self.taught.get((namespace, estimate_key, gpus), [])[-last:]]
+
+    def pods_of(self, namespace: str, job: str, attempt: int) -> list[Record]:
+        """The records of a TrainingJob attempt's pods billed on their own."""
+        return [record for name in self.pods_by_attempt.get((namespace, job, attempt), ())
+                if (record := self.get(name)) is not None]
 
     def attempt(self, namespace: str, job: str, attempt: int, started: float) -> Record | None:
         """The record of a TrainingJob's attempt whose span holds `started` (the start of one of its pods)."""

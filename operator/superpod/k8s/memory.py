@@ -268,7 +268,7 @@ class MemoryClient:
         if cur is None or (uid and cur["metadata"].get("uid") != uid):
             return None
         self.store._log(self.writer, "delete", kind, key)
-        if _graceful(kind, cur):
+        if _graceful(kind, cur) and grace != 0:  # grace 0 removes at once, as the API server does (a force delete)
             if cur["metadata"].get("deletionTimestamp"):
                 return _answer(_clone(cur), lose)
             if grace is None:

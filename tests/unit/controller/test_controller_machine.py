@@ -45,13 +45,14 @@ class ControllerMachine(RuleBasedStateMachine):
 
     @rule(replicas=st.integers(1, 3), gpus=st.sampled_from([4, 8]), leaf=st.booleans(),
           runs=st.sampled_from([None, "5s", "20s", "60s"]), fails=st.sampled_from([None, None, "8s"]),
-          max_restarts=st.integers(0, 2), priority=st.integers(0, 2))
-    def submit(self, replicas, gpus, leaf, runs, fails, max_restarts, priority):
+          max_restarts=st.integers(0, 2), priority=st.integers(0, 2), replace=st.booleans())
+    def submit(self, replicas, gpus, leaf, runs, fails, max_restarts, priority, replace=False):
         self.jobs += 1
         notes = {k: v for k, v in (("sim.superpod.dev/run-for", runs), ("sim.superpod.dev/fail-after", fails)) if v}
         body = training_job(f"j{self.jobs}", replicas, gpus, annotations=notes, maxRestarts=max_restarts,
                             priority=priority, startupTimeoutSeconds=60,
-                            topology={"required": "leaf"} if leaf else {})
+                            topology={"required": "leaf"} if leaf else {},
+                            nodeFailure="Replace" if replace else "RestartGang")
         self.world.c.submit(body)
 
     @rule(index=st.integers(0, 1), fault=FAULTS)
@@ -114,6 +115,24 @@ class ControllerMachine(RuleBasedStateMachine):
         for key, pod in list(self.world.store.objects.get(PODS, {}).items()):  # the pod GC
             if pod["spec"].get("nodeName") == name:
                 self.world.store.delete_now(PODS, key)
+
+    def _replacing_nodes(self) -> list[str]:
+        """The nodes of live pods of gangs that replace a lost node (spec.nodeFailure Replace) and run on several."""
+        jobs = {j["metadata"]["name"] for j in self.world.store.objects.get(TRAININGJOBS, {}).values()
+                if j["spec"].get("nodeFailure") == "Replace"}
+        pods = self.world.store.objects.get(PODS, {})
+        nodes: dict[str, set[str]] = {}
+        for key in self._live_pods():
+            if (job := (pods[key]["metadata"].get("labels") or {}).get("superpod.dev/job-name")) in jobs:
+                nodes.setdefault(job, set()).add(pods[key]["spec"]["nodeName"])
+        return sorted({node for held in nodes.values() if len(held) > 1 for node in held})  # some replica survives
+
+    @precondition(lambda self: len(self.world.store.objects.get(NODES, {})) > 3 and self._replacing_nodes())
+    @rule(pick=st.integers(0, 5))
+    def lose_a_replacing_gangs_node(self, pick):
+        """A node of a gang that replaces lost nodes goes (its replicas made again elsewhere, or the gang restarts)."""
+        nodes = self._replacing_nodes()
+        self.delete_node(sorted(self.world.store.objects[NODES]).index(nodes[pick % len(nodes)]))
 
     @precondition(lambda self: self._live_pods())
     @rule(pick=st.integers(0, 100), exit_code=st.sampled_from([1, 137]))

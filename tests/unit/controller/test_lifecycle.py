@@ -1,9 +1,12 @@
+from dataclasses import replace
+
 import pytest
 
 from superpod.core.lifecycle import (
     CONTAINER_ERROR_LIMIT,
     CREATE_MISSING,
     KEEP,
+    REPLACE,
     TEARDOWN,
     Attempt,
     PodState,
@@ -154,3 +157,34 @@ def test_an_attempt_whose_pod_names_an_earlier_job_still_holds_is_placed_again_u
             and not p["metadata"].get("deletionTimestamp")]
     assert status["phase"] == "Running" and status["attempt"] >= 2 and len(mine) == 3, status
     assert any(reason == "WriteFailed" for reason, _ in c.events("j4"))
+
+
+def test_a_lost_node_of_a_gang_that_replaces_names_its_replicas_and_keeps_the_attempt():
+    v = decide(attempt(ALL_RUNNING, RUNNING, lost=("n2",), replace=True), 100)
+    assert (v.phase, v.action, v.lost, v.interruptions) == (RUNNING, REPLACE, (2, 3), 0)
+    v = decide(attempt(ALL_RUNNING, RUNNING, lost=("n2",)), 100)
+    assert (v.phase, v.action) == (QUEUED, TEARDOWN), "RestartGang: the whole gang"
+
+
+def test_replace_restarts_when_no_replica_survives_or_the_deadline_passed():
+    v = decide(attempt(ALL_RUNNING, RUNNING, lost=("n1", "n2"), replace=True), 100)
+    assert (v.action, v.reason) == (TEARDOWN, "NodeLost"), "nothing left to keep"
+    v = decide(attempt(ALL_RUNNING, RUNNING, lost=("n2",), replace=True, replace_by=100.0), 100)
+    assert v.action == TEARDOWN and "no node to replace it was found by" in v.message and v.interruptions == 1
+    v = decide(attempt(ALL_RUNNING, RUNNING, lost=("n2",), replace=True, replace_by=101.0), 100)
+    assert v.action == REPLACE
+
+
+def test_a_replica_being_made_again_is_created_not_a_deletion_and_starts_from_its_replacement():
+    observed = attempt({0: "Running", 1: "Running", 3: "Running"}, RUNNING, replace=True, replacing=frozenset({2}),
+                       replaced_at=1000.0)
+    v = decide(observed, 1030)
+    assert (v.phase, v.action, v.reason) == (RUNNING, CREATE_MISSING, "Replacing"), "not PodDeleted"
+    v = decide(replace_attempt(observed, {**ALL_RUNNING, 2: "Pending"}), 1030)
+    assert (v.action, v.reason) == (KEEP, "Replacing"), "the startup timeout counts from the replacement"
+    assert decide(replace_attempt(observed, {**ALL_RUNNING, 2: "Pending"}), 1061).reason == "StartupTimeout"
+    assert decide(attempt({0: "Running", 1: "Running", 3: "Running"}, RUNNING), 100).reason == "PodDeleted"
+
+
+def replace_attempt(observed: Attempt, phases: dict[int, str]) -> Attempt:
+    return replace(observed, pods=pods(phases))

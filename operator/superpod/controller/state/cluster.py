@@ -144,6 +144,10 @@ class ClusterState:
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
 
+    def fail_on(self, conditions: frozenset[tuple[str, str]]) -> None:
+        """Node conditions (type, status) that mean a node failed (NodeStore.fail_on)."""
+        self._nodes.fail_on(conditions)
+
     # ---- the one way in -----------------------------------------------------------------------------------------
     def apply(self, kind: Kind, event: str, obj: dict, now: float) -> bool:
         """One watch event (ADDED, MODIFIED, DELETED) or an object a write returned; False if it was stale."""

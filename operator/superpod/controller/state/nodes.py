@@ -12,7 +12,7 @@ from superpod.controller.state.base import Notes, slim
 from superpod.core.gang_key import GangKey
 from superpod.core.mig_render import STATE_LABEL
 from superpod.core.model import Node
-from superpod.core.request import MIG_CAPABLE_LABEL, PRODUCT_LABEL
+from superpod.core.request import GPU, MIG_CAPABLE_LABEL, PRODUCT_LABEL
 
 # Dynamic MIG bookkeeping on the nodes themselves (see controller/mig.py), so it survives an operator restart.
 MIG_EXPECT = "superpod.dev/mig-expect"  # resources the node must advertise once reconfigured (JSON)
@@ -23,6 +23,7 @@ MIG_PREVIOUS = "superpod.dev/mig-previous"  # the nvidia.com/mig.config value be
 MIG_PREVIOUS_RESOURCES = "superpod.dev/mig-previous-resources"  # what the node advertised before (JSON)
 MIG_FAILED = "superpod.dev/mig-failed"  # why the last reconfiguration failed; no more MIG plans here
 MIG_KEYS = "superpod.dev/mig-"  # the prefix of that bookkeeping, and of the label that opts a node in to dynamic MIG
+FAILING = "failing: condition "  # Node.held of a node with a condition that means it failed (`NodeStore.fail_on`)
 
 
 @dataclass
@@ -32,6 +33,7 @@ class NodeEntry:
     node: Node | None  # None when the object cannot be read: it is left out, with `problem` saying why
     problem: str | None = None
     not_ready_since: float | None = None  # on the local clock, when it was first seen not ready
+    gpus_since: float = 0.0  # on the local clock, when its allocatable GPUs were first seen at their present count
 
 
 class NodeStore:
@@ -51,6 +53,15 @@ class NodeStore:
         self.node_edits = 0  # bumped on every stored or deleted Node object (annotations included)
         self.mig_nodes: set[str] = set()  # nodes with a label or annotation under MIG_KEYS: what the MIG flow reads
         self.offers: dict[tuple[str, str], int] = {}  # offer_keys of the usable nodes -> how many nodes offer it
+        self.failure_conditions: frozenset[tuple[str, str]] = frozenset()  # (type, status) that mean a node failed
+
+    def fail_on(self, conditions: frozenset[tuple[str, str]]) -> None:
+        """Node conditions (type, status) that mean a node failed: it is held out of placement, and the placed gangs
+        on it lose it (judge.py). The nodes stored are read again."""
+        if conditions != self.failure_conditions:
+            self.failure_conditions = conditions
+            for name, entry in list(self.nodes.items()):
+                self.store(name, entry.obj, 0.0 if entry.not_ready_since is None else entry.not_ready_since)
 
     def job_of(self, key: str) -> GangKey | None:
         return None
@@ -64,11 +75,14 @@ class NodeStore:
             node: Node | None = node_from_k8s(obj)
             if mig_held(obj):  # being repartitioned: no placement until the new resources are there
                 node = replace(node, held="being repartitioned for MIG")
+            elif self.failure_conditions and (failing := failed_condition(obj, self.failure_conditions)):
+                node = replace(node, held=f"{FAILING}{failing}")
         except ConvertError as e:
             node, problem = None, str(e)
         ready = node is not None and node.ready
         since = None if ready else (old.not_ready_since if old and old.not_ready_since is not None else now)
-        self.nodes[name] = NodeEntry(obj["metadata"].get("uid") or "", obj, node, problem, since)
+        gpus = old.gpus_since if old is not None and _gpus(old.node) == _gpus(node) else now
+        self.nodes[name] = NodeEntry(obj["metadata"].get("uid") or "", obj, node, problem, since, gpus)
         if problem:
             self.unreadable.add(name)
         else:
@@ -118,6 +132,10 @@ class NodeStore:
         return [entry.node for entry in self.nodes.values() if entry.node is not None]
 
 
+def _gpus(node: Node | None) -> int | None:
+    return None if node is None else node.allocatable.get(GPU, 0)
+
+
 def offer_keys(node: Node) -> set[tuple[str, str]]:
     """What one usable node adds to what the cluster offers at all (`decide.Offered`): ("product", its GPU product),
     ("resource", each resource it has some of), ("mig", its product when it is MIG-capable)."""
@@ -155,3 +173,11 @@ def mig_held(obj: dict) -> bool:
         return True
     alloc = (obj.get("status") or {}).get("allocatable") or {}
     return any(str(alloc.get(r, "0")) != str(n) for r, n in expect.items())
+
+
+def failed_condition(obj: dict, conditions: frozenset[tuple[str, str]]) -> str | None:
+    """The first of the node's conditions that means it failed, as Type=Status (None: none does)."""
+    for c in (obj.get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and (str(c.get("type")), str(c.get("status"))) in conditions:
+            return f"{c.get('type')}={c.get('status')}"
+    return None

@@ -36,7 +36,8 @@ class PodStore:
         self.gang_nominations: dict[str, GangKey] = {}  # pod key -> gang, of those pods holding a nomination
         self.holding: dict[str, Pod] = {}  # pod key -> the capacity it holds (bound, not finished)
         self.holding_changed: set[str] = set()  # keys changed in `holding` since the snapshot last took them
-        self.ended: dict[str, tuple[str, int, Run]] = {}  # pod key -> (job uid, attempt, run) of deleted pods
+        # pod key -> (job uid, attempt, run, pod uid) of deleted pods
+        self.ended: dict[str, tuple[str, int, Run, str]] = {}
         self._ended_bound = ENDED_KEPT  # a standby looks which runs of deleted pods still matter past this many
 
     def job_of(self, key: str) -> GangKey | None:
@@ -108,7 +109,7 @@ class PodStore:
     def _keep_run(self, key: str, pod: PodInfo, run: Run) -> None:
         """Keep a deleted pod's run until its attempt is accounted (`forget_ended`): the leader's cycle drops the
         others every cycle, a standby each time they have doubled."""
-        self.ended[key] = (pod.owner, pod.attempt, run)
+        self.ended[key] = (pod.owner, pod.attempt, run, pod.uid)
         if not self.notes.followed and len(self.ended) > self._ended_bound:
             self.forget_accounted()
 
@@ -120,7 +121,7 @@ class PodStore:
     def forget_accounted(self) -> None:
         """`forget_ended` without a cycle (a standby): the attempts accounted as the cached jobs' statuses say. Looks
         again only when as many more runs are kept (and not before the jobs are as many)."""
-        owners = {uid for uid, _, _ in self.ended.values()}
+        owners = {uid for uid, *_ in self.ended.values()}
         self.forget_ended({uid: read_status(obj)[0].accountedAttempts for obj in self.jobs.values()
                            if (uid := obj["metadata"].get("uid")) in owners})
         self._ended_bound = max(ENDED_KEPT, len(self.jobs), 2 * len(self.ended))
