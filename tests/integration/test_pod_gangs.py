@@ -280,3 +280,31 @@ def test_a_high_priority_job_preempts_a_low_priority_job_gang_whole(cluster, ope
     finally:
         for name in classes.values():
             scheduling.delete_priority_class(name)
+
+
+def test_a_jobset_pod_its_owner_makes_again_after_a_lost_node_lands_in_the_gangs_leaf(cluster, operator, namespace,
+                                                                                       jobset_controller):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 10, nodes_per_unit=5)  # two leaves of 5: a node to spare in each
+    pods = Pods(cluster.api, namespace)
+    name = f"jr{uuid.uuid4().hex[:4]}"
+    client.CustomObjectsApi(cluster.api).create_namespaced_custom_object(
+        "jobset.x-k8s.io", "v1alpha2", namespace, "jobsets", {
+            "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
+            "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {
+                "parallelism": 2, "completions": 2, "completionMode": "Indexed", "backoffLimit": 2,
+                "template": pod_template(name, 4, sim)}}}]}})
+    selector = f"jobset.sigs.k8s.io/jobset-name={name}"
+    before = wait_for(lambda: len(b := pods.bound(selector)) == 4 and b, 120, "4 JobSet pods bound")
+    leaf = pods.leaf(next(iter(before.values())))
+    uids = {p.metadata.name: p.metadata.uid for p in pods.of(selector)}
+    victim = sorted(before)[1]
+    pods.core.delete_node(before[victim])  # the node is lost; the pod GC deletes its pod, its Job makes it again
+    pods.core.delete_namespaced_pod(victim, namespace, grace_period_seconds=0)
+    after = wait_for(lambda: len(b := pods.bound(selector)) == 4 and victim not in b and b, 120,
+                     "the Job's new pod bound")
+    made = next(pod for pod in after if pod not in before)
+    print(f"\nJobSet {name}: {victim} lost with {before[victim]}; {made} bound to {after[made]} (leaf {leaf})")
+    assert pods.leaf(after[made]) == leaf and after[made] != before[victim]
+    kept = {p.metadata.name: p.metadata.uid for p in pods.of(selector) if p.metadata.name != made}
+    assert kept == {pod: uid for pod, uid in uids.items() if pod != victim}, "the others run on untouched"
+    assert {pod: after[pod] for pod in kept} == {pod: before[pod] for pod in kept}

@@ -174,8 +174,8 @@ class Controller:
         """The cycle's steps, in order, each adding its plans to one `Turn`: what the cycle knows so far."""
         turn = Turn(now, touched)
         for step in (self._observe, self._account, self._judge_gangs, self._sort_waiting, self._snapshot,
-                     self._replace, self._choose_policy, self._decide, self._repartition, self._preempt,
-                     self._queue_statuses, self._tell_waiting, self._report_faults, self._meter):
+                     self._replace, self._replace_pods, self._choose_policy, self._decide, self._repartition,
+                     self._preempt, self._queue_statuses, self._tell_waiting, self._report_faults, self._meter):
             step(turn)
         return turn.plans
 
@@ -236,6 +236,15 @@ class Controller:
             if plan is not None:
                 turn.plans.append(plan)
         self.lost = []
+
+    def _replace_pods(self, turn: Turn) -> None:
+        """5c. The pods owners made again for partly bound pod gangs (a lost node's), bound as lost replicas are
+        replaced, before any waiting job is placed; not onto nodes held for a preemptor."""
+        if not self.room.replacing:
+            return
+        nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
+        held = {node for view in nominees.values() if view.status.nomination for node in view.status.nomination.nodes}
+        turn.plans += self._guarded("judge", lambda: self.room.replace(self.state, turn.snap, turn.now, held), [])
 
     def _choose_policy(self, turn: Turn) -> None:
         """6. The policy in force: held when the queues' policy failed, else under preemption when it may."""

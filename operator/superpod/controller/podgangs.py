@@ -5,15 +5,16 @@ subresource, as kube-scheduler binds: the pod is never recreated and its owner s
 
 A gang is bound only when all its pods exist and fit, all at once; until then each pod says why in its
 PodScheduled=False condition. A binding cannot be taken back, so a gang some of whose pods are bound (a binding that
-failed, an operator killed mid-gang, a pod its owner replaced) has its other pods placed as a gang of their own,
-inside the domain of the required level its bound pods are in. Until their bindings are observed, bound pods are
-assumed in the snapshot (`assumed`), as a TrainingJob's placement is."""
+failed, an operator killed mid-gang, a pod its owner made again after its node was lost) has its other pods bound as a
+TrainingJob's lost replicas are replaced (core/replace.choose): inside the domain of the required level its bound pods
+are in, each slice whole, before any waiting job is placed. Until their bindings are observed, bound pods are assumed
+in the snapshot (`assumed`), as a TrainingJob's placement is."""
 
 from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, replace
 from functools import cached_property
 from types import SimpleNamespace
@@ -43,6 +44,7 @@ from superpod.core.gang_key import GangKey
 from superpod.core.model import Pod, Snapshot
 from superpod.core.phases import POD_FINISHED, POD_UNSCHEDULABLE, Cause, Phase, Reason
 from superpod.core.preempt import Running
+from superpod.core.replace import choose
 from superpod.core.request import JobRequest
 
 log = logging.getLogger(__name__)
@@ -71,6 +73,12 @@ class GangView:
     members: tuple[dict, ...]
     request: JobRequest | ConvertError | None = None  # None: it waits before anything is placed
     problems: tuple[str, ...] = ()
+    # the rest of a partly bound gang, placed as lost replicas are replaced: the whole gang's request, its bound
+    # pods' slots -> nodes, each member's slot, and the domain the bound pods keep it in (for the words)
+    whole: JobRequest | None = None
+    placement: tuple[tuple[int, str], ...] = ()
+    slots: tuple[int, ...] = ()
+    domain: str = ""
 
     @property
     def uid(self) -> GangKey:
@@ -199,11 +207,30 @@ class PodGangs:
             max_runtime_of(key, waiting)  # a limit that does not read is said before the gang is bound
             if bound:  # the rest of a gang: slices are the whole gang's, not this remainder's
                 request = replace(request, slice_size=None, slice_required=None)
+                if (rest := _rest(state, key, live, bound, request)) is not None:
+                    return rest, None, ""
             members = in_slot_order(waiting)  # member i goes to the placement's slot i, where its request fits
         except (ConvertError, LookupError) as e:
             why = str(e).strip('"')
             return None, view.wait("", why, now), why
         return GangView(key, tuple(members), request), None, ""
+
+    def replace_lost(self, snap: Snapshot, view: GangView, now: float, held: Collection[str] = ()) -> Plan | None:
+        """The rest of a partly bound gang (`view.slots`) bound onto nodes that keep the gang's topology, booked on
+        `snap` (core/replace.choose, as a TrainingJob's lost replicas); or why it waits. `held`: nodes nominated to
+        preemptors."""
+        chosen = choose(snap, view.whole, dict(view.placement), view.slots, held=held)
+        if chosen is None:
+            count = len(view.slots)
+            why = (f"{count} pod{'s' if count > 1 else ''} of running gang {view.key}: no node {view.domain} can take "
+                   f"{'them' if count > 1 else 'it'} now; {'they wait' if count > 1 else 'it waits'} for one, and "
+                   f"if none frees up within {INCOMPLETE_TIMEOUT:.0f}s the gang's bound pods are evicted and it "
+                   "waits again whole")
+            return view.wait("", why, now)
+        assignments: dict[str, list[int]] = {}
+        for member, slot in enumerate(view.slots):
+            assignments.setdefault(chosen[slot], []).append(member)
+        return self.bind(view, assignments, now)
 
     def _members(self, state: ClusterState, key: str) -> tuple[list[dict], dict[str, str], list[dict]]:
         """A gang's live pods (not finished, not being deleted); those bound or assumed bound (pod key -> node); the
@@ -432,6 +459,24 @@ def _evict(key: GangKey, pods: list[dict], reason: str, event: Reason, why: str,
     if pods:
         steps.append(Emit(pod_ref(pods[0]), "Warning", str(event), f"gang {key} {why}"))
     return Plan(key, steps)
+
+
+def _rest(state: ClusterState, key: GangKey, live: list[dict], bound: dict[str, str],
+          request: JobRequest) -> GangView | None:
+    """The waiting pods of a partly bound gang as replicas to replace in the whole gang's placement (by slot, as
+    `in_slot_order` ranks all its pods); None when one of them is not of its identical members (replacement books
+    those only: it is placed as a gang of its own)."""
+    order = in_slot_order(sorted(live, key=rank_of))
+    whole = gang_request(key, order, check=False)
+    placement = tuple((slot, bound[_key(pod)]) for slot, pod in enumerate(order) if _key(pod) in bound)
+    slots = tuple(slot for slot, pod in enumerate(order) if _key(pod) not in bound)
+    if not placement or any(slot >= whole.replicas for slot in slots):
+        return None
+    inside = _inside(state, list(bound.values()), order)
+    level = ((order[0].get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY["required"])
+    domain = f"inside {level} {inside[0][1]}" if inside else "that keeps its topology"
+    return GangView(key, tuple(order[slot] for slot in slots), request, whole=whole, placement=placement,
+                    slots=slots, domain=domain)
 
 
 def _inside(state: ClusterState, nodes: list[str], waiting: list[dict]) -> tuple[tuple[str, str], ...]:

@@ -11,10 +11,10 @@ in turn, only a change of their cause's words rewrites them, not its counts (dec
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from itertools import islice
 
-from superpod.controller.actions import Plan
+from superpod.controller.actions import BindPods, Plan
 from superpod.controller.decide import Offered, Pending, pending, servable, starts
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings
@@ -41,6 +41,7 @@ class WaitingRoom:
         self.mig_jobs = 0  # ready jobs asking for MIG slices (the MIG flow must see every one: none is passed over)
         self.rotation: OrderedDict[str, None] = OrderedDict()  # ready jobs, in the order their turn comes
         self.invalid: dict[str, str] = {}  # ready jobs out of the line -> why no node can serve them ("": check failed)
+        self.replacing: set[str] = set()  # ready pod gangs partly bound: their rest is placed by `replace`
         self._first = True
         self._nodes = -1  # ClusterState.version when every ready job was last checked against the nodes
 
@@ -81,6 +82,8 @@ class WaitingRoom:
 
     def _enter(self, view: JobView | GangView) -> None:
         self.ready[view.key] = view
+        if isinstance(view, GangView) and view.slots:
+            self.replacing.add(view.key)
         self.fresh.add(view.key)
         self.rotation[view.key] = None
         if isinstance(view.request, JobRequest):
@@ -91,6 +94,7 @@ class WaitingRoom:
         if view is None:
             return
         self.rotation.pop(key, None)
+        self.replacing.discard(key)
         self.line.discard(key)
         self.invalid.pop(key, None)
         if isinstance(view.request, JobRequest):
@@ -109,7 +113,7 @@ class WaitingRoom:
             self._nodes, keys = state.version, set(self.ready)
         else:  # and those out of the line, every cycle: a write may have failed, a failed check may pass
             keys = (self.fresh | self.invalid.keys()) & self.ready.keys()
-        check = [self.ready[key] for key in sorted(keys)]
+        check = [self.ready[key] for key in sorted(keys - self.replacing)]
         found: dict[str, str] = {}
         valid = servable(snap, offered, check, now, plans, found)
         for view in valid:
@@ -129,6 +133,19 @@ class WaitingRoom:
         if len(jobs) < len(visited):
             plans += self._bind(state, visited, now)
         return visited, parked, plans
+
+    def replace(self, state: ClusterState, snap: Snapshot, now: float, held: Collection[str] = ()) -> list[Plan]:
+        """The rest of each partly bound pod gang bound where its gang's topology holds (booked on `snap` before any
+        waiting job is placed), or told why it waits; a bound one is looked at again next cycle."""
+        plans = []
+        for key in sorted(self.replacing):
+            view = self.ready[key]
+            plan = self.gangs.replace_lost(snap, view, now, held)
+            if plan is not None:
+                plans.append(plan)
+                if isinstance(plan.steps[0], BindPods):
+                    state.touch(key)
+        return plans
 
     def _bind(self, state: ClusterState, visited: list[Decision], now: float) -> list[Plan]:
         """The bindings of the pod gangs placed; each is looked at again next cycle (it leaves the line then)."""

@@ -243,8 +243,9 @@ def test_a_partly_bound_pod_gang_is_evicted_whole_after_its_startup_timeout():
     c.deliver()
     c.cycle()
     assert failed, "the dangerous moment: one binding of the gang failed"
-    hi = pod("hi", gpus=8)
-    hi["spec"]["priority"] = 100
+    hi = pod("hi", gpus=8)  # takes the other node first (another scheduler binds it)
+    other = next(n for n in sorted(c.store.objects[NODES]) if n != stored(c, "g-0")["spec"]["nodeName"])
+    hi["spec"].update(schedulerName="default-scheduler", nodeName=other)
     create(c, hi)
     c.settle(2)
     assert stored(c, "g-0")["spec"].get("nodeName") and not stored(c, "g-1")["spec"].get("nodeName"), "partly bound"
