@@ -77,12 +77,13 @@ def test_lint_and_template_are_clean(cluster):
     assert deploy["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"]
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--replace-deadline=300" in args and not [a for a in args if a.startswith("--failure-condition")]
+    assert not [a for a in args if a.startswith("--spares")]
     tuned = cluster.helm("template", RELEASE, CHART, "-n", NS, "--kube-version", "1.37.2",
-                         "--set", "replaceDeadlineSeconds=120",
+                         "--set", "replaceDeadlineSeconds=120", "--set", "spares=leaf=1",
                          "--set-json", 'failureConditions=["GpuUnhealthy=True","example.com/Xid=True"]').stdout
     deploy = next(d for d in yaml.safe_load_all(tuned) if d and d["kind"] == "Deployment")
     args = deploy["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert "--replace-deadline=120" in args
+    assert "--replace-deadline=120" in args and "--spares=leaf=1" in args
     assert [a for a in args if a.startswith("--failure-condition")] == [
         "--failure-condition=GpuUnhealthy=True", "--failure-condition=example.com/Xid=True"]
 

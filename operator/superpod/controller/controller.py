@@ -38,6 +38,7 @@ from superpod.controller.queues import QueueBook
 from superpod.controller.snapshot import SnapshotCache
 from superpod.controller.state import ClusterState
 from superpod.controller.waiting import WaitingRoom
+from superpod.core import spares
 from superpod.core.cycle import Decision, PriorityFifo, QueuePolicy
 from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
@@ -101,6 +102,7 @@ class Controller:
         judged, the snapshot built, the waiting room filled, counting resumed from now."""
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
+        self._spared = (-1, -1)  # (the snapshot's rebuilds, its generation) when the spares were last booked
         self.room = WaitingRoom()
         # job uid (a pod gang: its key) -> when its cause was written, its code, the hash of its sentence
         self.said: dict[str | GangKey, tuple[float, str, int]] = {}
@@ -174,8 +176,9 @@ class Controller:
         """The cycle's steps, in order, each adding its plans to one `Turn`: what the cycle knows so far."""
         turn = Turn(now, touched)
         for step in (self._observe, self._account, self._judge_gangs, self._sort_waiting, self._snapshot,
-                     self._replace, self._replace_pods, self._choose_policy, self._decide, self._repartition,
-                     self._preempt, self._queue_statuses, self._tell_waiting, self._report_faults, self._meter):
+                     self._replace, self._replace_pods, self._keep_spares, self._choose_policy, self._decide,
+                     self._repartition, self._preempt, self._queue_statuses, self._tell_waiting, self._report_faults,
+                     self._meter):
             step(turn)
         return turn.plans
 
@@ -224,11 +227,14 @@ class Controller:
         if not self.lost:
             return
         nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
+        self._keep_spares(turn)  # a snapshot built anew has none booked yet
+        free = spares.release(turn.snap)  # theirs to take (step 5c books those left again)
         for lost in self.lost:
             try:  # not onto nodes held for a preemptor: its victims were stopped for them
                 held = {node for key, view in nominees.items() if key != lost.view.key and view.status.nomination
                         for node in view.status.nomination.nodes}
-                plan = replacement(self.state, lost, turn.snap, turn.now, self.settings, self.queues.labels, held)
+                plan = replacement(self.state, lost, turn.snap, turn.now, self.settings, self.queues.labels, held,
+                                   free)
             except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
                 log.exception("replacing replicas of %s failed", lost.view.key)
                 self._count_error("judge")
@@ -245,6 +251,17 @@ class Controller:
         nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
         held = {node for view in nominees.values() if view.status.nomination for node in view.status.nomination.nodes}
         turn.plans += self._guarded("judge", lambda: self.room.replace(self.state, turn.snap, turn.now, held), [])
+
+    def _keep_spares(self, turn: Turn) -> None:
+        """5d. The spare nodes (--spares) booked on the snapshot, so that no waiting job is placed there."""
+        if self.settings.spares is None:
+            return
+        snap = turn.snap
+        if self._spared == (self.snapshots.rebuilds, snap.generation):  # nothing changed since they were booked
+            return
+        level, count = self.settings.spares
+        spares.keep(snap, snap.topology.index(level) or 0, count)
+        self._spared = (self.snapshots.rebuilds, snap.generation)
 
     def _choose_policy(self, turn: Turn) -> None:
         """6. The policy in force: held when the queues' policy failed, else under preemption when it may."""

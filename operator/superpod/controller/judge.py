@@ -59,6 +59,8 @@ class Settings:
     replace_deadline: float = REPLACE_DEADLINE
     # Node conditions (type, status) that mean the node failed, e.g. ("GpuUnhealthy", "True"): its gangs lose it.
     failure_conditions: tuple[tuple[str, str], ...] = ()
+    # (level, count): in each domain of that level, `count` wholly free nodes kept for replacements (core/spares.py)
+    spares: tuple[str, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -190,14 +192,16 @@ def _replaced_seen(view: JobView, current: dict[int, PodInfo]) -> Change:
 
 
 def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, settings: Settings,
-                labels: Callable[[JobView], Labels] = outside_queues, held: Collection[str] = ()) -> Plan | None:
+                labels: Callable[[JobView], Labels] = outside_queues, held: Collection[str] = (),
+                spares: Collection[str] = ()) -> Plan | None:
     """The writes that make the lost replicas again on nodes that keep the gang's topology (booked on `snap`): the
     lost pods' own GPUUsage records, the status (the new placement, the replicas being made again: the commit point a
     next leader goes on from), the lost pods deleted at once, then the new ones created under the same names. Without
-    such nodes, the deadline after which the gang restarts, written once. `held`: nodes nominated to preemptors."""
+    such nodes, the deadline after which the gang restarts, written once. `held`: nodes nominated to preemptors;
+    `spares`: nodes kept free for replacements, taken first."""
     view, verdict = lost.view, lost.verdict
     status, placement = view.status, view.placement()
-    chosen = replace_nodes.choose(snap, view.request, placement, verdict.lost, held=held)
+    chosen = replace_nodes.choose(snap, view.request, placement, verdict.lost, held=held, spares=spares)
     used = job_status.used(round(status.finishedGpuSeconds + attempt_usage(state, view, status.attempt, now), 3))
     if chosen is None:
         deadline = view.time(status.replacementDeadline) or now + settings.replace_deadline

@@ -307,6 +307,14 @@ def condition(text: str) -> tuple[str, str]:
     return kind.strip(), status.strip() or "True"
 
 
+def spares(text: str) -> tuple[str, int]:
+    """LEVEL=N of --spares."""
+    level, _, count = text.partition("=")
+    if not level.strip() or not count.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected LEVEL=N, e.g. leaf=1, not {text!r}")
+    return level.strip(), int(count)
+
+
 def register(sub) -> None:
     p = sub.add_parser("run", help="run the operator (scheduler) against the cluster KUBECONFIG names")
     p.add_argument("--kubeconfig", help="default: $KUBECONFIG, else in-cluster")
@@ -331,6 +339,9 @@ def register(sub) -> None:
                    help="a node condition that means the node failed, e.g. GpuUnhealthy=True (Node Problem Detector, "
                         "DCGM): its gangs' replicas are replaced or the gangs restart, and no gang is placed there; "
                         "repeatable")
+    p.add_argument("--spares", type=spares, metavar="LEVEL=N",
+                   help="keep N wholly free nodes in each domain of this ClusterTopology level for replacing the "
+                        "lost nodes of gangs (spec.nodeFailure Replace), e.g. leaf=1; no other job is placed there")
     p.add_argument("--usage-half-life", type=duration, default=Settings.usage_half_life,
                    help="how fast a GPUQueue's past usage is forgotten in the order of the surplus, e.g. 168h "
                         "(it halves in this time)")
@@ -388,6 +399,7 @@ def run(args) -> int:
     settings = Settings(args.scheduler_name, args.not_ready_grace, usage_half_life=args.usage_half_life,
                         preemption=args.preemption, status_delay=args.status_delay,
                         replace_deadline=args.replace_deadline, failure_conditions=tuple(args.failure_conditions),
+                        spares=args.spares if args.spares and args.spares[1] > 0 else None,
                         reserving=ReservationRule(args.reservations, args.reserve_after, args.reserve_from_gpus,
                                                   args.backfill_by),
                         ordering=Ordering(args.order, args.service_weight))

@@ -110,7 +110,8 @@ def explain_solver(sv: Solver) -> Cause:
     snap, job = sv.snap, sv.job
     head = demand(snap, job)
     why_filtered = filtered(snap, job)
-    tail = [t for t in (_full_nodes(sv), why_filtered) if t]
+    spare = f"{_nodes(len(snap.spares))} kept spare for replacing lost nodes" if snap.spares else ""
+    tail = [t for t in (_full_nodes(sv), why_filtered, spare) if t]
     if not any(snap.view(job).eligible):
         return Cause(Reason.NO_NODE_QUALIFIES, f"{head}; no node qualifies: {why_filtered}")
     level = job.required

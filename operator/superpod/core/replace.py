@@ -4,8 +4,9 @@ placed under: the required domain of the surviving replicas, and each slice whol
 The search is the placement solver's (core/placement.py), asked for the lost replicas only, with everything outside
 one domain excluded. It tries the deepest domain holding the surviving replicas first (those of the replica's own
 slice, when slices bind), then each level up to the domain the gang is bound to (the required one, or the slice's);
-inside a domain the solver's objective holds: fewest domains, first fit among domains, best fit among nodes. A slice
-whose every member was lost may go to any domain of its level inside the required one, whole. Pure."""
+inside a domain the solver's objective holds: fewest domains, first fit among domains, best fit among nodes, the
+domain's spare nodes (core/spares.py) tried before its others. A slice whose every member was lost may go to any
+domain of its level inside the required one, whole. Pure."""
 
 from __future__ import annotations
 
@@ -18,17 +19,18 @@ from superpod.core.request import JobRequest
 
 
 def choose(snap: Snapshot, job: JobRequest, placement: Mapping[int, str], lost: Collection[int],
-           fit: str = FIRST_FIT, held: Collection[str] = ()) -> dict[int, str] | None:
+           fit: str = FIRST_FIT, held: Collection[str] = (), spares: Collection[str] = ()) -> dict[int, str] | None:
     """Replica -> its new node, for each of `lost` (replicas of `placement`, replica -> node, whose nodes are lost),
     booked on `snap` (Snapshot.assume, as a placement is); None, booking nothing, when some replica has no node that
     keeps the gang's rules, or no replica survives to keep the gang's place. `held`: nodes not to take (those
-    nominated to preemptors)."""
+    nominated to preemptors); `spares`: nodes kept free for replacements, taken first."""
     lost = sorted(set(lost))
     lost_nodes = frozenset(snap.index[placement[i]] for i in lost if placement.get(i) in snap.index) | frozenset(
         snap.index[node] for node in held if node in snap.index)
     kept = {i: snap.index[node] for i, node in placement.items() if i not in lost and node in snap.index}
     if not lost or not kept:
         return None
+    spare = frozenset(snap.index[node] for node in spares if node in snap.index)
     topology = snap.topology
     required = topology.index(job.required) if job.required else 0
     slice_level = topology.index(job.slice_required) if job.slice_required else None
@@ -39,9 +41,10 @@ def choose(snap: Snapshot, job: JobRequest, placement: Mapping[int, str], lost: 
         mates = [kept[i] for i in range(group[0] // size * size, group[0] // size * size + size) if i in kept] \
             if binds else []
         if mates:  # the rest of its slice survives: it goes where they are
-            found = _place(snap, job, group, mates, slice_level, False, lost_nodes, fit)
+            found = _place(snap, job, group, mates, slice_level, False, lost_nodes, fit, spare)
         else:
-            found = _place(snap, job, group, list(kept.values()), required, binds, lost_nodes, fit)
+            found = _place(snap, job, group, list(kept.values()), required, binds, lost_nodes, fit,
+                           spare)
         if found is None:
             _unbook(snap, job, chosen)
             return None
@@ -61,9 +64,10 @@ def _groups(lost: list[int], size: int) -> list[list[int]]:
 
 
 def _place(snap: Snapshot, job: JobRequest, group: list[int], anchors: list[int], limit: int, whole: bool,
-           lost_nodes: frozenset[int], fit: str) -> dict[int, str] | None:
+           lost_nodes: frozenset[int], fit: str, spare: frozenset[int]) -> dict[int, str] | None:
     """Nodes for `group`, inside the deepest domain holding every node of `anchors`, else each domain above it down to
-    level `limit`; `whole`: the group is a whole slice and keeps to one domain of the slice level."""
+    level `limit`, on the domain's `spare` nodes first; `whole`: the group is a whole slice and keeps to one domain
+    of the slice level."""
     paths = [snap.ancestors[node] for node in anchors]
     depth = 0
     while depth + 1 < len(paths[0]) and all(path[depth + 1] == paths[0][depth + 1] for path in paths):
@@ -71,7 +75,13 @@ def _place(snap: Snapshot, job: JobRequest, group: list[int], anchors: list[int]
     sub = replace(job, replicas=len(group), others=(), required=None, preferred=None,
                   slice_size=len(group) if whole else None, slice_required=job.slice_required if whole else None)
     for level in range(depth, limit - 1, -1):
-        found = solve(Solver(snap, sub, _outside(snap, paths[0][level]), exclude_nodes=lost_nodes, fit=fit))
+        domain = paths[0][level]
+        outside = _outside(snap, domain)
+        found, under = None, frozenset(snap.nodes_under(domain)) if spare else frozenset()
+        if under & spare:  # the domain's spares alone first
+            found = solve(Solver(snap, sub, outside, exclude_nodes=lost_nodes | (under - spare), fit=fit))
+        if found is None:
+            found = solve(Solver(snap, sub, outside, exclude_nodes=lost_nodes, fit=fit))
         if found is not None:
             ranks = sorted((rank, node) for node, ranks in found.assignments.items() for rank in ranks)
             return {group[rank]: node for rank, node in ranks}

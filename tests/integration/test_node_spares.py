@@ -1,0 +1,64 @@
+"""--spares on the real API server: a replacement takes the spare of the gang's leaf before the leaf's other free
+node, and a gang placed in the other leaf leaves that leaf's spare free."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from kubernetes import client
+
+from superpod.hardware import nodes, presets
+from tests.integration.operator_env import OperatorProcess, free_port, training_job
+from tests.integration.wait import wait_for
+
+LEAF_LABEL = "superpod.dev/leaf"
+
+
+@pytest.fixture(scope="module")
+def sparing(crds, operator, tmp_path_factory):
+    """The operator keeping one spare node per leaf, in place of the session's for this module."""
+    operator.stop()
+    op = OperatorProcess(crds.kubeconfig, tmp_path_factory.mktemp("spares") / "operator.log", free_port(), (
+        "run", "--namespace", "superpod-system", "--log-level", "INFO", "--spares", "leaf=1"))
+    op.start()
+    yield op
+    op.stop()
+    operator.start()
+
+
+def _leaves_of_its_own(api, count: int, per_leaf: int) -> tuple[str, list[dict]]:
+    """A simulated cluster whose leaves are its own (other tests' nodes share the preset's leaf names)."""
+    name = f"t{uuid.uuid4().hex[:6]}"
+    objs = presets.preset_nodes("dgx-h100", count, name, nodes_per_unit=per_leaf)
+    for obj in objs:
+        obj["metadata"]["labels"][LEAF_LABEL] = f"{name}-{obj['metadata']['labels'][LEAF_LABEL]}"
+    nodes.create_nodes(api, objs)
+    core = client.CoreV1Api(api)
+    wait_for(lambda: sum(any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
+                         for n in core.list_node(label_selector=f"{presets.SIM_LABEL}={name}").items) == count,
+             60, f"{count} simulated nodes Ready")
+    return name, objs
+
+
+def test_a_replacement_takes_the_leafs_spare_first_and_a_waiting_gang_leaves_it(cluster, sparing, jobs):
+    core = client.CoreV1Api(cluster.api)
+    sim, objs = _leaves_of_its_own(cluster.api, 36, 18)  # two leaves of 18 nodes
+    jobs.create(training_job("big", sim, 16, gpus=8, topology={"required": "leaf"}, nodeFailure="Replace"))
+    st = jobs.wait_phase("big", "Running", 90)
+    leaf = st["domain"].removeprefix("leaf ")
+    in_leaf = sorted(o["metadata"]["name"] for o in objs if o["metadata"]["labels"][LEAF_LABEL] == leaf)
+    spare, other = in_leaf[-1], in_leaf[-2]
+    assert spare not in st["placement"] and other not in st["placement"]
+    jobs.create(training_job("fill", sim, 17, gpus=8, topology={"required": "leaf"}))  # the other leaf, but its spare
+    st = jobs.wait_phase("fill", "Running", 90)
+    other_leaf = sorted(o["metadata"]["name"] for o in objs if o["metadata"]["labels"][LEAF_LABEL] != leaf)
+    assert sorted(st["placement"]) == other_leaf[:-1], "no waiting job is placed on a spare"
+    victim = jobs.pods("big")[3]
+    core.delete_node(victim.spec.node_name)
+    wait_for(lambda: jobs.status("big").get("replacements") == 1 and jobs.status("big").get("phase") == "Running"
+             and not jobs.status("big").get("replacing"), 90, "the lost replica made again and running")
+    st = jobs.status("big")
+    assert [(r["lostNode"], r["node"]) for r in st["replaced"]] == [(victim.spec.node_name, spare)], \
+        "the leaf's spare, taken first"
+    assert st["attempt"] == 1 and st["interruptions"] == 0

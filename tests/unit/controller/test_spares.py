@@ -1,0 +1,98 @@
+"""--spares: per domain of a level, wholly free nodes that ordinary placement leaves free and only a replacement
+(spec.nodeFailure Replace) takes, before any other free node of the gang's domain."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from superpod.controller.judge import Settings
+from superpod.controller.operator import spares as spares_flag
+from superpod.core import spares
+from superpod.core.model import Level, Node, Pod, Snapshot, Topology
+from superpod.core.request import GPU
+from superpod.k8s.api import NODES
+from tests.unit.memory_cluster import MemoryCluster, training_job
+
+LEAF = {"required": "leaf"}
+SPARES = Settings(not_ready_grace=300, spares=("leaf", 1))
+
+
+def _cluster(settings: Settings = SPARES) -> MemoryCluster:
+    """Two leaves of four 8-GPU nodes; gang `r`: 2 replicas in leaf su-1."""
+    c = MemoryCluster(nodes=8, nodes_per_unit=4, settings=settings)
+    c.submit(training_job("r", 2, 8, topology=LEAF, nodeFailure="Replace"))
+    c.settle(3)
+    assert c.status("r")["phase"] == "Running" and c.status("r")["domain"] == "leaf su-1"
+    return c
+
+
+def _leaves(c: MemoryCluster) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {}
+    for name, node in sorted(c.store.objects[NODES].items()):
+        out.setdefault(node["metadata"]["labels"]["superpod.dev/leaf"], []).append(name)
+    return out
+
+
+def _nodes(c: MemoryCluster, job: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in c.pods(job)}
+
+
+def test_a_spare_is_kept_from_waiting_jobs_and_taken_first_by_a_replacement():
+    c = _cluster()
+    su1, su2 = _leaves(c).values()
+    c.submit(training_job("big", 3, 8, topology=LEAF))  # leaf su-2 but its spare
+    c.submit(training_job("one", 1, 8))  # su-1's third node
+    c.submit(training_job("two", 1, 8))  # would fit only on a spare
+    c.settle(3)
+    assert sorted(_nodes(c, "big").values()) == su2[:3] and list(_nodes(c, "one").values()) == [su1[2]]
+    st = c.status("two")
+    assert (st["phase"], st["reason"]) == ("Queued", "NoRoom") and not st.get("placement"), st
+    assert st["message"].endswith("; 2 nodes kept spare for replacing lost nodes")
+    lost = _nodes(c, "r")["r-a1-1"]
+    c.store.delete_now(NODES, lost)
+    c.settle(3)
+    assert _nodes(c, "r")["r-a1-1"] == su1[3], "the leaf's spare replaces the lost node"
+    assert c.status("r")["replacements"] == 1 and c.status("two")["phase"] == "Queued", "su-2's spare stays free"
+
+
+def test_a_spare_comes_before_a_free_node_of_the_leaf_and_is_kept_again():
+    c = _cluster()
+    su1 = _leaves(c)["su-1"]
+    assert sorted(_nodes(c, "r").values()) == su1[:2]
+    c.store.delete_now(NODES, su1[0])
+    c.settle(3)
+    assert _nodes(c, "r")["r-a1-0"] == su1[3], "the spare, not the free su-1 node before it"
+    c.submit(training_job("one", 1, 8))
+    c.settle(3)
+    assert list(_nodes(c, "one").values()) == [_leaves(c)["su-2"][0]], "su-1's last free node is its spare now"
+
+
+def test_without_spares_every_free_node_is_placement_s():
+    c = _cluster(Settings(not_ready_grace=300))
+    c.submit(training_job("big", 4, 8, topology=LEAF))
+    c.submit(training_job("two", 2, 8))
+    c.settle(3)
+    assert c.status("big")["domain"] == "leaf su-2" and c.status("two")["phase"] == "Running"
+    assert sorted(_nodes(c, "two").values()) == _leaves(c)["su-1"][2:]
+
+
+def test_choose_takes_the_last_free_nodes_of_each_domain_and_keep_books_them_whole():
+    topo = Topology((Level("leaf", "superpod.dev/leaf"),))
+    nodes = [Node(f"n{i}", {"superpod.dev/leaf": "a" if i < 3 else "b"}, {GPU: 8, "cpu": 100}) for i in range(5)]
+    nodes.append(Node("lone", {}, {GPU: 8}))  # a domain of its own: never a spare
+    snap = Snapshot(nodes, topo, [Pod("x", "n2", ((GPU, 1),)), Pod("y", "n4", (("cpu", 4),))])
+    assert [snap.nodes[i].name for i in spares.choose(snap, 1, 1)] == ["n1", "n4"]
+    spares.keep(snap, 1, 1)
+    assert snap.free[snap.index["n1"]][GPU] == 0 and snap.free[snap.index["n4"]] == {GPU: 0, "cpu": 0}
+    spares.keep(snap, 1, 1)
+    assert sorted(snap.spares) == ["n1", "n4"] and snap.recount_ok()
+    assert spares.release(snap) == ["n1", "n4"] and snap.free[snap.index["n1"]][GPU] == 8 and not snap.spares
+
+
+def test_the_flag_reads_level_equals_count():
+    assert spares_flag("leaf=1") == ("leaf", 1) and spares_flag(" nvl72 = 2 ") == ("nvl72", 2)
+    for bad in ("leaf", "=1", "leaf=x", "leaf=-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            spares_flag(bad)
