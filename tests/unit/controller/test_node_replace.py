@@ -351,16 +351,21 @@ def test_a_replacement_cut_short_before_the_force_delete_is_finished_by_the_next
             c.leading = False
             raise ApiError(503, "ServiceUnavailable", "stopping")
 
-    c.store.fault = stop_after_status
-    while not calls:
-        c.cycle()
-        c.tick(10)
-    c.store.fault = None
+    _cycle_with_fault(c, stop_after_status, calls)
     c.leading = True
     assert c.status("r").get("replacing") == [1], "the status landed, the pods were not touched"
     c.start("op-2")
     c.settle(60, seconds=1)
     _replica_running_elsewhere(c, 1, lost)
+
+
+def _cycle_with_fault(c: MemoryCluster, fault, reached: list) -> None:
+    """Cycles with `fault` injected until it has struck (it appends to `reached`), then without it."""
+    c.store.fault = fault
+    while not reached:
+        c.cycle()
+        c.tick(10)
+    c.store.fault = None
 
 
 def test_a_force_delete_that_fails_once_is_tried_again_before_the_replica_is_made():
@@ -374,11 +379,7 @@ def test_a_force_delete_that_fails_once_is_tried_again_before_the_replica_is_mad
             failed.append(obj)
             raise ApiError(503, "ServiceUnavailable", "try again")
 
-    c.store.fault = once
-    while not failed:
-        c.cycle()
-        c.tick(10)
-    c.store.fault = None
+    _cycle_with_fault(c, once, failed)
     c.settle(60, seconds=1)
     _replica_running_elsewhere(c, 1, lost)
 

@@ -157,16 +157,22 @@ def test_limits_a_few_seconds_apart_make_one_shape_in_the_waiting_line():
     assert {job.limit for job in line.jobs.values()} == {rounded(3607)} and rounded(3607) >= 3607
 
 
+def run_to_success(c: MemoryCluster, job: dict, seconds: float) -> None:
+    """`job` placed, run for `seconds` and ended by its pods exiting 0: a run its estimate key learns from."""
+    name = job["metadata"]["name"]
+    c.submit(job)
+    c.settle(3)
+    c.tick(seconds)
+    for key in [key for key in c.store.objects[PODS] if f"/{name}-" in key]:
+        c.kubelet.finish(key, 0)
+    c.settle(5)
+    assert c.status(name)["phase"] == "Succeeded"
+
+
 def test_the_runs_of_one_size_teach_only_jobs_of_that_size():
     """A tenant must not lend a big job the runtime of cheap, short small runs under the same estimate key."""
     c = MemoryCluster(nodes=4, nodes_per_unit=4)
-    c.submit(training_job("probe-1", 1))
-    c.settle(3)
-    c.tick(120)
-    for key in [key for key in c.store.objects[PODS] if "/probe-1-" in key]:
-        c.kubelet.finish(key, 0)
-    c.settle(5)
-    assert c.status("probe-1")["phase"] == "Succeeded"
+    run_to_success(c, training_job("probe-1", 1), 120)
     c.submit(training_job("probe-2", 1))
     c.submit(training_job("probe-3", 4))
     c.cycle()
@@ -178,13 +184,7 @@ def test_the_runs_of_one_size_teach_only_jobs_of_that_size():
 def test_a_run_teaches_the_share_of_its_limit_it_used_and_that_survives_in_its_usage_record():
     """A job that ran 20 min of its 1 h limit predicts that the next run under a 4 h limit takes 80 min."""
     c = MemoryCluster(nodes=4, nodes_per_unit=4)
-    c.submit(training_job("tune-1", 1, maxRuntimeSeconds=3600))
-    c.settle(3)
-    c.tick(1200)
-    for key in [key for key in c.store.objects[PODS] if "/tune-1-" in key]:
-        c.kubelet.finish(key, 0)
-    c.settle(5)
-    assert c.status("tune-1")["phase"] == "Succeeded"
+    run_to_success(c, training_job("tune-1", 1, maxRuntimeSeconds=3600), 1200)
     [usage] = [obj for obj in c.store.objects[GPUUSAGES].values() if obj["spec"]["job"] == "tune-1"]
     assert usage["spec"]["maxRuntimeSeconds"] == 3600
     c.submit(training_job("tune-2", 1, maxRuntimeSeconds=4 * 3600))
