@@ -118,6 +118,7 @@ class _AllEnds:
         self.entry_of: dict[tuple[str, str], tuple[Entry, float, Release]] = {}
         self.due: list[tuple[float, str, str]] = []  # heap of (until, holder, node) of steady entries, some gone since
         self.moving: dict[tuple[str, str], Release] = {}  # (holder, node) -> its release, once outlived
+        self.moved: tuple[float, dict[tuple[str, str], Entry]] = (math.nan, {})  # a clock, the moving entries then
         self.kept: tuple[list[Entry], float] | None = None  # the last list read, and the clock it was read at
 
     def add(self, node: str, release: Release, now: float) -> None:
@@ -125,15 +126,19 @@ class _AllEnds:
         self.kept = None
         if until <= now:
             self.moving[key] = release
+            if self.moved[0] == now:
+                self.moved[1][key] = (release.end(now), release.holder, node, release.requests)
         elif (end := release.end(now)) is not None:  # (no estimate and no limit: it frees nothing here)
             entry = (end, release.holder, node, release.requests)
             self.entry_of[key] = (entry, until, release)
             insort(self.steady, entry)
-            heapq.heappush(self.due, (until, release.holder, node))
+            if until < math.inf:  # (no estimate: its end never moves)
+                heapq.heappush(self.due, (until, release.holder, node))
 
     def remove(self, holder: str, node: str) -> None:
         key = (holder, node)
         self.kept = None
+        self.moved[1].pop(key, None)
         if self.moving.pop(key, None) is None and (known := self.entry_of.pop(key, None)) is not None:
             del self.steady[bisect_left(self.steady, known[0])]
 
@@ -141,12 +146,16 @@ class _AllEnds:
         if self.kept is not None and (self.kept[1] == now or not self.moving and now < self._next_due()):
             return self.kept[0]
         self._outlive(now)
-        ends = self.steady
-        if self.moving:
-            ends = sorted(ends + [(release.end(now), holder, node, release.requests)
-                                  for (holder, node), release in self.moving.items()])
+        ends = sorted(self.steady + list(self._moving_at(now).values())) if self.moving else self.steady
         self.kept = (ends, now)
         return ends
+
+    def _moving_at(self, now: float) -> dict[tuple[str, str], Entry]:
+        """The outlived releases' entries at `now`: read once per clock (gangs put and dropped meanwhile in place)."""
+        if self.moved[0] != now:
+            self.moved = (now, {key: (release.end(now), key[0], key[1], release.requests)
+                                for key, release in self.moving.items()})
+        return self.moved[1]
 
     def _next_due(self) -> float:
         return self.due[0][0] if self.due else math.inf
@@ -158,7 +167,7 @@ class _AllEnds:
             known = self.entry_of.get((holder, node))
             if known is not None and known[1] == until:
                 self.remove(holder, node)
-                self.moving[(holder, node)] = known[2]
+                self.add(node, known[2], now)
 
 
 @dataclass(frozen=True)
