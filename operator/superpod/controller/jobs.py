@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 
-from superpod.api.convert import job_from_k8s
+from superpod.api.convert import job_from_k8s, submitted_at
 from superpod.api.crd import ADMITTED_FIELDS
 from superpod.api.models import TrainingJobSpec, TrainingJobStatus
 from superpod.api.resources import ConvertError
@@ -228,14 +228,8 @@ class JobReader:
 
 def _view(key: GangKey, obj: dict, previous: JobView | None = None) -> JobView:
     status, raw, problems = read_status(obj)
-    same = previous is not None and _same_request_inputs(previous, obj, raw)
-    if same:
-        parsed = previous.parsed  # most versions are the operator's own status writes: the spec did not change
-    else:
-        try:
-            parsed = job_from_k8s({**obj, "status": raw})
-        except ConvertError as e:
-            parsed = e
+    parsed = _parsed(obj, raw, previous)
+    same = previous is not None and parsed is previous.parsed
     admitted = _admission(raw)
     if same and admitted == _admission(previous.raw):
         request = previous.request
@@ -260,14 +254,26 @@ def _admitted(request: JobRequest, status: TrainingJobStatus) -> JobRequest:
     return replace(request, queue=admitted.queue, service_class=admitted.serviceClass, priority=admitted.priority)
 
 
-def _same_request_inputs(previous: JobView, obj: dict, raw: dict) -> bool:
+def _parsed(obj: dict, raw: dict, previous: JobView | None) -> JobRequest | ConvertError:
+    """The request `obj` makes: the previous one while what job_from_k8s reads did not change (most versions are the
+    operator's own status writes), or it with its new submit time when only status.queuedAt moved."""
+    if previous is not None:
+        try:
+            before, after = _request_inputs(previous.obj, previous.raw), _request_inputs(obj, raw)
+            if before == after:
+                return previous.parsed
+            if before[:2] == after[:2] and isinstance(previous.parsed, JobRequest):
+                return replace(previous.parsed, submitted=submitted_at({**obj, "status": raw}))
+        except RecursionError:  # a spec nested a thousand levels: job_from_k8s says why it is Invalid
+            pass
     try:
-        return _request_inputs(previous.obj, previous.raw) == _request_inputs(obj, raw)
-    except RecursionError:  # a spec nested a thousand levels: job_from_k8s says why it is Invalid
-        return False
+        return job_from_k8s({**obj, "status": raw})
+    except ConvertError as e:
+        return e
 
 
 def _request_inputs(obj: dict, raw: dict) -> tuple:
-    """What job_from_k8s reads: the metadata (but its version and field ownership), the spec, status.queuedAt."""
+    """What job_from_k8s reads: the metadata (but its version and field ownership), the spec, and of the status only
+    status.queuedAt (through submitted_at)."""
     meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields", "generation")}
     return meta, obj.get("spec"), raw.get("queuedAt")

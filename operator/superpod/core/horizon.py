@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left, insort
 from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
@@ -18,6 +19,7 @@ from superpod.core.gang_key import GangKey
 from superpod.core.request import Requests
 
 G = TypeVar("G", bound=Hashable)
+Entry = tuple[float, str, str, Requests]  # (predicted end, holder, node, what it frees there)
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,7 @@ class Horizon:
         self.assumed: set[str] = set()  # holders put with no version: placed by a cycle, not observed yet
         # node -> (its ends, sorted; the clock they were read at; until when they hold whatever the clock says)
         self._ends: dict[str, tuple[list[tuple[float, str, str, Requests]], float, float]] = {}
+        self._all = _AllEnds()  # every node's ends, in one list
 
     def put(self, holder: GangKey, start: float, estimate: float | None, limit: float | None,
             members: Iterable[tuple[str, Requests]], version: tuple = ()) -> None:
@@ -62,8 +65,9 @@ class Horizon:
                 total[resource] = total.get(resource, 0) + amount
         for node, total in by_node.items():
             self._ends.pop(node, None)
-            self.on.setdefault(node, {})[holder] = Release(holder, start, estimate, limit,
-                                                           tuple(sorted(total.items())))
+            release = self.on.setdefault(node, {})[holder] = Release(holder, start, estimate, limit,
+                                                                     tuple(sorted(total.items())))
+            self._all.add(node, release, self.now)
         self.nodes_of[holder] = (tuple(by_node), version)
 
     def drop(self, holder: GangKey) -> None:
@@ -71,6 +75,7 @@ class Horizon:
         known = self.nodes_of.pop(holder, None)
         for node in known[0] if known is not None else ():
             self._ends.pop(node, None)
+            self._all.remove(holder, node)
             releases = self.on.get(node)
             if releases is not None:
                 releases.pop(holder, None)
@@ -97,6 +102,72 @@ class Horizon:
         until = min((steady_until(r.start, r.estimate, self.now) for r in self.on[node].values()), default=math.inf)
         self._ends[node] = (ends, self.now, until)
         return ends
+
+    def merged(self) -> list[Entry]:
+        """Every node's `ends` in one list, in that order."""
+        return self._all.read(self.now)
+
+
+class _AllEnds:
+    """Every node's ends in one list, kept as gangs are put and dropped: the ends that stay put while the clock is
+    below their steady_until, sorted; the outlived ones, whose ends move with the clock, read at each clock."""
+
+    def __init__(self) -> None:
+        self.steady: list[Entry] = []  # sorted
+        # (holder, node) -> its steady entry, until when it stays, its release
+        self.entry_of: dict[tuple[str, str], tuple[Entry, float, Release]] = {}
+        self.due: list[tuple[float, str, str]] = []  # heap of (until, holder, node) of steady entries, some gone since
+        self.moving: dict[tuple[str, str], Release] = {}  # (holder, node) -> its release, once outlived
+        self.moved: tuple[float, dict[tuple[str, str], Entry]] = (math.nan, {})  # a clock, the moving entries then
+        self.kept: tuple[list[Entry], float] | None = None  # the last list read, and the clock it was read at
+
+    def add(self, node: str, release: Release, now: float) -> None:
+        key, until = (release.holder, node), steady_until(release.start, release.estimate, now)
+        self.kept = None
+        if until <= now:
+            self.moving[key] = release
+            if self.moved[0] == now:
+                self.moved[1][key] = (release.end(now), release.holder, node, release.requests)
+        elif (end := release.end(now)) is not None:  # (no estimate and no limit: it frees nothing here)
+            entry = (end, release.holder, node, release.requests)
+            self.entry_of[key] = (entry, until, release)
+            insort(self.steady, entry)
+            if until < math.inf:  # (no estimate: its end never moves)
+                heapq.heappush(self.due, (until, release.holder, node))
+
+    def remove(self, holder: str, node: str) -> None:
+        key = (holder, node)
+        self.kept = None
+        self.moved[1].pop(key, None)
+        if self.moving.pop(key, None) is None and (known := self.entry_of.pop(key, None)) is not None:
+            del self.steady[bisect_left(self.steady, known[0])]
+
+    def read(self, now: float) -> list[Entry]:
+        if self.kept is not None and (self.kept[1] == now or not self.moving and now < self._next_due()):
+            return self.kept[0]
+        self._outlive(now)
+        ends = sorted(self.steady + list(self._moving_at(now).values())) if self.moving else self.steady
+        self.kept = (ends, now)
+        return ends
+
+    def _moving_at(self, now: float) -> dict[tuple[str, str], Entry]:
+        """The outlived releases' entries at `now`: read once per clock (gangs put and dropped meanwhile in place)."""
+        if self.moved[0] != now:
+            self.moved = (now, {key: (release.end(now), key[0], key[1], release.requests)
+                                for key, release in self.moving.items()})
+        return self.moved[1]
+
+    def _next_due(self) -> float:
+        return self.due[0][0] if self.due else math.inf
+
+    def _outlive(self, now: float) -> None:
+        """The steady entries whose end the clock reached: their ends move with it from now on."""
+        while self.due and self.due[0][0] <= now:
+            until, holder, node = heapq.heappop(self.due)
+            known = self.entry_of.get((holder, node))
+            if known is not None and known[1] == until:
+                self.remove(holder, node)
+                self.add(node, known[2], now)
 
 
 @dataclass(frozen=True)
@@ -137,7 +208,9 @@ def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[s
         return found
     copied: set[str] = set()
     first = None
-    for end, holder, name, released in heapq.merge(*(horizon.ends(name) for name in free)):
+    for end, holder, name, released in horizon.merged():
+        if name not in free:
+            continue
         at = max(end, horizon.now)
         if first is not None and at > first:
             break
@@ -170,6 +243,6 @@ def slots_at(horizon: Horizon, name: str, free: dict[str, int], requests: Reques
 def _slots(free: dict[str, int], requests: Requests, most: int, step: int) -> int:
     fit = most
     for resource, amount in requests:
-        if amount > 0:
-            fit = min(fit, max(free.get(resource, 0), 0) // amount)
+        if amount > 0 and (have := free.get(resource, 0)) < amount * fit:  # (asked per node and end: kept lean)
+            fit = have // amount if have > 0 else 0
     return fit // step * step

@@ -194,6 +194,7 @@ class Snapshot:
         self.domains_by_level: list[list[int]] = [[0]] + [[] for _ in self.levels]
         ids: dict[tuple[str, ...], int] = {}
         self.ancestors: list[tuple[int, ...]] = []
+        self._under: dict[int, tuple[int, ...]] = {}  # domain -> nodes_under it
         for i, n in enumerate(self.nodes):
             path: list[int] = [0]
             key: tuple[str, ...] = ()
@@ -358,8 +359,12 @@ class Snapshot:
             yield x
             stack.extend(self.child_domains[x])
 
-    def nodes_under(self, d: int) -> list[int]:
-        return [i for x in self.descendants(d) for i in self.child_nodes[x]]
+    def nodes_under(self, d: int) -> tuple[int, ...]:
+        """The nodes below domain `d`, kept: the tree is the snapshot's for its life."""
+        under = self._under.get(d)
+        if under is None:
+            under = self._under[d] = tuple(i for x in self.descendants(d) for i in self.child_nodes[x])
+        return under
 
     def recount_ok(self) -> bool:
         """Invariant check for tests: every aggregate equals a from-scratch recount."""

@@ -2,7 +2,11 @@
 resourceVersions and optimistic concurrency, uids and delete preconditions, the status subresource and generation,
 merge patch, graceful pod deletion, owner garbage collection, AlreadyExists — and a log of watch events the caller
 delivers when it likes (late, twice, or never). Not an API server: admission, defaulting and validation are limited
-to the few checks named in `_validate_pod`. Faults can be injected around any write (see `fault`)."""
+to the few checks named in `_validate_pod`. Faults can be injected around any write (see `fault`).
+
+A write's answer is the very object its watch event carries: whoever reads one reads both, so neither is changed
+in place (the operator's cache never changes what it is given). What the store holds and what a read returns are
+copies of their own."""
 
 from __future__ import annotations
 
@@ -78,9 +82,9 @@ class MemoryAPI:
         self.objects.setdefault(kind, {})[_key(obj)] = obj
         for owner in obj["metadata"].get("ownerReferences") or []:
             self._owned.setdefault(owner.get("uid"), set()).add((kind, _key(obj)))
-        self.events.append(WatchEvent(kind, "ADDED" if verb == "create" else "MODIFIED", _clone(obj),
-                                      self.clock()))
-        return _clone(obj)
+        seen = _clone(obj)
+        self.events.append(WatchEvent(kind, "ADDED" if verb == "create" else "MODIFIED", seen, self.clock()))
+        return seen
 
     def _remove(self, kind: Kind, key: str) -> dict | None:
         """The object removed, at the version of its removal (its DELETED event's), as a DELETE answers it."""
@@ -91,14 +95,15 @@ class MemoryAPI:
         if not obj["metadata"].get("deletionTimestamp"):  # a deletion without grace: its time is on the object
             obj["metadata"]["deletionTimestamp"] = rfc3339(self.clock(), micro=True)
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
-        self.events.append(WatchEvent(kind, "DELETED", _clone(obj), self.clock()))
+        gone = _clone(obj)
+        self.events.append(WatchEvent(kind, "DELETED", gone, self.clock()))
         for other_kind, other_key in sorted(self._owned.pop(obj["metadata"].get("uid"), ()),
                                             key=lambda owned: (owned[0].plural, owned[1])):  # the garbage collector
             other = self.objects.get(other_kind, {}).get(other_key)
             owners = other["metadata"].get("ownerReferences") or [] if other is not None else []
             if any(o.get("uid") == obj["metadata"].get("uid") for o in owners):
                 self._collect(other_kind, other_key, other)
-        return _clone(obj)
+        return gone
 
     def delete_now(self, kind: Kind, key: str) -> None:
         """Removal without grace: the kubelet finishing a pod's termination, the garbage collector, a node gone."""

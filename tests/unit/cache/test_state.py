@@ -10,6 +10,8 @@ import json
 import time
 from collections import Counter
 
+import pytest
+
 from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL, pod_name
 from superpod.controller.operator import Operator
 from superpod.controller.state import ENDED_KEPT, MIG_EXPECT, ClusterState
@@ -209,6 +211,26 @@ def test_a_jobs_request_is_parsed_again_only_when_what_it_reads_changed(monkeypa
     assert store(5, "Running", {"replicas": 2}, team="a") == 5, "so are new labels"
     assert store(6, "Queued", {"replicas": 2}, "2026-01-01T00:00:00Z", team="a") == 6, "and a new queue time"
     assert parsed == ["1", "4", "5", "6"]
+
+
+def test_a_new_queue_time_alone_moves_the_request_parsed_before_to_it(monkeypatch):
+    """Every job's first Queued write sets status.queuedAt, the only status field job_from_k8s reads: the request
+    parsed before is kept with its new submit time, the request a new parse makes."""
+    from superpod.api.convert import job_from_k8s
+    from superpod.controller import jobs
+
+    state, reader = ClusterState(), jobs.JobReader()
+    obj = {**job(1), "metadata": {**job(1)["metadata"], "creationTimestamp": "2026-01-01T00:00:00Z"},
+           "spec": {"replicas": 2, "resources": {"gpus": 8}, "template": {"spec": {"containers": [{"name": "c"}]}}}}
+    state.apply(TRAININGJOBS, "ADDED", obj, 0.0)
+    reader.read(state)
+    queued = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "2"},
+              "status": {"phase": "Queued", "queuedAt": "2026-01-01T00:05:00Z"}}
+    monkeypatch.setattr(jobs, "job_from_k8s", lambda obj: pytest.fail("parsed again"))
+    state.apply(TRAININGJOBS, "MODIFIED", queued, 0.0)
+    reader.read(state)
+    request = reader.by_key[GangKey("ns", "j")].request
+    assert request == job_from_k8s(queued) and request.submitted != job_from_k8s(obj).submitted
 
 
 def test_the_gpus_offered_and_held_by_product_follow_every_node_and_pod_change():

@@ -67,15 +67,20 @@ def test_groups_that_free_at_the_same_instant_all_start_then():
 
 
 @settings(max_examples=200, deadline=None)
-@given(horizons(), st.lists(st.sampled_from([100.0, 110.0, 119.9, 120.0, 150.0, 260.0, 700.0, 2_000.0]),
-                            min_size=1, max_size=6))
-def test_ends_kept_while_the_clock_moves_are_the_ends_read_afresh(case, clocks):
-    """A node's ends are kept across cycles until a predicted end there is reached: read at each later clock, they
-    are what a horizon holding the same gangs reads for the first time."""
+@given(horizons(), st.lists(st.tuples(st.sampled_from([100.0, 110.0, 119.9, 120.0, 150.0, 260.0, 700.0, 2_000.0]),
+                                      st.sampled_from(["", "drop", "put"])), min_size=1, max_size=6))
+def test_ends_kept_while_the_clock_moves_are_the_ends_read_afresh(case, steps):
+    """A node's ends, and all nodes' merged, are kept across cycles until a predicted end is reached or a gang is put
+    or dropped: read at each later clock, they are what a horizon holding the same gangs reads for the first time."""
     horizon = case[0]
-    for now in clocks:
+    for now, change in steps:
         horizon.now = now
-        fresh = Horizon(now)
+        if change == "drop" and horizon.nodes_of:
+            horizon.drop(sorted(horizon.nodes_of)[0])
+        elif change == "put":
+            horizon.put(f"ns/later-{now}", now - 30.0, 60.0, None, [(NODES[int(now) % len(NODES)], ((GPU, 1),))])
+        fresh = Horizon(horizon.now)
         fresh.on = horizon.on
         for name in NODES:
             assert horizon.ends(name) == fresh.ends(name), (name, now)
+        assert horizon.merged() == sorted(end for name in NODES for end in fresh.ends(name)), now
