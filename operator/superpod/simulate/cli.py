@@ -21,6 +21,7 @@ from superpod.k8s.api import CLUSTERTOPOLOGIES, GPUQUEUES, NODES
 from superpod.simulate import summary, workload
 from superpod.simulate.engine import Simulation
 from superpod.simulate.estimates import ESTIMATES
+from superpod.simulate.failures import FailureModel
 from superpod.simulate.metrics import SIZE_CLASS_TITLES, SIZE_CLASSES
 from superpod.simulate.runtime import RuntimeModel, parse_factors
 from superpod.simulate.trace import TraceJob, read_jobs_csv, read_philly
@@ -43,6 +44,8 @@ class Replay:
     progress: bool
     queues: list[dict]
     estimates: str = "history"
+    failures: FailureModel | None = None
+    node_failure: str | None = None
 
 
 def replay(run: Replay) -> tuple[dict, float]:
@@ -50,7 +53,7 @@ def replay(run: Replay) -> tuple[dict, float]:
     started = time.monotonic()
     runtime = RuntimeModel.of(run.topology, run.nodes, run.factors)
     simulation = Simulation(run.nodes, run.topology, run.jobs, POLICIES[run.policy](run.seed), runtime,
-                            run.startup_delay, run.queues, run.estimates)
+                            run.startup_delay, run.queues, run.estimates, run.failures, run.node_failure)
     simulation.run(Progress(run.label, run.jobs[-1].submit if run.jobs else 0.0, len(run.jobs)) if run.progress
                    else None)
     window = summary.steady_window(run.jobs)
@@ -124,6 +127,15 @@ def load_jobs(args: Any, capacity: int) -> dict[str, list[TraceJob]]:
     return {load: workload.rescale(jobs, float(load), capacity) for load in args.load.split(",")}
 
 
+def failure_model(args: Any) -> FailureModel | None:
+    """The node failures of --node-mtbf, --repair and --checkpoint (None: nodes never fail)."""
+    if not args.node_mtbf:
+        return None
+    checkpoint = workload.duration(args.checkpoint, "--checkpoint") if args.checkpoint else None
+    return FailureModel(workload.duration(args.node_mtbf, "--node-mtbf"), workload.duration(args.repair, "--repair"),
+                        checkpoint, args.seed)
+
+
 def run(args: Any) -> int:
     try:
         nodes, topology, source = load_cluster(args)
@@ -131,6 +143,7 @@ def run(args: Any) -> int:
         traces = load_jobs(args, capacity)
         queues = load_queues(args.queues) if args.queues else load_queues(args.cluster, required=False)
         factors = parse_factors(args.slowdown or "")
+        failures = failure_model(args)
         policies = args.policy.split(",")
         unknown = [p for p in policies if p not in POLICIES]
         if unknown:
@@ -141,7 +154,8 @@ def run(args: Any) -> int:
     out = Path(args.out)
     progress = args.progress or sys.stderr.isatty()
     replays = [Replay(nodes, topology, jobs, policy, args.seed, factors, args.startup_delay,
-                      f"{policy}{f' load {load}' if load else ''}", progress, queues, args.estimates)
+                      f"{policy}{f' load {load}' if load else ''}", progress, queues, args.estimates, failures,
+                      args.node_failure)
                for load, jobs in traces.items() for policy in policies]
     summaries = {}
     with ProcessPoolExecutor(max_workers=args.workers) if args.workers > 1 else _Inline() as pool:
@@ -279,6 +293,12 @@ def register(sub: Any) -> None:
                    "or the truth (oracle)")
     p.add_argument("--slowdown", help="runtime factors per level crossed, e.g. leaf=1.3,spine=1.2")
     p.add_argument("--startup-delay", type=float, default=0.0, help="seconds from a gang's start to useful work")
+    p.add_argument("--node-mtbf", help="nodes fail, each after a mean uptime of this long (e.g. 30d; seeded by --seed)")
+    p.add_argument("--repair", default="4h", help="with --node-mtbf: how long a failed node stays away")
+    p.add_argument("--checkpoint", help="gangs save their progress this often (e.g. 1h): a stopped gang or a replaced "
+                   "replica resumes from the last save (default: never, a stopped gang starts over)")
+    p.add_argument("--node-failure", choices=("Replace", "RestartGang"),
+                   help="every job's spec.nodeFailure (default: the operator's default)")
     p.add_argument("--out", default="simulation", help="folder for summary.json and the plots (overwritten)")
     p.add_argument("--no-plots", action="store_true", help="write summary.json only")
     p.add_argument("--workers", type=int, default=1, help="replays run in parallel processes")

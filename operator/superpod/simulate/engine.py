@@ -6,8 +6,10 @@ Per instant: submit what is due, then settle — deliver watch events to the cac
 start or remove pods — until an instant writes nothing more. A gang starts when all its pods run; it ends when its
 runtime (runtime.py) has passed: its pods exit 0 (or 1 at the trace's failure time) and the operator does the rest;
 a requeued job's backoff end (status.notBefore) and a placed gang's runtime limit (Controller.next_deadline) are
-instants too (the operator cycles at least every second). A gang the operator stopped at its limit ends its attempt
-with outcome MaxRuntimeExceeded, and its job ends.
+instants too (the operator cycles at least every second), and so are node failures and repairs (failures.py): a failed
+node's Node object is deleted and made again when repaired; a replica the operator replaces on another node holds its
+gang's end until it runs, then the gang resumes from its last checkpoint. A gang the operator stopped at its limit
+ends its attempt with outcome MaxRuntimeExceeded, and its job ends.
 A finished job is deleted once its end is recorded, as a user's cleanup (or a TTL) would, so the cache holds what
 runs and waits, not the whole history; Events are dropped at each instant, as the API server's event TTL would."""
 
@@ -33,6 +35,7 @@ from superpod.hardware.kubelet import SimKubelet
 from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, GPUQUEUES, NODES, PODS, TRAININGJOBS, WATCHED, object_key
 from superpod.k8s.memory import MemoryAPI
 from superpod.simulate.estimates import estimator
+from superpod.simulate.failures import FAILURE, FailureModel, NodeFailures
 from superpod.simulate.runtime import RuntimeModel
 from superpod.simulate.trace import TraceJob
 
@@ -47,6 +50,7 @@ class Attempt:
     nodes: dict[str, int]  # node -> replicas
     end: float | None = None
     outcome: str = ""
+    work: float | None = None  # with node failures: seconds of the trace's duration it did and kept
 
 
 @dataclass
@@ -56,6 +60,8 @@ class JobRecord:
     end: float | None = None
     phase: str = ""
     reason: str = ""  # status.reason, as last seen
+    kept: float = 0.0  # seconds of its trace duration its checkpoints saved from attempts that stopped
+    replacements: int = 0  # replicas replaced on another node while its gang ran
 
 
 @dataclass
@@ -76,10 +82,26 @@ class _Gang:
     end: float | None = None  # when its runtime has passed
     fails: bool = False  # the trace fails this attempt at its end
     attempt_record: Attempt | None = None  # set when it starts
+    factor: float = 1.0  # its runtime factor (runtime.py) on the nodes it started on
+    working_since: float = 0.0  # when its current stretch of work began (after the startup delay)
+    work_left: float = 0.0  # wall seconds of work left at working_since
+    saved: float = 0.0  # wall seconds of its work its checkpoints saved when its work stopped
+    stalled_since: float | None = None  # a replica lost with its node: since when the others wait for it
 
 
-def training_job(job: TraceJob) -> dict:
-    """The TrainingJob a trace's job is submitted as."""
+@dataclass
+class FailureCounts:
+    """What node failures cost in a replay (with a FailureModel)."""
+
+    node_failures: int = 0
+    replacements: int = 0  # replicas replaced while their gang ran on
+    restarts: int = 0  # gangs stopped by a failure and placed again as a new attempt
+    redone_gpu_seconds: float = 0.0  # work lost since the last checkpoint of a gang stopped or a replica replaced
+    stalled_gpu_seconds: float = 0.0  # GPUs of a gang held while it waited for a replica's replacement
+
+
+def training_job(job: TraceJob, node_failure: str | None = None) -> dict:
+    """The TrainingJob a trace's job is submitted as (`node_failure`: its spec.nodeFailure, None: the default)."""
     body = {"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob",
             "metadata": {"name": job.name, "namespace": job.namespace},
             "spec": {"replicas": job.replicas, "resources": {"gpus": job.gpus}, "priority": job.priority,
@@ -88,13 +110,16 @@ def training_job(job: TraceJob) -> dict:
         body["spec"]["topology"] = {"required": job.required}
     if job.limit:
         body["spec"]["maxRuntimeSeconds"] = math.ceil(job.limit)
+    if node_failure:
+        body["spec"]["nodeFailure"] = node_failure
     return body
 
 
 class Simulation:
     def __init__(self, nodes: list[dict], topology: dict, jobs: list[TraceJob], policy: QueuePolicy,
                  runtime: RuntimeModel, startup_delay: float = 0.0, queues: list[dict] = (),
-                 estimates: str = "history") -> None:
+                 estimates: str = "history", failures: FailureModel | None = None,
+                 node_failure: str | None = None) -> None:
         self.now = 0.0
         self.loop = asyncio.new_event_loop()  # its own: the controller's writes are coroutines, run one at a time
         self.store = MemoryAPI(clock=self._clock)
@@ -140,6 +165,11 @@ class Simulation:
         self._ended: set[tuple[str, str]] = set()  # (job key, attempt) of gangs that ended
         self._backoff: dict[str, float] = {}  # job key -> end of its backoff (status.notBefore)
         self._touched: set[str] = set()  # pods changed since the kubelet last looked
+        self.failure_model, self.node_failure = failures, node_failure
+        self.failures = NodeFailures(failures, [n["metadata"]["name"] for n in nodes]) if failures else None
+        self.failure_counts = FailureCounts()
+        self._node_objects = {node["metadata"]["name"]: copy.deepcopy(node) for node in nodes} if failures else {}
+        self._down: set[str] = set()  # nodes failed and not yet repaired
 
     def _clock(self) -> float:
         return EPOCH + self.now
@@ -168,14 +198,17 @@ class Simulation:
                 following.append(deadline - EPOCH)
             if self.next_submit < len(self.upcoming):
                 following.append(self.upcoming[self.next_submit].submit)
+            if self.failures and (self._gangs or self.next_submit < len(self.upcoming) or self._down):
+                following.append(self.failures.next_time())  # (none once nothing runs, comes or is away)
             if not following or min(following) > until:
                 self.loop.close()
                 return self.records  # nothing can change any more (what still waits waits for good), or time is up
             self.now = max(self.now, min(following))
             self._finish_due()
+            self._fail_due()
 
     def _submit(self, job: TraceJob) -> None:
-        self._run(self.admin.create(TRAININGJOBS, training_job(job)))
+        self._run(self.admin.create(TRAININGJOBS, training_job(job, self.node_failure)))
         key = f"{job.namespace}/{job.name}"
         self.records[key] = JobRecord(job)
         self._wait(key)
@@ -232,6 +265,8 @@ class Simulation:
             return
         gang = self._gangs.get((job_key, attempt))
         if kind == "DELETED" or meta.get("deletionTimestamp") or phase == "Failed":
+            if gang is not None and gang.attempt_record is not None and self._replaced(gang, key, pod):
+                return
             if gang is not None and gang.attempt_record is not None:  # torn down before its runtime passed
                 limited = record.phase in FINISHED and record.reason == Reason.MAX_RUNTIME_EXCEEDED
                 self._end(gang, Reason.MAX_RUNTIME_EXCEEDED.value if limited else "Interrupted")
@@ -241,15 +276,20 @@ class Simulation:
         if gang is None:
             gang = self._gangs[(job_key, attempt)] = _Gang(job_key, attempt)
         gang.pods[key] = pod["spec"]["nodeName"]
-        if gang.attempt_record is None and len(gang.pods) == record.job.replicas:
-            self._start(record, gang)
+        if len(gang.pods) == record.job.replicas:
+            if gang.attempt_record is None:
+                self._start(record, gang)
+            elif gang.stalled_since is not None:
+                self._resume(record, gang)
 
     def _start(self, record: JobRecord, gang: _Gang) -> None:
         nodes: dict[str, int] = {}
         for node in gang.pods.values():
             nodes[node] = nodes.get(node, 0) + 1
         job = record.job
-        runtime = self.startup_delay + job.duration * self.runtime.factor(job, list(nodes))
+        gang.factor = self.runtime.factor(job, list(nodes))
+        gang.working_since, gang.work_left = self.now + self.startup_delay, (job.duration - record.kept) * gang.factor
+        runtime = self.startup_delay + gang.work_left
         if job.fail_after is not None and not record.attempts and self.startup_delay + job.fail_after < runtime:
             runtime, gang.fails = self.startup_delay + job.fail_after, True
         gang.end = self.now + runtime
@@ -287,7 +327,65 @@ class Simulation:
                     self.kubelet.finish(pod_key, 1 if gang.fails else 0)
             self._end(gang, "Failed" if gang.fails else "Succeeded")
 
+    def _replaced(self, gang: _Gang, key: str, pod: dict) -> bool:
+        """Whether a pod of a running gang went with its failed node and the gang runs on (the operator replaces it):
+        the gang holds its end, keeping what its last checkpoint saved, until the replica runs again."""
+        if self.node_failure != "Replace" or pod["spec"].get("nodeName") not in self._down or key not in gang.pods \
+                or len(gang.pods) == 1:  # (its last replica: the gang is stopped, as the operator restarts it)
+            return False
+        del gang.pods[key]
+        if gang.stalled_since is None:
+            self._stop_work(gang)
+            gang.stalled_since, gang.end = self.now, None
+        return True
+
+    def _resume(self, record: JobRecord, gang: _Gang) -> None:
+        """Every replica runs again after a replacement: the gang's work goes on from its last checkpoint."""
+        counts, gpus = self.failure_counts, record.job.total_gpus
+        counts.replacements += 1
+        record.replacements += 1
+        counts.stalled_gpu_seconds += gpus * (self.now - gang.stalled_since)
+        gang.stalled_since = None
+        gang.working_since = self.now + self.startup_delay
+        gang.end = gang.working_since + gang.work_left
+        heapq.heappush(self._ends, (gang.end, gang.key, gang.attempt))
+        nodes: dict[str, int] = {}
+        for node in gang.pods.values():
+            nodes[node] = nodes.get(node, 0) + 1
+        gang.attempt_record.nodes = nodes
+
+    def _stop_work(self, gang: _Gang) -> None:
+        """A gang's work stops now: what its last checkpoint saved is kept, the rest is counted as to be redone."""
+        if self.failure_model is None or gang.stalled_since is not None:
+            return
+        ran = min(max(0.0, self.now - gang.working_since), gang.work_left)
+        kept = self.failure_model.kept(ran)
+        self.failure_counts.redone_gpu_seconds += self.records[gang.key].job.total_gpus * (ran - kept)
+        gang.work_left -= kept
+        gang.saved += kept
+
+    def _fail_due(self) -> None:
+        """Nodes that fail now lose their Node object; those repaired now get it back, Ready."""
+        for what, node in self.failures.due(self.now) if self.failures else ():
+            if what == FAILURE:
+                self.failure_counts.node_failures += 1
+                self._down.add(node)
+                self._run(self.admin.delete(NODES, node))
+            else:
+                self._down.discard(node)
+                self._run(self.admin.create(NODES, copy.deepcopy(self._node_objects[node])))
+                self.kubelet.set_ready(node, True)
+
     def _end(self, gang: _Gang, outcome: str) -> None:
+        record = self.records[gang.key]
+        if self.failure_model is not None and outcome == "Succeeded":
+            gang.attempt_record.work = record.job.duration - record.kept
+        elif self.failure_model is not None:  # it starts over from its last checkpoint
+            self._stop_work(gang)
+            gang.attempt_record.work = gang.saved / gang.factor
+            record.kept += gang.attempt_record.work
+            if self._down & set(gang.attempt_record.nodes):
+                self.failure_counts.restarts += 1
         gang.attempt_record.end, gang.attempt_record.outcome = self.now, outcome
         del self._gangs[(gang.key, gang.attempt)]
         self._ended.add((gang.key, gang.attempt))

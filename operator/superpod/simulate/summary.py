@@ -20,6 +20,10 @@ Keys (stable; times in simulated seconds from the trace's first submit):
   starts over); `fewest_leaves_share` {share, of} (multi-node jobs whose last attempt used the fewest leaves
   possible); `never_started`, `never_ended`; `gpu_hours` per namespace (all attempts); `cycles`; `api_writes` by
   verb. Each figure is computed in `simulate/metrics.py`.
+- `failures` (with `--node-mtbf`, simulate/failures.py): {node_failures, replacements (replicas replaced while their
+  gang ran on), restarts (gangs a failure stopped and placed again), redone_gpu_hours (work lost since the last
+  checkpoint of a gang stopped or a replica replaced: run again), stalled_gpu_hours (GPUs of gangs held while they
+  waited for a replacement)}.
 - `queues` (with `--queues`): per leaf GPUQueue {guaranteed, weight, gpu_hours, mean_held, mean_borrowed,
   below_guarantee_share, surplus_share, weight_share, namespaces, series}, as `simulate/tenants.py` defines them.
 - `series` {time, busy_gpus, free_gpus, unusable_gpus}: step series (each value holds until the next time).
@@ -28,7 +32,8 @@ Keys (stable; times in simulated seconds from the trace's first submit):
 - `jobs` {"<namespace>/<name>": {submit, start, end, namespace, priority, gpus, duration, nodes, leaves,
   fewest_leaves, attempts}}:
   `start` the first attempt's start, `end` the final end (null if never), `nodes` the last attempt's
-  {node: replicas}, `attempts` [{start, end, nodes, outcome}]."""
+  {node: replicas}, `attempts` [{start, end, nodes, outcome}] (with node failures also `work`: the seconds of the
+  job's duration the attempt did and kept)."""
 
 from __future__ import annotations
 
@@ -72,12 +77,19 @@ def policy_summary(simulation: Simulation, runtime: RuntimeModel, window: tuple[
             "jobs": jobs}
     if queues:
         out["queues"] = queue_figures(jobs, queues, window, simulation.now)
+    if simulation.failure_model is not None:
+        counts = simulation.failure_counts
+        out["failures"] = {"node_failures": counts.node_failures, "replacements": counts.replacements,
+                           "restarts": counts.restarts,
+                           "redone_gpu_hours": round(counts.redone_gpu_seconds / 3600, 3),
+                           "stalled_gpu_hours": round(counts.stalled_gpu_seconds / 3600, 3)}
     return out
 
 
 def utilisation(jobs: dict, capacity: int, window: tuple[float, float], now: float, useful: bool = False) -> float:
     """GPU-time inside `window` ÷ (capacity × its length). `useful`: only the work itself — an attempt that
-    succeeded counts its trace duration's share of its length (not its slowdown or start-up delay), others nothing."""
+    succeeded counts its trace duration's share of its length (not its slowdown or start-up delay), others nothing;
+    with node failures, each attempt counts the share of its length that did the work it kept (`work`)."""
     start, end = window
     if end <= start or capacity <= 0:
         return 0.0
@@ -87,16 +99,18 @@ def utilisation(jobs: dict, capacity: int, window: tuple[float, float], now: flo
             stop = attempt["end"] if attempt["end"] is not None else now
             share = 1.0
             if useful:
-                length = stop - attempt["start"]
-                share = min(1.0, job["duration"] / length) if attempt["outcome"] == "Succeeded" and length > 0 else 0.0
+                length, work = stop - attempt["start"], attempt.get("work")
+                if work is None:  # (no node failures: only a succeeded attempt did the job's work)
+                    work = job["duration"] if attempt["outcome"] == "Succeeded" else 0.0
+                share = min(1.0, work / length) if length > 0 else 0.0
             used += job["gpus"] * share * max(0.0, min(stop, end) - max(attempt["start"], start))
     return used / (capacity * (end - start))
 
 
 def _job(record, runtime: RuntimeModel) -> dict:
     job: TraceJob = record.job
-    attempts = [{"start": a.start, "end": a.end, "nodes": dict(sorted(a.nodes.items())), "outcome": a.outcome}
-                for a in record.attempts]
+    attempts = [{"start": a.start, "end": a.end, "nodes": dict(sorted(a.nodes.items())), "outcome": a.outcome,
+                 **({} if a.work is None else {"work": a.work})} for a in record.attempts]
     nodes = attempts[-1]["nodes"] if attempts else {}
     leaf = runtime.depth("leaf")
     return {"submit": job.submit, "start": attempts[0]["start"] if attempts else None, "end": record.end,

@@ -214,9 +214,15 @@ def parse_window(text: str) -> tuple[float, float]:
 
 
 def _seconds(bound: str, text: str) -> float:
-    match = WINDOW_BOUND.fullmatch(bound.strip())
+    return duration(bound, f"window {text!r}")
+
+
+def duration(text: str, what: str) -> float:
+    """Seconds of `text`, a number with an optional unit s, m, h or d ("30d", "4h", "3600"); `what` names it in
+    the error."""
+    match = WINDOW_BOUND.fullmatch(text.strip())
     if not match:
-        raise ValueError(f"window {text!r}: {bound!r} is not a duration (a number with optional unit s, m, h or d)")
+        raise ValueError(f"{what}: {text!r} is not a duration (a number with optional unit s, m, h or d)")
     number, unit = match.groups()
     return float(number) * UNIT_SECONDS[unit]
 

@@ -34,6 +34,13 @@ def simulate(jobs: list[TraceJob], policy: str = "superpod", nodes: list[dict] |
     return simulation, policy_summary(simulation, runtime, steady_window(jobs))
 
 
+def simulate_args(*argv: str) -> argparse.Namespace:
+    """`superpod simulate` arguments as its own parser reads them (with --no-plots)."""
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers())
+    return parser.parse_args(["simulate", "--no-plots", *argv])
+
+
 def mixed_jobs(count: int = 80, seed: int = 3) -> list[TraceJob]:
     """LLM-sized gangs and Philly-sized jobs, interleaved."""
     small = workload.generate(seed + 1, count, 2, "philly", "bursty", 300.0, 3600.0, 8)
@@ -125,11 +132,8 @@ def test_the_same_command_twice_gives_byte_identical_summaries(tmp_path):
     workload.write_jobs_csv(mixed_jobs(30), trace)
     outputs = []
     for run in ("first", "second"):
-        args = argparse.Namespace(preset="dgx-h100", nodes=16, cluster=None, priorities=None, trace=str(trace),
-                              format="jobs",
-                                  limit=None, window=None, load="0.9", policy=",".join(POLICIES), seed=5,
-                                  slowdown=None, startup_delay=0.0, out=str(tmp_path / run), no_plots=True,
-                                  workers=1, progress=False, queues=None, estimates="history")
+        args = simulate_args("--nodes", "16", "--trace", str(trace), "--load", "0.9", "--seed", "5",
+                             "--out", str(tmp_path / run))
         assert cli.run(args) == 0
         outputs.append((tmp_path / run / "summary.json").read_bytes())
     assert outputs[0] == outputs[1]
@@ -139,11 +143,7 @@ def test_the_same_command_twice_gives_byte_identical_summaries(tmp_path):
 def test_a_bad_trace_is_refused_with_its_line(tmp_path, capsys):
     trace = tmp_path / "bad.csv"
     trace.write_text("submit,name,namespace,replicas,gpus,required,priority,duration\n0,a,ns,1,eight,,0,10\n")
-    args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, priorities=None, trace=str(trace),
-                              format="jobs", limit=None,
-                              window=None, load=None, policy="superpod", seed=0, slowdown=None, startup_delay=0.0,
-                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False, queues=None,
-                              estimates="history")
+    args = simulate_args("--nodes", "4", "--trace", str(trace), "--policy", "superpod", "--out", str(tmp_path / "out"))
     assert cli.run(args) == 2
     assert "line 2" in capsys.readouterr().err
 
@@ -239,11 +239,8 @@ def test_a_bad_queue_file_is_refused_with_what_is_wrong(tmp_path, capsys):
     queues = tmp_path / "queues.yaml"
     queues.write_text("apiVersion: superpod.dev/v1alpha1\nkind: GPUQueue\nmetadata: {name: a}\n"
                       "spec: {namespaces: [a], weight: 0}\n")
-    args = argparse.Namespace(preset="dgx-h100", nodes=4, cluster=None, priorities=None, trace=str(trace),
-                              format="jobs", limit=None,
-                              window=None, load=None, policy="superpod", seed=0, slowdown=None, startup_delay=0.0,
-                              out=str(tmp_path / "out"), no_plots=True, workers=1, progress=False,
-                              queues=str(queues))
+    args = simulate_args("--nodes", "4", "--trace", str(trace), "--policy", "superpod", "--out", str(tmp_path / "out"),
+                         "--queues", str(queues))
     assert cli.run(args) == 2
     assert "spec.weight" in capsys.readouterr().err
 
