@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import ChainMap
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
 from superpod.controller import preemption
@@ -30,7 +30,7 @@ from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offer
 from superpod.controller.estimates import Estimator
 from superpod.controller.gang_limits import GangLimits
 from superpod.controller.jobs import JobReader, JobView
-from superpod.controller.judge import Lost, Settings, judge, record_deleted, replacement, requeue, revisit_at
+from superpod.controller.judge import Lost, Preempt, Settings, judge, record_deleted, replacement, requeue, revisit_at
 from superpod.controller.metering import Meter
 from superpod.controller.mig import MigFlow
 from superpod.controller.podbills import PodBills, gang_labels, own_request
@@ -38,12 +38,13 @@ from superpod.controller.queues import QueueBook
 from superpod.controller.snapshot import SnapshotCache
 from superpod.controller.state import ClusterState
 from superpod.controller.waiting import WaitingRoom
+from superpod.core import replace as replace_nodes
 from superpod.core import spares
 from superpod.core.cycle import Decision, PriorityFifo, QueuePolicy
 from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
 from superpod.core.phases import Phase, Reason
-from superpod.core.preempt import Preempting, lower_priority
+from superpod.core.preempt import Nomination, Preempting, Preemption, lower_priority, victims
 from superpod.core.queues import Closed, FairQueues
 from superpod.core.request import JobRequest
 from superpod.core.runtime_limit import RuntimeLimit
@@ -95,6 +96,7 @@ class Controller:
         self.preempting: dict[GangKey, dict[str, int]] = {}  # preemptor -> victims by kind, of this cycle's preemptions
         self.nominated: dict = {}  # job key -> view, of the jobs and pod gangs holding a nomination (this cycle)
         self.lost: list[Lost] = []  # this cycle's placed gangs with replicas to make again elsewhere (step 3 to 5)
+        self.holds: dict[GangKey, tuple[JobRequest, Preemption]] = {}  # gang -> its preemption for its lost replicas
 
     def _follow_anew(self) -> None:
         """What follows the cache's changes, from scratch: at the start, and at the first cycle after the cache kept
@@ -223,18 +225,22 @@ class Controller:
 
     def _replace(self, turn: Turn) -> None:
         """5b. The replicas of lost nodes made again on nodes that keep their gangs' topology, booked before any
-        waiting job is placed; or, with none free, the deadline after which their gangs restart."""
+        waiting job is placed; or, with none free, the deadline after which their gangs restart, and the gangs they
+        preempt for them."""
+        self.holds = {}
         if not self.lost:
             return
         nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
         self._keep_spares(turn)  # a snapshot built anew has none booked yet
         free = spares.release(turn.snap)  # theirs to take (step 5c books those left again)
+        preempt = self._replacement_preemption(turn, nominees)
         for lost in self.lost:
             try:  # not onto nodes held for a preemptor: its victims were stopped for them
                 held = {node for key, view in nominees.items() if key != lost.view.key and view.status.nomination
                         for node in view.status.nomination.nodes}
+                held.update(node for _, found in self.holds.values() for node in found.placement.assignments)
                 plan = replacement(self.state, lost, turn.snap, turn.now, self.settings, self.queues.labels, held,
-                                   free)
+                                   free, preempt)
             except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
                 log.exception("replacing replicas of %s failed", lost.view.key)
                 self._count_error("judge")
@@ -242,6 +248,38 @@ class Controller:
             if plan is not None:
                 turn.plans.append(plan)
         self.lost = []
+
+    def _replacement_preemption(self, turn: Turn, nominees: dict) -> Preempt | None:
+        """How a gang whose lost replicas find no node preempts for them (core/replace.preempting): gangs of strictly
+        lower priority the queues' rules let it evict (never a reserved one, nor one protected or already evicted),
+        searched as a blocked head's victims are."""
+        if not (self.settings.preemption and self.policy.preempts) or turn.closed:
+            return None
+        gangs, fair, snap, now = self.room.gangs, turn.fair, turn.snap, turn.now
+        bound = fair.reclaim_bound if fair is not None else lambda job, victim: None
+        taken: set[GangKey] = set()  # the victims this cycle's replacements chose
+
+        def may_evict(job: JobRequest, victim: JobRequest) -> bool:
+            return victim.key not in taken and lower_priority(job, victim) and (
+                fair is None or fair.may_evict(job, victim))
+
+        def preempt(view: JobView, lost: list[int], held: Collection[str]) -> tuple[dict, list] | None:
+            job = view.request
+            lowest = min((p for p in (self.reader.lowest_priority(), gangs.lowest_priority(self.state))
+                          if p is not None), default=None)
+            if lowest is None or lowest >= job.priority:
+                return None
+            running = preemption.running(self.state, self.reader, gangs, nominees, snap, now, self.queues.min_runtime,
+                                         lambda victim: may_evict(job, victim), self.queues.queue_min_runtime)
+            candidates, limits, _ = victims(job, running, bound, {})
+            found = replace_nodes.preempting(snap, job, view.placement(), lost, candidates, held, limits)
+            if found is None:
+                return None
+            writes = preemption.replacing(self.state, self.reader, gangs, view, found, now, self.queues.labels)
+            self.holds[view.key] = (job, found)
+            taken.update(victim.key for victim in found.victims)
+            return writes
+        return preempt
 
     def _replace_pods(self, turn: Turn) -> None:
         """5c. The pods owners made again for partly bound pod gangs (a lost node's), bound as lost replicas are
@@ -293,16 +331,15 @@ class Controller:
             turn.plans += mig_plans
 
     def _preempt(self, turn: Turn) -> None:
-        """9. The writes of this cycle's preemptions."""
+        """9. The writes of this cycle's preemptions (those of replacements were written in step 5b)."""
         policy = turn.policy
+        self.preempting = {key: _kinds(found) for key, (_, found) in self.holds.items()}
         if not isinstance(policy, Preempting):
             return
         turn.plans += self._guarded("preemption", lambda: preemption.plans(
             policy, self.visited, self.reader, self.room.gangs, ChainMap(self.reader.by_key, self.room.ready),
             self.nominated, self.state, turn.now, self.queues.labels), [])
-        self.preempting = {key: {
-            "reclaim": sum(1 for v in found.victims if v.group),
-            "priority": sum(1 for v in found.victims if not v.group)} for key, found in policy.chosen.items()}
+        self.preempting.update((key, _kinds(found)) for key, found in policy.chosen.items())
 
     def _queue_statuses(self, turn: Turn) -> None:
         """10. Each GPUQueue's status."""
@@ -366,6 +403,9 @@ class Controller:
             return (lowest is None or lowest >= job.priority) and not (fair is not None and fair.inside.get(job.key))
 
         nominated = preemption.nominations(self.state, self.reader, gangs, self.nominated, now)
+        for key, (job, found) in self.holds.items():  # this cycle's replacements' preemptions: their nodes held
+            nominated[key] = Nomination(tuple(sorted(found.placement.assignments)),
+                                        tuple(victim.key for victim in found.victims), job)
         if fair is None:
             return Preempting(policy, running, nominated, lower_priority, hopeless)
         return Preempting(policy, running, nominated, fair.may_evict,
@@ -598,3 +638,9 @@ class Controller:
     def _count_error(self, stage: str) -> None:
         if self.metrics:
             self.metrics.object_errors.labels(stage).inc()
+
+
+def _kinds(found: Preemption) -> dict[str, int]:
+    """A preemption's victims by kind, for the metrics: taken back by a queue (reclaim), or by priority."""
+    return {"reclaim": sum(1 for v in found.victims if v.group),
+            "priority": sum(1 for v in found.victims if not v.group)}

@@ -19,7 +19,7 @@ FIELDS = frozenset(TrainingJobStatus.model_fields) - {"conditions", "observedGen
 NO_DETAILS = {"reservation": None, "blockedBy": None}  # the status fields that detail why a job waits
 UNPLACED = {"placement": None, "domain": None, "domains": None, "replacing": None,
             "replacementDeadline": None}  # a gang no longer placed
-UNDONE = {**UNPLACED, "attemptStartTime": None}  # an attempt that no longer runs
+UNDONE = {**UNPLACED, "attemptStartTime": None, "nomination": None}  # an attempt that no longer runs
 LISTED = 64  # the most nodes status.reservation names (nodeCount says how many it holds), and jobs blockedBy
 MAX_FAILURES = 5  # failure records kept in status.failures
 MAX_REPLACED = 5  # replacement records kept in status.replaced
@@ -196,7 +196,7 @@ def replaced(raw: dict, replacements: int, assignments: dict[str, list[int]], do
     return Change({"placement": assignments, "domains": domains, "domain": domain,
                    "replacements": replacements + len(records),
                    "replaced": [*(raw.get("replaced") or []), *records][-MAX_REPLACED:], "replacing": replacing,
-                   "replacementDeadline": None, "reason": Reason.REPLACING, "message": message})
+                   "replacementDeadline": None, "nomination": None, "reason": Reason.REPLACING, "message": message})
 
 
 def replacing(left: list[int]) -> Change:
@@ -204,9 +204,12 @@ def replacing(left: list[int]) -> Change:
     return Change({"replacing": list(left) or None, "replacementDeadline": None})
 
 
-def awaiting_replacement(why: str, deadline: float) -> Change:
-    """Replicas of a lost node wait for a node to take them until `deadline`, when the gang restarts."""
-    return Change({"reason": Reason.AWAITING_REPLACEMENT, "message": why, "replacementDeadline": rfc3339(deadline)})
+def awaiting_replacement(why: str, deadline: float, nomination: dict | None = None) -> Change:
+    """Replicas of a lost node wait for a node to take them until `deadline`, when the gang restarts; with the
+    `nomination` of the nodes its preemption frees for them."""
+    more = {"nomination": nomination} if nomination is not None else {}
+    return Change({"reason": Reason.AWAITING_REPLACEMENT, "message": why, "replacementDeadline": rfc3339(deadline),
+                   **more})
 
 
 def used(gpu_seconds: float) -> Change:

@@ -28,8 +28,10 @@ from superpod.core import lifecycle
 from superpod.core import replace as replace_nodes
 from superpod.core.cycle import RESERVE_AFTER, RESERVE_FROM_UNITS, ReservationRule
 from superpod.core.estimates import LIMIT_GRACE, Ordering
+from superpod.core.gang_key import GangKey
 from superpod.core.model import Node, Snapshot
 from superpod.core.phases import ACTIVE, INTERRUPTIONS, POD_FINISHED, Phase, Reason
+from superpod.core.preempt import nodes_label
 from superpod.core.request import GPU, JobRequest
 from superpod.core.runtime_limit import RuntimeLimit
 from superpod.core.usage import Record
@@ -39,6 +41,9 @@ STATUS_DELAY = 5.0  # seconds (Settings.status_delay)
 GRACED_TAINTS = frozenset({"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"})
 REPLACE_DEADLINE = 300.0  # seconds (Settings.replace_deadline)
 REPLACE = "Replace"  # spec.nodeFailure: make the replicas of a lost node again elsewhere
+# (gang, its lost replicas, nodes held for others) -> its nomination and the steps that stop its victims, when a
+# preemption frees nodes for them
+Preempt = Callable[[JobView, list[int], Collection[str]], tuple[dict, list] | None]
 
 
 @dataclass(frozen=True)
@@ -193,12 +198,13 @@ def _replaced_seen(view: JobView, current: dict[int, PodInfo]) -> Change:
 
 def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, settings: Settings,
                 labels: Callable[[JobView], Labels] = outside_queues, held: Collection[str] = (),
-                spares: Collection[str] = ()) -> Plan | None:
+                spares: Collection[str] = (), preempt: Preempt | None = None) -> Plan | None:
     """The writes that make the lost replicas again on nodes that keep the gang's topology (booked on `snap`): the
     lost pods' own GPUUsage records, the status (the new placement, the replicas being made again: the commit point a
     next leader goes on from), the lost pods deleted at once, then the new ones created under the same names. Without
-    such nodes, the deadline after which the gang restarts, written once. `held`: nodes nominated to preemptors;
-    `spares`: nodes kept free for replacements, taken first."""
+    such nodes, the deadline after which the gang restarts, written once, and (`preempt`, unless its nomination
+    already holds nodes) the gangs it preempts for them. `held`: nodes nominated to preemptors; `spares`: nodes kept
+    free for replacements, taken first."""
     view, verdict = lost.view, lost.verdict
     status, placement = view.status, view.placement()
     chosen = replace_nodes.choose(snap, view.request, placement, verdict.lost, held=held, spares=spares)
@@ -208,11 +214,18 @@ def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, set
         why = (f"{verdict.message}; no node that keeps the gang's topology can take replica"
                f"{'s' if len(verdict.lost) > 1 else ''} {', '.join(map(str, verdict.lost))} now: the gang restarts "
                f"at {rfc3339(deadline)} unless one frees up")
-        change = job_status.awaiting_replacement(why, deadline)
+        nomination, stops = None, []
+        if status.nomination is not None:
+            why += _holding(status.nomination.nodes, status.nomination.gangs())
+        elif preempt is not None and (found := preempt(view, verdict.lost, held)) is not None:
+            nomination, stops = found
+            why += _holding(nomination["nodes"], [GangKey.parse(victim) for victim in nomination["victims"]])
+        change = job_status.awaiting_replacement(why, deadline, nomination)
         if not change.differs(view.raw) and not view.problems:
             return None
-        change |= used
-        return Plan(view.key, [view.write(change, now), view.emit("Warning", Reason.AWAITING_REPLACEMENT, why)])
+        change |= used  # the nomination with the status first: the commit point, then the victims stopped
+        return Plan(view.key, [view.write(change, now), view.emit("Warning", Reason.AWAITING_REPLACEMENT, why),
+                               *stops])
     nodes = {**placement, **chosen}
     assignments: dict[str, list[int]] = {}
     for i, node in sorted(nodes.items()):
@@ -235,6 +248,11 @@ def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, set
     # the creates (a failed delete leaves them to the next cycles' judge)
     return Plan(view.key, [*bills, view.write(change, now), view.emit("Normal", Reason.NODE_REPLACED, message),
                            *([DeletePods(gone, 0, required=True)] if gone else []), CreatePods(view.key, pods)])
+
+
+def _holding(nodes, victims) -> str:
+    """What a replacement's nomination holds, said the same from the cycle it preempts on."""
+    return f"; {nodes_label(nodes)} held for it while the gangs it preempted stop ({', '.join(map(str, victims))})"
 
 
 def _displaced_record(view: JobView, pod: PodInfo, labels: Labels, now: float) -> Record:

@@ -9,7 +9,9 @@
   crash or a lost Lease never leads to a second set of victims for the same job), then each victim stopped and
   requeued (its attempt closed and recorded, condition Preempted, pods deleted with its
   preemptionGracePeriodSeconds). A victim still placed while its preemptor's nomination holds is stopped again (a
-  write that failed, a leader that died between the two)."""
+  write that failed, a leader that died between the two);
+- a placed gang whose lost replicas find no node (spec.nodeFailure Replace) preempts the same way, inside the domain
+  they are bound to (`replacing`): its nomination holds the freed nodes while it awaits its replacement."""
 
 from __future__ import annotations
 
@@ -27,8 +29,8 @@ from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
 from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
-from superpod.core.phases import POD_FINISHED, Phase, Reason
-from superpod.core.preempt import Nomination, Preempting, Running
+from superpod.core.phases import ACTIVE, POD_FINISHED, Phase, Reason
+from superpod.core.preempt import Nomination, Preempting, Preemption, Running
 from superpod.core.request import JobRequest
 
 PINGPONG_WINDOW = 3600.0  # seconds: a gang preempted twice within this ...
@@ -87,10 +89,15 @@ def _in_force(state: ClusterState, reader: JobReader, gangs: PodGangs, view: Job
     """The victims still holding, if the job's nomination is in force: it waits, and its victims still hold or it
     is younger than NOMINATION_TIMEOUT (a long grace period keeps it: never a second set for the same need)."""
     nomination = view.status.nomination
-    if view.phase != Phase.QUEUED:
+    if view.phase != Phase.QUEUED and not _awaiting(view):
         return None
     holding = tuple(victim for victim in nomination.gangs() if _holding(state, reader, gangs, victim, nomination))
     return holding if holding or now - nomination.time.timestamp() <= NOMINATION_TIMEOUT else None
+
+
+def _awaiting(view) -> bool:
+    """A placed gang awaiting the replacement of its lost replicas (its nomination holds their nodes)."""
+    return view.phase in ACTIVE and getattr(view.status, "replacementDeadline", None) is not None
 
 
 def nominations(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: dict,
@@ -100,7 +107,8 @@ def nominations(state: ClusterState, reader: JobReader, gangs: PodGangs, nominat
     for key, view in nominated.items():
         holding = _in_force(state, reader, gangs, view, now)
         if holding is not None:
-            out[key] = Nomination(tuple(view.status.nomination.nodes), holding)
+            holder = view.request if view.phase != Phase.QUEUED else None
+            out[key] = Nomination(tuple(view.status.nomination.nodes), holding, holder)
     return out
 
 
@@ -154,17 +162,37 @@ def plans(policy: Preempting, decisions: list[Decision], reader: JobReader, gang
                 if gangs.unstopped(state, victim, nomination.pods_of(victim)):
                     out.append(gangs.stop(state, victim, nomination.pods_of(victim), key, _priority(preemptor), now))
             elif (victim_view := _unstopped(reader, victim, nomination.attempt_of(victim))) is not None:
-                out.append(_stop(state, victim_view, preemptor, now, labels))
+                out.append(_stop(state, victim_view, preemptor, now, labels,
+                                 "replace its lost replicas" if _awaiting(preemptor) else "start"))
     return out
+
+
+def replacing(state: ClusterState, reader: JobReader, gangs: PodGangs, view: JobView, found: Preemption, now: float,
+              labels: Callable[[JobView], Labels]) -> tuple[dict, list]:
+    """A placed gang's preemption for its lost replicas: its nomination (written first, with its status: the commit
+    point) and the steps that stop and requeue its victims."""
+    victims = [victim.key for victim in found.victims]
+    attempts = {victim: reader.active[victim].status.attempt for victim in victims if victim in reader.active}
+    pods = {victim: gangs.victim_pods(state, victim) for victim in victims if victim.of_pods}
+    nomination = job_status.nominating(sorted(found.placement.assignments), victims, attempts, pods, now)
+    steps = []
+    for victim in victims:
+        if victim.of_pods:
+            steps += gangs.stop(state, victim, pods[victim], view.key, view.request.priority, now).steps
+        elif (victim_view := reader.active.get(victim)) is not None:
+            steps += _stop(state, victim_view, view, now, labels, "replace its lost replicas").steps
+    return nomination, steps
 
 
 def _priority(view) -> int | str:
     return view.request.priority if isinstance(view.request, JobRequest) else "?"
 
 
-def _stop(state: ClusterState, victim: JobView, preemptor, now: float, labels: Callable[[JobView], Labels]) -> Plan:
-    """Stop and requeue a TrainingJob victim (`preemptor`: the view of the job or pod gang that evicts it)."""
+def _stop(state: ClusterState, victim: JobView, preemptor, now: float, labels: Callable[[JobView], Labels],
+          to: str = "start") -> Plan:
+    """Stop and requeue a TrainingJob victim (`preemptor`: the view of the job or pod gang that evicts it, `to`: what
+    for)."""
     why = f"preempted by {preemptor.key} (priority {_priority(preemptor)}); it waits to run again"
     plan = requeue(state, victim, now, Reason.PREEMPTED, why, labels, "Warning",
                    int(victim.spec("preemptionGracePeriodSeconds")), job_status.preempted(victim.status, why, now))
-    return plan.then(preemptor.emit("Normal", Reason.PREEMPTING, f"preempted {victim.key} to start"))
+    return plan.then(preemptor.emit("Normal", Reason.PREEMPTING, f"preempted {victim.key} to {to}"))

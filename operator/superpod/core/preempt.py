@@ -378,6 +378,24 @@ class Nomination:
 
     nodes: tuple[str, ...]
     victims: tuple[GangKey, ...]  # the victims that still hold capacity
+    holder: JobRequest | None = None  # a placed gang's, for the replacement of its lost replicas (it does not wait)
+
+
+def victims(job: JobRequest, running: list[Running],
+            bound: Callable[[JobRequest, JobRequest], tuple[str, float] | None],
+            given: dict[str, float]) -> tuple[list[Victim], dict[str, float], list[str]]:
+    """The candidates among `running` for `job` (the protected left out), the GPUs each group may still give back
+    (`given`: what its victims gave this cycle), and the protected ones, each with why."""
+    candidates, limits, protected = [], {}, []
+    for gang in running:
+        if gang.protected:
+            protected.append(f"{gang.request.key} ({gang.protected})")
+            continue
+        group, most = bound(job, gang.request) or ("", 0.0)
+        if group:
+            limits[group] = most - given.get(group, 0.0)
+        candidates.append(Victim(gang.request.key, gang.request.priority, gang.gpus, gang.lost, gang.pods, group))
+    return candidates, limits, protected
 
 
 def lower_priority(job: JobRequest, victim: JobRequest) -> bool:
@@ -409,7 +427,7 @@ class Preempting:
         self.parks = inner.parks and not nominations  # a nominated job must be visited to be placed
         self.chosen: dict[GangKey, Preemption] = {}  # preemptor -> what it evicts this cycle
         self.shielded: dict[GangKey, str] = {}  # job -> the protected gangs it may not evict, named, when it found none
-        self._taken: set[str] = set()  # victims chosen this cycle
+        self._taken = {victim for nomination in nominations.values() for victim in nomination.victims}  # evicting
 
     def order(self, jobs: list[JobRequest]) -> list[JobRequest]:
         return self.inner.order(jobs)
@@ -433,7 +451,13 @@ class Preempting:
             if (nomination := self.nominations.get(job.key)) is not None:
                 nodes = frozenset(snap.index[name] for name in nomination.nodes if name in snap.index)
                 if nodes:
-                    out.append(Reservation(job, nodes=nodes, label=_nodes_label(nomination.nodes), pinned=True))
+                    out.append(Reservation(job, nodes=nodes, label=nodes_label(nomination.nodes), pinned=True))
+        for key in sorted(key for key, nomination in self.nominations.items() if nomination.holder is not None):
+            nomination = self.nominations[key]  # a replacement's nodes: kept off by every waiting job
+            nodes = frozenset(snap.index[name] for name in nomination.nodes if name in snap.index)
+            if nodes:
+                out.append(Reservation(nomination.holder, nodes=nodes, label=nodes_label(nomination.nodes),
+                                       pinned=True))
         return out
 
     def preempt(self, snap: Snapshot, job: JobRequest, taken: Callable[[], frozenset[int]], head: bool):
@@ -443,7 +467,7 @@ class Preempting:
         nomination = self.nominations.get(job.key)
         if nomination is not None:
             nodes = frozenset(snap.index[name] for name in nomination.nodes if name in snap.index)
-            label = _nodes_label(nomination.nodes)
+            label = nodes_label(nomination.nodes)
             names = ", ".join(map(str, nomination.victims))
             stopping = f"{len(nomination.victims)} gang(s) it preempted to stop ({names})" \
                 if nomination.victims else "the room its preempted gangs left"
@@ -454,16 +478,7 @@ class Preempting:
         if not head or self.hopeless(job):
             return None
         running = self._running(lambda victim: victim.key not in self._taken and self.may_evict(job, victim))
-        candidates, limits, protected = [], {}, []
-        for gang in running:
-            if gang.protected:
-                protected.append(f"{gang.request.key} ({gang.protected})")
-                continue
-            group, most = self.bound(job, gang.request) or ("", 0.0)
-            if group:
-                limits[group] = most - self._given.get(group, 0.0)
-            candidates.append(Victim(gang.request.key, gang.request.priority, gang.gpus, gang.lost, gang.pods,
-                                     group))
+        candidates, limits, protected = victims(job, running, self.bound, self._given)
         found = choose(snap, job, candidates, taken(), limits=limits, place=self.inner.place) if candidates else None
         if found is None:
             if protected:  # the tenant waiting is told who holds what it may take back
@@ -476,7 +491,7 @@ class Preempting:
             if victim.group:
                 self._given[victim.group] = self._given.get(victim.group, 0.0) + victim.gpus
         names = tuple(sorted(found.placement.assignments))
-        label = _nodes_label(names)
+        label = nodes_label(names)
         gangs = ", ".join(f"{v.key} (priority {v.priority})" for v in found.victims)
         reason = f"preempting {gangs} to start on {label}"
         nodes = frozenset(snap.index[name] for name in names)
@@ -485,7 +500,7 @@ class Preempting:
                 Reservation(job, nodes=nodes, label=label, pinned=True))
 
 
-def _nodes_label(names) -> str:
+def nodes_label(names) -> str:
     names = sorted(names)
     return f"node {names[0]}" if len(names) == 1 else (
         f"nodes {', '.join(names)}" if len(names) <= 3 else f"{len(names)} nodes ({names[0]}, ...)")

@@ -6,7 +6,8 @@ one domain excluded. It tries the deepest domain holding the surviving replicas 
 slice, when slices bind), then each level up to the domain the gang is bound to (the required one, or the slice's);
 inside a domain the solver's objective holds: fewest domains, first fit among domains, best fit among nodes, the
 domain's spare nodes (core/spares.py) tried before its others. A slice whose every member was lost may go to any
-domain of its level inside the required one, whole. Pure."""
+domain of its level inside the required one, whole. With no such node, `preempting` chooses the running gangs to
+evict for them (core/preempt.py's exact search, inside the domain the lost replicas are bound to). Pure."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from dataclasses import replace
 
 from superpod.core.model import Snapshot
 from superpod.core.placement import FIRST_FIT, Solver, solve
+from superpod.core.preempt import Preemption, Victim
+from superpod.core.preempt import choose as choose_victims
 from superpod.core.request import JobRequest
 
 
@@ -51,6 +54,39 @@ def choose(snap: Snapshot, job: JobRequest, placement: Mapping[int, str], lost: 
         snap.assume(job, _by_node(found))
         chosen.update(found)
     return chosen
+
+
+def preempting(snap: Snapshot, job: JobRequest, placement: Mapping[int, str], lost: Collection[int],
+               candidates: list[Victim], held: Collection[str] = (),
+               limits: dict[str, float] | None = None) -> Preemption | None:
+    """The cheapest set of `candidates` whose eviction makes room for `lost` (core/preempt.choose, for the lost
+    replicas' shape), inside the domain they are bound to: their slice's, where the rest of it survives, else the
+    required domain holding the surviving replicas (the cluster when none is required). None when no set does, or
+    when the lost replicas belong to two slices bound apart (each would need its own search)."""
+    lost = sorted(set(lost))
+    kept = {i: snap.index[node] for i, node in placement.items() if i not in lost and node in snap.index}
+    if not lost or not kept or not candidates:
+        return None
+    topology = snap.topology
+    required = topology.index(job.required) if job.required else 0
+    slice_level = topology.index(job.slice_required) if job.slice_required else None
+    size = job.slice_size or 1
+    sub = replace(job, replicas=len(lost), others=(), required=None, preferred=None, slice_size=None,
+                  slice_required=None)
+    level, anchor = required, next(iter(kept.values()))
+    if slice_level is not None and slice_level > required and size > 1:
+        if len({i // size for i in lost}) > 1:
+            return None
+        first = lost[0] // size * size
+        mates = [kept[i] for i in range(first, first + size) if i in kept]
+        if mates:  # it goes where the rest of its slice is
+            level, anchor = slice_level, mates[0]
+        else:  # a whole slice, kept to one domain of its level
+            sub = replace(sub, slice_size=len(lost), slice_required=job.slice_required)
+    exclude = frozenset(range(len(snap.nodes))) - frozenset(snap.nodes_under(snap.ancestors[anchor][level]))
+    exclude |= frozenset(snap.index[placement[i]] for i in lost if placement.get(i) in snap.index)
+    exclude |= frozenset(snap.index[node] for node in held if node in snap.index)
+    return choose_victims(snap, sub, candidates, exclude, limits=limits)
 
 
 def _groups(lost: list[int], size: int) -> list[list[int]]:

@@ -481,3 +481,106 @@ def test_the_taint_managers_eviction_on_a_not_ready_node_replaces_the_replica():
     st = c.status("r")
     assert (st["attempt"], st.get("replacements", 0)) == (1, 1), (st["attempt"], st.get("failures"), node)
     _replica_running_elsewhere(c, 1, node)
+
+
+def _crowded(neighbour_priority: int, grace: int = 5, **neighbour) -> tuple[MemoryCluster, str]:
+    """`r` (priority 50) fills three nodes of leaf su-1, `low` (one 8-GPU replica) its fourth; leaf su-2 is full of
+    gangs `far-*` of priority 0 that started later (less work lost: cheaper victims, were they in r's leaf)."""
+    from tests.unit.preemption.test_preemption import job
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    c.submit(job("r", replicas=3, priority=50, nodeFailure="Replace", topology=LEAF))
+    c.settle(3)
+    c.submit(job("low", priority=neighbour_priority, topology=LEAF, preemptionGracePeriodSeconds=grace,
+                 **neighbour))
+    c.settle(3)
+    c.tick(100)
+    for i in range(4):
+        c.submit(job(f"far-{i}", priority=0))
+    c.settle(3)
+    low_node = c.pods("low")[0]["spec"]["nodeName"]
+    assert _leaf(c, low_node) == "su-1" and all(
+        _leaf(c, c.pods(f"far-{i}")[0]["spec"]["nodeName"]) == "su-2" for i in range(4))
+    c.tick(100)  # past any minimum runtime
+    return c, low_node
+
+
+def test_a_replacement_with_no_free_node_preempts_the_lower_priority_gang_in_its_leaf():
+    from tests.unit.preemption.test_preemption import live_pods
+    c, low_node = _crowded(0)
+    far = {p["metadata"]["uid"] for i in range(4) for p in c.pods(f"far-{i}")}
+    lost = _lose(c, 0)
+    c.settle(3)
+    st = c.status("r")
+    assert st["reason"] == Reason.AWAITING_REPLACEMENT and st["nomination"]["nodes"] == [low_node], st["message"]
+    low = c.status("low")
+    assert low["phase"] == "Queued" and low["preemptions"] == 1
+    assert Reason.PREEMPTED in [reason for reason, _ in c.events("low")]
+    assert Reason.PREEMPTING in [reason for reason, _ in c.events("r")]
+    c.settle(20, seconds=1)  # the victim's grace period, then the replacement
+    st = c.status("r")
+    assert (st["phase"], st["attempt"], st["replacements"], st["restarts"]) == ("Running", 1, 1, 0), st["message"]
+    assert [(r["replica"], r["lostNode"], r["node"]) for r in st["replaced"]] == [(0, lost, low_node)]
+    assert not st.get("nomination") and not st.get("replacementDeadline")
+    assert {p["spec"]["nodeName"] for p in live_pods(c, "r")} >= {low_node}
+    low = c.status("low")
+    assert low["phase"] == "Queued" and low["restarts"] == 0 and low.get("interruptions", 0) == 0, \
+        "the victim waits again, no restart counted; it does not take back the node held for the replacement"
+    assert {p["metadata"]["uid"] for i in range(4) for p in c.pods(f"far-{i}")} == far, \
+        "nothing outside the gang's leaf is taken, though cheaper"
+
+
+@pytest.mark.parametrize("neighbour", [{"priority": 50}, {"priority": 0, "serviceClass": "reserved"}],
+                         ids=["equal-priority", "reserved"])
+def test_a_replacement_never_preempts_an_equal_priority_or_reserved_neighbour(neighbour):
+    priority = neighbour.pop("priority")
+    c, low_node = _crowded(priority, **neighbour)
+    low = c.pods("low")[0]["metadata"]["uid"]
+    _lose(c, 0)
+    c.settle(3)
+    st = c.status("r")
+    assert st["reason"] == Reason.AWAITING_REPLACEMENT and not st.get("nomination")
+    c.settle(30, seconds=10)  # past the 300 s deadline
+    st = c.status("r")
+    assert (st["interruptions"], st.get("replacements", 0), st["failures"][-1]["reason"]) == (1, 0, "NodeLost")
+    assert c.pods("low")[0]["metadata"]["uid"] == low and not c.status("low").get("preemptions")
+
+
+def test_a_replacement_whose_victim_outlasts_the_deadline_restarts_the_gang_and_drops_its_nomination():
+    c, low_node = _crowded(0, grace=900)  # the victim's pods stop long after r's 300 s deadline
+    _lose(c, 0)
+    c.settle(3)
+    assert c.status("r")["nomination"]["nodes"] == [low_node]
+    c.settle(32, seconds=10)
+    st = c.status("r")
+    assert (st["interruptions"], st.get("replacements", 0), st["failures"][-1]["reason"]) == (1, 0, "NodeLost")
+    assert not st.get("replacementDeadline") and "team-a/low" not in (st.get("nomination") or {}).get("victims", []), \
+        "the replacement's nomination went with its attempt (waiting, it may preempt anew as any job does)"
+
+
+def test_the_nodes_a_replacement_preempted_for_are_held_from_waiting_jobs_while_its_victims_stop():
+    from tests.unit.preemption.test_preemption import job
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)
+    c.submit(job("r", replicas=3, priority=50, nodeFailure="Replace", topology=LEAF))
+    c.settle(3)
+    for name, grace in (("quick", 5), ("slow", 120)):  # two 4-GPU gangs share su-1's fourth node
+        c.submit(training_job(name, 1, 4, priority=0, topology=LEAF, preemptionGracePeriodSeconds=grace,
+                              annotations={"sim.superpod.dev/terminate-after": "1000s"}))
+        c.settle(3)
+    shared = c.pods("quick")[0]["spec"]["nodeName"]
+    assert c.pods("slow")[0]["spec"]["nodeName"] == shared and _leaf(c, shared) == "su-1"
+    for i in range(4):
+        c.submit(job(f"far-{i}", priority=50))  # su-2 full, not to be preempted
+    c.settle(3)
+    c.tick(100)
+    _lose(c, 0)
+    c.settle(3)
+    assert c.status("r")["nomination"]["nodes"] == [shared]
+    c.submit(training_job("small", 1, 4, priority=0))  # would fit in the half quick frees
+    c.settle(30, seconds=1)  # quick is gone, slow still stops
+    taken = [p["metadata"]["name"] for name in ("small", "quick") for p in c.pods(name)
+             if p["spec"]["nodeName"] == shared and not p["metadata"].get("deletionTimestamp")]
+    assert not taken, "the held node is no waiting job's, its victim's included"
+    assert "held for it" in c.status("r")["message"]
+    c.settle(20, seconds=10)  # slow's grace ends; the replica lands there
+    st = c.status("r")
+    assert (st["replacements"], st["interruptions"]) == (1, 0) and st["placement"][shared] == [0]

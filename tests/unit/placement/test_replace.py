@@ -3,7 +3,7 @@ the replicas that survive, booked on the snapshot."""
 
 from __future__ import annotations
 
-from superpod.core.replace import choose
+from superpod.core.replace import choose, preempting
 from tests.unit.builders import TOPO, TOPO3, job, node, snapshot
 
 
@@ -73,3 +73,20 @@ def test_the_choice_is_booked_and_nothing_is_when_there_is_none():
     free = [dict(f) for f in snap.free]
     assert choose(snap, gang, {0: "a1", 1: "a2", 2: "a3"}, [0, 1, 2]) is None, "no replica survives: restart"
     assert [dict(f) for f in snap.free] == free
+
+
+def test_with_no_node_free_the_cheapest_victims_inside_the_gangs_leaf_make_room_and_no_more():
+    from tests.unit.preemption.test_preempt import cluster, run_gangs
+    snap = cluster(2, 3)  # leaves l0, l1 of three 8-GPU nodes
+    gang = job("g").replicas(2).gpus(4).required("leaf").build()
+    placement = {0: "l0n0", 1: "l0n1"}  # l0n1 is lost (still listed)
+    candidates = run_gangs(snap, [("g-pods", 99, 0, [("l0n0", 4), ("l0n1", 4)]),
+                                  ("a", 0, 100, [("l0n0", 4)]), ("b", 0, 50, [("l0n2", 4)]),
+                                  ("d", 5, 1, [("l0n2", 4)]), ("c", -1, 1, [("l1n0", 8)]),
+                                  ("e", -1, 1, [("l1n1", 8)]), ("f", -1, 1, [("l1n2", 8)])])[1:]
+    found = preempting(snap, gang, placement, [1], candidates)
+    assert [victim.key for victim in found.victims] == ["ns/b"], "the lowest priority, then the least work lost: " \
+        "one gang of the leaf, none of leaf l1 though cheaper"
+    assert found.placement.assignments == {"l0n2": [0]}
+    assert preempting(snap, gang, placement, [1], [v for v in candidates if v.key in ("ns/c", "ns/e", "ns/f")]) \
+        is None, "never outside the leaf"
