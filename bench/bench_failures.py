@@ -49,7 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", default="llm", choices=sorted(TRACES))
     parser.add_argument("--seeds", default="1-5")
-    parser.add_argument("--load", default="0.9")
+    parser.add_argument("--load", default="0.9", help="one offered load")
     parser.add_argument("--node-mtbf", default="30d", help="each node's mean uptime between failures")
     parser.add_argument("--checkpoint", default="1h", help="how often gangs save their progress")
     parser.add_argument("--workers", type=int, default=2)

@@ -82,3 +82,32 @@ def test_with_no_node_in_the_leaf_the_gang_restarts_at_the_deadline_with_the_rea
     assert "no node to replace it was found by" in jobs.wait_event("full", "NodeLost")
     assert not st.get("replacements") and not st.get("replacementDeadline")
     assert victim not in {p.spec.node_name for p in jobs.pods("full")}
+
+
+def test_with_no_free_node_in_the_leaf_the_replacement_preempts_the_cheapest_lower_priority_gang_there(
+        cluster, replacing, jobs):
+    core = client.CoreV1Api(cluster.api)
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 8, own_leaves=True, nodes_per_unit=4)  # two leaves of 4 nodes
+    jobs.create(training_job("high", sim, 3, gpus=8, topology={"required": "leaf"}, nodeFailure="Replace",
+                             priority=100))
+    leaf = jobs.wait_phase("high", "Running", 90)["domain"]
+    jobs.create(training_job("other-leaf", sim, 4, gpus=8, topology={"required": "leaf"}))
+    jobs.wait_phase("other-leaf", "Running", 90)
+    jobs.create(training_job("low", sim, 1, gpus=8))
+    low_node = next(iter(jobs.wait_phase("low", "Running", 90)["placement"].values()))
+    assert f"leaf {_leaf(core, low_node)}" == leaf, "the last free node was in the gang's leaf"
+    before = _by_name(jobs.pods("high"))
+    others = {p.metadata.uid for p in jobs.pods("other-leaf")}
+    victim = before["high-a1-1"]
+    core.delete_node(victim.spec.node_name)
+    wait_for(lambda: jobs.status("high").get("replacements") == 1 and jobs.status("high").get("phase") == "Running"
+             and not jobs.status("high").get("replacing"), 90, "the replica made again on the preempted gang's node")
+    after = _by_name(jobs.pods("high"))
+    st = jobs.status("high")
+    assert after["high-a1-1"].spec.node_name == low_node and st["attempt"] == 1 and st["interruptions"] == 0
+    assert [after[n].metadata.uid for n in ("high-a1-0", "high-a1-2")] == [
+        before[n].metadata.uid for n in ("high-a1-0", "high-a1-2")]
+    assert "preempted" in jobs.wait_event("high", "Preempting")
+    low = jobs.status("low")
+    assert low["phase"] != "Running" and low.get("restarts", 0) == 0, "the victim waits again, no restart counted"
+    assert {p.metadata.uid for p in jobs.pods("other-leaf")} == others, "nothing outside the leaf was taken"

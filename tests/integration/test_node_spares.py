@@ -3,16 +3,11 @@ node, and a gang placed in the other leaf leaves that leaf's spare free."""
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from kubernetes import client
 
-from superpod.hardware import nodes, presets
-from tests.integration.operator_env import OperatorProcess, free_port, training_job
+from tests.integration.operator_env import LEAF_LABEL, OperatorProcess, free_port, sim_cluster, training_job
 from tests.integration.wait import wait_for
-
-LEAF_LABEL = "superpod.dev/leaf"
 
 
 @pytest.fixture(scope="module")
@@ -27,23 +22,9 @@ def sparing(crds, operator, tmp_path_factory):
     operator.start()
 
 
-def _leaves_of_its_own(api, count: int, per_leaf: int) -> tuple[str, list[dict]]:
-    """A simulated cluster whose leaves are its own (other tests' nodes share the preset's leaf names)."""
-    name = f"t{uuid.uuid4().hex[:6]}"
-    objs = presets.preset_nodes("dgx-h100", count, name, nodes_per_unit=per_leaf)
-    for obj in objs:
-        obj["metadata"]["labels"][LEAF_LABEL] = f"{name}-{obj['metadata']['labels'][LEAF_LABEL]}"
-    nodes.create_nodes(api, objs)
-    core = client.CoreV1Api(api)
-    wait_for(lambda: sum(any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or [])
-                         for n in core.list_node(label_selector=f"{presets.SIM_LABEL}={name}").items) == count,
-             60, f"{count} simulated nodes Ready")
-    return name, objs
-
-
 def test_a_replacement_takes_the_leafs_spare_first_and_a_waiting_gang_leaves_it(cluster, sparing, jobs):
     core = client.CoreV1Api(cluster.api)
-    sim, objs = _leaves_of_its_own(cluster.api, 36, 18)  # two leaves of 18 nodes
+    sim, objs = sim_cluster(cluster.api, "dgx-h100", 36, own_leaves=True, nodes_per_unit=18)  # two leaves of 18 nodes
     jobs.create(training_job("big", sim, 16, gpus=8, topology={"required": "leaf"}, nodeFailure="Replace"))
     st = jobs.wait_phase("big", "Running", 90)
     leaf = st["domain"].removeprefix("leaf ")
