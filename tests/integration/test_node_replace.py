@@ -94,7 +94,7 @@ def test_with_no_free_node_in_the_leaf_the_replacement_preempts_the_cheapest_low
     jobs.create(training_job("other-leaf", sim, 4, gpus=8, topology={"required": "leaf"}))
     jobs.wait_phase("other-leaf", "Running", 90)
     jobs.create(training_job("low", sim, 1, gpus=8))
-    low_node = next(iter(jobs.wait_phase("low", "Running", 90)["placement"].values()))
+    low_node = next(iter(jobs.wait_phase("low", "Running", 90)["placement"]))
     assert f"leaf {_leaf(core, low_node)}" == leaf, "the last free node was in the gang's leaf"
     before = _by_name(jobs.pods("high"))
     others = {p.metadata.uid for p in jobs.pods("other-leaf")}
