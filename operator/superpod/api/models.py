@@ -242,6 +242,10 @@ class TrainingJobStatus(BaseModel):
     interruptions: int = Field(
         0, ge=0, description="Gang restarts the infrastructure caused: a node lost, a replica deleted or evicted."
     )
+    interruptionsInARow: int = Field(
+        0, ge=0, description="Interruptions in a row: an attempt that ran 10 minutes before its interruption starts a "
+        "new row. The wait before the gang restarts doubles along a row, and the 20th in a row fails the job."
+    )
     startupFailures: int = Field(
         0, ge=0, description="Attempts that could not start: not all pods ran in time, or the gang could not be "
         "written (the API refused a write)."

@@ -171,6 +171,8 @@ def judged(status: TrainingJobStatus, raw: dict, verdict: Verdict, running: int,
                     "restarts": verdict.restarts, "interruptions": verdict.interruptions,
                     "startupFailures": verdict.startup_failures, "containerErrors": verdict.container_errors,
                     "ready": _ready(running, replicas)}
+    if verdict.interruptions_in_a_row is not None:
+        fields["interruptionsInARow"] = verdict.interruptions_in_a_row
     if closing is not None:
         fields.update(_closed(closing))
     if phase == Phase.RUNNING and not status.startTime:

@@ -131,6 +131,7 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         replicas=view.replicas, phase=status.phase, created_at=view.time(status.attemptStartTime) or now,
         startup_timeout=float(view.spec("startupTimeoutSeconds")), max_restarts=int(view.spec("maxRestarts")),
         restarts=status.restarts, interruptions=status.interruptions, startup_failures=status.startupFailures,
+        interruptions_in_a_row=status.interruptionsInARow,
         container_errors=status.containerErrors, placement=placement, pods={i: p.state for i, p in current.items()},
         lost_nodes=lost | frozenset(failed), not_ready={**not_ready, **{node: t for node, (t, _) in short.items()}},
         not_ready_grace=settings.not_ready_grace,

@@ -26,7 +26,8 @@ REPLACE = "replace"  # make the replicas of lost nodes (Verdict.lost) again on o
 
 CONTAINER_ERROR_LIMIT = 3
 NOT_READY_GRACE = 300.0  # as Kubernetes' default toleration of an unreachable or not-ready node
-INTERRUPTION_LIMIT = 20  # a gang interrupted this often fails: something keeps taking it apart
+INTERRUPTION_LIMIT = 20  # a gang interrupted this often in a row fails: something keeps taking it apart
+STABLE_RUN = 600.0  # an attempt that ran this long before its interruption starts a new row (backoff and limit)
 # Waiting reasons a kubelet reports when the pod spec itself cannot run (the image name, a missing ConfigMap...).
 CONTAINER_ERRORS = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
                               "CreateContainerConfigError", "CreateContainerError", "RunContainerError"})
@@ -59,6 +60,7 @@ class Attempt:
     interruptions: int = 0
     startup_failures: int = 0
     container_errors: int = 0
+    interruptions_in_a_row: int = 0
     placement: dict[int, str] = field(default_factory=dict)
     pods: dict[int, PodState] = field(default_factory=dict)
     lost_nodes: frozenset[str] = frozenset()
@@ -88,6 +90,7 @@ class Verdict:
     not_before: float | None = None  # a requeued job is not placed again before this time
     failure: dict | None = None  # what ended the attempt, for status.failures
     lost: tuple[int, ...] = ()  # REPLACE: the replicas whose nodes are lost
+    interruptions_in_a_row: int | None = None  # set by an interruption (None: as it was)
 
     @property
     def ends_attempt(self) -> bool:
@@ -215,13 +218,16 @@ def _restart(a: Attempt, now: float, reason: Reason, what: str, replica: int | N
     failure = _failure(reason, now, replica, node, exit_code, message)
     if reason != Reason.POD_FAILED:  # the infrastructure's fault: does not use up maxRestarts
         interruptions = a.interruptions + 1
-        if interruptions >= INTERRUPTION_LIMIT:
-            return Verdict(Phase.FAILED, TEARDOWN, reason, f"{what}; interrupted {interruptions} times, giving up",
-                           a.restarts, interruptions, a.startup_failures, a.container_errors, failure=failure)
-        wait = backoff(interruptions)
+        # a long job loses nodes now and then: only interruptions in a row back off and use up the limit
+        in_a_row = 1 if now - a.created_at >= STABLE_RUN else a.interruptions_in_a_row + 1
+        if in_a_row >= INTERRUPTION_LIMIT:
+            return Verdict(Phase.FAILED, TEARDOWN, reason, f"{what}; interrupted {in_a_row} times in a row, giving up",
+                           a.restarts, interruptions, a.startup_failures, a.container_errors, failure=failure,
+                           interruptions_in_a_row=in_a_row)
+        wait = backoff(in_a_row)
         return Verdict(Phase.QUEUED, TEARDOWN, reason, f"{what}; gang restarts in {wait:.0f}s (interruption "
                        f"{interruptions}, not counted against maxRestarts)", a.restarts, interruptions,
-                       a.startup_failures, a.container_errors, now + wait, failure)
+                       a.startup_failures, a.container_errors, now + wait, failure, interruptions_in_a_row=in_a_row)
     restarts = a.restarts + 1
     if restarts > a.max_restarts:
         return Verdict(Phase.FAILED, TEARDOWN, reason, f"{what}; maxRestarts ({a.max_restarts}) exhausted",

@@ -93,11 +93,30 @@ def test_a_finished_gang_is_finished_whatever_happens_to_its_nodes_then():
     assert decide(attempt(half, RUNNING, lost={"n2"}), now=100).reason == "NodeLost"
 
 
-def test_interruptions_are_capped():
+def test_interruptions_in_a_row_are_capped():
     from superpod.core.lifecycle import INTERRUPTION_LIMIT
 
-    v = decide(attempt(ALL_RUNNING, RUNNING, lost={"n1"}, interruptions=INTERRUPTION_LIMIT - 1), now=100)
-    assert (v.phase, v.action) == (FAILED, TEARDOWN) and "interrupted 20 times" in v.message
+    v = decide(attempt(ALL_RUNNING, RUNNING, lost={"n1"}, interruptions=INTERRUPTION_LIMIT - 1,
+                       interruptions_in_a_row=INTERRUPTION_LIMIT - 1), now=100)
+    assert (v.phase, v.action) == (FAILED, TEARDOWN) and "interrupted 20 times in a row" in v.message
+
+
+def test_a_long_job_that_loses_a_node_now_and_then_restarts_at_once_however_often_it_did_before():
+    """A 54-day run on thousands of nodes is interrupted hundreds of times: each restart after a stable run waits the
+    first backoff and starts a new row, so the job never runs out of interruptions."""
+    from superpod.core.lifecycle import STABLE_RUN, backoff
+
+    lifetime, in_a_row, now = 0, 0, 0.0
+    for _ in range(100):
+        now += STABLE_RUN + 3600
+        v = decide(attempt(ALL_RUNNING, RUNNING, lost={"n1"}, created=now - STABLE_RUN - 3600,
+                           interruptions=lifetime, interruptions_in_a_row=in_a_row), now=now)
+        lifetime, in_a_row = v.interruptions, v.interruptions_in_a_row
+        assert (v.phase, v.not_before, in_a_row) == (QUEUED, now + backoff(1), 1)
+    assert lifetime == 100
+    quick = decide(attempt(ALL_RUNNING, RUNNING, lost={"n1"}, created=now - 60, interruptions=lifetime,
+                           interruptions_in_a_row=3), now=now)
+    assert (quick.interruptions, quick.interruptions_in_a_row, quick.not_before) == (101, 4, now + backoff(4))
 
 
 def test_container_errors_fail_the_job_after_a_few_attempts():
