@@ -180,13 +180,17 @@ def _members(pods: list[dict]) -> tuple[tuple[Requests, list[dict]], list[tuple[
     by_request: dict[Requests, list[dict]] = {}
     owned = []
     for pod in pods:
-        spec = pod.get("spec") or {}
-        found = pod_requests(spec, lambda field, raw, p=pod: resources_of(p, field, raw))
-        requests = tuple(sorted((resource, amount) for resource, amount in found.items() if amount))
+        requests = requests_of(pod)
         by_request.setdefault(requests, []).append(pod)
         owned.append((requests, pod))
     common = max(by_request, key=lambda requests: (len(by_request[requests]), gpu_units(requests), requests))
     return (common, by_request[common]), [(requests, pod) for requests, pod in owned if requests != common]
+
+
+def requests_of(pod: dict) -> Requests:
+    """What one pod asks for, as its gang's request reads it (the nonzero amounts, sorted). Raises ConvertError."""
+    found = pod_requests(pod.get("spec") or {}, lambda field, raw: resources_of(pod, field, raw))
+    return tuple(sorted((resource, amount) for resource, amount in found.items() if amount))
 
 
 _FILTER_FIELDS = ("spec.nodeSelector", "spec.affinity.nodeAffinity", "spec.tolerations", "metadata.annotations")

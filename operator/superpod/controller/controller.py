@@ -67,6 +67,7 @@ class Turn:
     snap: Snapshot | None = None  # step 5
     fair: FairQueues | None = None  # step 5: the queues' policy, when GPUQueues exist
     closed: Closed | None = None  # step 5: the policy that admits nothing, when the queues' could not be computed
+    spares: list[str] = field(default_factory=list)  # step 5a: the spares freed for this cycle's replacements
     policy: QueuePolicy | None = None  # step 6
     mig: dict[str, str] = field(default_factory=dict)  # step 8: job key -> the MIG flow's message
     notes: dict[str, str] = field(default_factory=dict)  # step 8: job key -> a note on MIG for its waiting message
@@ -178,9 +179,9 @@ class Controller:
         """The cycle's steps, in order, each adding its plans to one `Turn`: what the cycle knows so far."""
         turn = Turn(now, touched)
         for step in (self._observe, self._account, self._judge_gangs, self._sort_waiting, self._snapshot,
-                     self._replace, self._replace_pods, self._keep_spares, self._choose_policy, self._decide,
-                     self._repartition, self._preempt, self._queue_statuses, self._tell_waiting, self._report_faults,
-                     self._meter):
+                     self._release_spares, self._replace, self._replace_pods, self._keep_spares, self._choose_policy,
+                     self._decide, self._repartition, self._preempt, self._queue_statuses, self._tell_waiting,
+                     self._report_faults, self._meter):
             step(turn)
         return turn.plans
 
@@ -223,6 +224,12 @@ class Controller:
         turn.plans += gangs.tell_relabelled(self.state)
         turn.snap.horizon = self.estimator.horizon_at(self.reader, turn.now)
 
+    def _release_spares(self, turn: Turn) -> None:
+        """5a. The spares freed for this cycle's replacements (steps 5b and 5c; 5d books those left again)."""
+        if self.lost or self.room.replacing:
+            self._keep_spares(turn)  # a snapshot built anew has none booked yet
+            turn.spares = spares.release(turn.snap)
+
     def _replace(self, turn: Turn) -> None:
         """5b. The replicas of lost nodes made again on nodes that keep their gangs' topology, booked before any
         waiting job is placed; or, with none free, the deadline after which their gangs restart, and the gangs they
@@ -231,8 +238,6 @@ class Controller:
         if not self.lost:
             return
         nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
-        self._keep_spares(turn)  # a snapshot built anew has none booked yet
-        free = spares.release(turn.snap)  # theirs to take (step 5c books those left again)
         preempt = self._replacement_preemption(turn, nominees)
         for lost in self.lost:
             try:  # not onto nodes held for a preemptor: its victims were stopped for them
@@ -240,7 +245,7 @@ class Controller:
                         for node in view.status.nomination.nodes}
                 held.update(node for _, found in self.holds.values() for node in found.placement.assignments)
                 plan = replacement(self.state, lost, turn.snap, turn.now, self.settings, self.queues.labels, held,
-                                   free, preempt)
+                                   turn.spares, preempt)
             except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
                 log.exception("replacing replicas of %s failed", lost.view.key)
                 self._count_error("judge")
@@ -283,12 +288,14 @@ class Controller:
 
     def _replace_pods(self, turn: Turn) -> None:
         """5c. The pods owners made again for partly bound pod gangs (a lost node's), bound as lost replicas are
-        replaced, before any waiting job is placed; not onto nodes held for a preemptor."""
+        replaced, before any waiting job is placed; not onto nodes held for a preemptor (this cycle's too)."""
         if not self.room.replacing:
             return
         nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
         held = {node for view in nominees.values() if view.status.nomination for node in view.status.nomination.nodes}
-        turn.plans += self._guarded("judge", lambda: self.room.replace(self.state, turn.snap, turn.now, held), [])
+        held.update(node for _, found in self.holds.values() for node in found.placement.assignments)
+        turn.plans += self._guarded("judge", lambda: self.room.replace(self.state, turn.snap, turn.now, held,
+                                                                       turn.spares), [])
 
     def _keep_spares(self, turn: Turn) -> None:
         """5d. The spare nodes (--spares) booked on the snapshot, so that no waiting job is placed there."""

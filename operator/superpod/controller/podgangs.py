@@ -5,10 +5,12 @@ subresource, as kube-scheduler binds: the pod is never recreated and its owner s
 
 A gang is bound only when all its pods exist and fit, all at once; until then each pod says why in its
 PodScheduled=False condition. A binding cannot be taken back, so a gang some of whose pods are bound (a binding that
-failed, an operator killed mid-gang, a pod its owner made again after its node was lost) has its other pods bound as a
-TrainingJob's lost replicas are replaced (core/replace.choose): inside the domain of the required level its bound pods
-are in, each slice whole, before any waiting job is placed. Until their bindings are observed, bound pods are assumed
-in the snapshot (`assumed`), as a TrainingJob's placement is."""
+failed, an operator killed mid-gang, a pod its owner made again after its node was lost) has the pods it lacks bound
+as a TrainingJob's lost replicas are replaced (core/replace.choose): inside the domain of the required level its
+bound pods are in, each slice whole, before any waiting job is placed, each asking what its bound part was admitted
+with (any other pod, or one made again for a pod deleted from a healthy node, waits in the line for queue
+admission). Until their bindings are observed, bound pods are assumed in the snapshot (`assumed`), as a
+TrainingJob's placement is."""
 
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from superpod.api.podgang import (
     max_runtime_of,
     nomination_of,
     rank_of,
+    requests_of,
 )
 from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339
@@ -175,6 +178,8 @@ class PodGangs:
         self._told: set[str] = set()
         self.incomplete: dict[str, float] = {}  # gang key -> since when some of its pods are bound and others wait
         self.evicted: dict[str, str] = {}  # uid -> key of the pods `stop_incomplete` evicted: members no more
+        # gang key -> pod key -> node: where its pods were seen bound since it was last whole (which nodes it lost)
+        self.were_on: dict[str, dict[str, str]] = {}
 
     def verdict(self, state: ClusterState, key: str, now: float) -> tuple[GangView | None, Plan | None, str]:
         """A gang whose pods may have changed: ready to place (its view), or why it waits (a plan telling its pods,
@@ -182,6 +187,7 @@ class PodGangs:
         live, bound, waiting = self._members(state, key)
         if not (bound and waiting):
             self.incomplete.pop(key, None)
+        self._track(state, key, live, bound)
         if not waiting:
             return None, None, ""
         gated = {_key(pod) for pod in waiting if pod["spec"].get("schedulingGates")}
@@ -207,19 +213,22 @@ class PodGangs:
             max_runtime_of(key, waiting)  # a limit that does not read is said before the gang is bound
             if bound:  # the rest of a gang: slices are the whole gang's, not this remainder's
                 request = replace(request, slice_size=None, slice_required=None)
-                if (rest := _rest(state, key, live, bound, request)) is not None:
-                    return rest, None, ""
+            missing = size - len(bound)  # (the pods past them wait in the line, as do those of a cut gang)
+            if bound and missing > 0 and not self._cut(state, key, bound) and \
+                    (rest := _rest(state, key, live, bound, missing, request)) is not None:
+                return rest, None, ""
             members = in_slot_order(waiting)  # member i goes to the placement's slot i, where its request fits
         except (ConvertError, LookupError) as e:
             why = str(e).strip('"')
             return None, view.wait("", why, now), why
         return GangView(key, tuple(members), request), None, ""
 
-    def replace_lost(self, snap: Snapshot, view: GangView, now: float, held: Collection[str] = ()) -> Plan | None:
+    def replace_lost(self, snap: Snapshot, view: GangView, now: float, held: Collection[str] = (),
+                     spares: Collection[str] = ()) -> Plan | None:
         """The rest of a partly bound gang (`view.slots`) bound onto nodes that keep the gang's topology, booked on
         `snap` (core/replace.choose, as a TrainingJob's lost replicas); or why it waits. `held`: nodes nominated to
-        preemptors."""
-        chosen = choose(snap, view.whole, dict(view.placement), view.slots, held=held)
+        preemptors; `spares`: the spares freed for replacements."""
+        chosen = choose(snap, view.whole, dict(view.placement), view.slots, held=held, spares=spares)
         if chosen is None:
             count = len(view.slots)
             why = (f"{count} pod{'s' if count > 1 else ''} of running gang {view.key}: no node {view.domain} can take "
@@ -231,6 +240,25 @@ class PodGangs:
         for member, slot in enumerate(view.slots):
             assignments.setdefault(chosen[slot], []).append(member)
         return self.bind(view, assignments, now)
+
+    def _track(self, state: ClusterState, key: str, live: list[dict], bound: dict[str, str]) -> None:
+        """Remember where the gang's pods are bound; forget the pods it no longer has once it is whole again."""
+        if not live:
+            self.were_on.pop(key, None)
+            return
+        seen = self.were_on.setdefault(key, {})
+        if any(pod_key not in bound for pod_key in seen):
+            try:
+                if len(bound) >= gang_size(key, live, state.pod_group(key), grouping(live[0]).by):
+                    seen.clear()
+            except (ConvertError, LookupError):
+                pass  # (said when its pods wait)
+        seen.update(bound)
+
+    def _cut(self, state: ClusterState, key: str, bound: dict[str, str]) -> bool:
+        """Whether a pod the gang had bound is gone from a node that is still healthy (its owner deleted it: no node
+        was lost, so its rest waits in the line, admitted as a gang of its own)."""
+        return any(pod_key not in bound and _healthy(state, node) for pod_key, node in self.were_on[key].items())
 
     def _members(self, state: ClusterState, key: str) -> tuple[list[dict], dict[str, str], list[dict]]:
         """A gang's live pods (not finished, not being deleted); those bound or assumed bound (pod key -> node); the
@@ -416,6 +444,8 @@ class PodGangs:
                 out.append(known[1])
         for key in self._placed.keys() - state.gang_keys:
             del self._placed[key]
+        for key in self.were_on.keys() - state.gang_keys:
+            del self.were_on[key]
         for key in self.admitted.keys() - state.gang_keys:
             del self.admitted[key]
             self._told.discard(key)
@@ -461,17 +491,21 @@ def _evict(key: GangKey, pods: list[dict], reason: str, event: Reason, why: str,
     return Plan(key, steps)
 
 
-def _rest(state: ClusterState, key: GangKey, live: list[dict], bound: dict[str, str],
+def _rest(state: ClusterState, key: GangKey, live: list[dict], bound: dict[str, str], missing: int,
           request: JobRequest) -> GangView | None:
-    """The waiting pods of a partly bound gang as replicas to replace in the whole gang's placement (by slot, as
-    `in_slot_order` ranks all its pods); None when one of them is not of its identical members (replacement books
-    those only: it is placed as a gang of its own)."""
-    order = in_slot_order(sorted(live, key=rank_of))
-    whole = gang_request(key, order, check=False)
-    placement = tuple((slot, bound[_key(pod)]) for slot, pod in enumerate(order) if _key(pod) in bound)
-    slots = tuple(slot for slot, pod in enumerate(order) if _key(pod) not in bound)
-    if not placement or any(slot >= whole.replicas for slot in slots):
+    """The first `missing` waiting pods of a partly bound gang that ask what its bound identical members were
+    admitted with, as replicas to replace in the bound part's placement; None when none does (the others wait in the
+    line: queue admission sees what they ask)."""
+    placed = in_slot_order(sorted((pod for pod in live if _key(pod) in bound), key=rank_of))
+    admitted = gang_request(key, placed, check=False)
+    fill = [pod for pod in sorted(live, key=rank_of)
+            if _key(pod) not in bound and requests_of(pod) == admitted.requests][:missing]
+    if not fill:
         return None
+    whole = replace(admitted, replicas=admitted.replicas + len(fill))
+    order = placed[:admitted.replicas] + fill + placed[admitted.replicas:]  # identical members first, as ranked
+    placement = tuple((slot, bound[_key(pod)]) for slot, pod in enumerate(order) if _key(pod) in bound)
+    slots = tuple(range(admitted.replicas, admitted.replicas + len(fill)))
     inside = _inside(state, list(bound.values()), order)
     level = ((order[0].get("metadata") or {}).get("annotations") or {}).get(TOPOLOGY["required"])
     domain = f"inside {level} {inside[0][1]}" if inside else "that keeps its topology"
@@ -493,6 +527,11 @@ def _inside(state: ClusterState, nodes: list[str], waiting: list[dict]) -> tuple
         entry = state.nodes.get(node)
         values.add(entry.node.labels.get(level.label) if entry and entry.node else None)
     return ((level.label, values.pop()),) if len(values) == 1 and None not in values else ()
+
+
+def _healthy(state: ClusterState, node: str) -> bool:
+    entry = state.nodes.get(node)
+    return entry is not None and entry.node is not None and entry.node.ready and not entry.node.held
 
 
 def _condition(pod: dict) -> tuple[str, str, str] | None:

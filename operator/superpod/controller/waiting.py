@@ -134,13 +134,15 @@ class WaitingRoom:
             plans += self._bind(state, visited, now)
         return visited, parked, plans
 
-    def replace(self, state: ClusterState, snap: Snapshot, now: float, held: Collection[str] = ()) -> list[Plan]:
+    def replace(self, state: ClusterState, snap: Snapshot, now: float, held: Collection[str] = (),
+                spares: Collection[str] = ()) -> list[Plan]:
         """The rest of each partly bound pod gang bound where its gang's topology holds (booked on `snap` before any
-        waiting job is placed), or told why it waits; a bound one is looked at again next cycle."""
+        waiting job is placed, the freed `spares` first), or told why it waits; a bound one is looked at again next
+        cycle."""
         plans = []
         for key in sorted(self.replacing):
             view = self.ready[key]
-            plan = self.gangs.replace_lost(snap, view, now, held)
+            plan = self.gangs.replace_lost(snap, view, now, held, spares)
             if plan is not None:
                 plans.append(plan)
                 if isinstance(plan.steps[0], BindPods):
