@@ -105,7 +105,7 @@ class Controller:
         judged, the snapshot built, the waiting room filled, counting resumed from now."""
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
-        self._spared = (-1, -1)  # (the snapshot's rebuilds, its generation) when the spares were last booked
+        self._spared: tuple = ()  # (the snapshot's rebuilds, its generation, the waiting needs) of the last booking
         self.room = WaitingRoom()
         # job uid (a pod gang: its key) -> when its cause was written, its code, the hash of its sentence
         self.said: dict[str | GangKey, tuple[float, str, int]] = {}
@@ -298,15 +298,20 @@ class Controller:
                                                                        turn.spares), [])
 
     def _keep_spares(self, turn: Turn) -> None:
-        """5d. The spare nodes (--spares) booked on the snapshot, so that no waiting job is placed there."""
+        """5d. The spare nodes (--spares) booked on the snapshot, so that no waiting job is placed there; none where
+        only they keep a waiting job from the capacity it needs."""
         if self.settings.spares is None:
             return
         snap = turn.snap
-        if self._spared == (self.snapshots.rebuilds, snap.generation):  # nothing changed since they were booked
-            return
         level, count = self.settings.spares
-        spares.keep(snap, snap.topology.index(level) or 0, count)
-        self._spared = (self.snapshots.rebuilds, snap.generation)
+        depth = snap.topology.index(level) or 0
+        waiting = spares.needs(snap, depth, (view.request for view in self.room.ready.values()
+                                             if isinstance(view.request, JobRequest)))
+        spared = (self.snapshots.rebuilds, snap.generation, waiting)
+        if self._spared == spared:  # nothing changed since they were booked
+            return
+        spares.keep(snap, depth, count, waiting)
+        self._spared = (self.snapshots.rebuilds, snap.generation, waiting)
 
     def _choose_policy(self, turn: Turn) -> None:
         """6. The policy in force: held when the queues' policy failed, else under preemption when it may."""

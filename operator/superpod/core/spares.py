@@ -1,32 +1,50 @@
 """Spare nodes: in each domain of one level, the last `count` nodes (in name order) whose GPUs are all free, booked
 whole on the snapshot so that no waiting job is placed there; only a replacement (core/replace.py) takes them, after
-`release`. The booking is kept on the snapshot (`Snapshot.spares`) and changed only where the choice changed. Pure."""
+`release`. Spares never make a waiting job unplaceable: a domain (of that level or a coarser one) whose usable nodes
+could hold a waiting job that requires its level, but not without its spares, keeps none. The booking is kept on the
+snapshot (`Snapshot.spares`) and changed only where the choice changed. Pure."""
 
 from __future__ import annotations
 
+from bisect import bisect_right
+from collections.abc import Iterable
+
 from superpod.core.model import UNLABELLED, Pod, Snapshot
-from superpod.core.request import GPU
+from superpod.core.request import GPU, JobRequest
 
 SPARE = "spare#"  # a spare's booking is keyed "spare#<node>" (no pod's key or assumed replica's: those hold a "/")
 
 
-def choose(snap: Snapshot, level: int, count: int) -> list[int]:
+def needs(snap: Snapshot, level: int, jobs: Iterable[JobRequest]) -> dict[int, list[int]]:
+    """Of the waiting `jobs` whose domain is `level` or coarser (0: anywhere), the GPUs each asks for in all, by the
+    depth of its required level: distinct, sorted."""
+    out: dict[int, set[int]] = {}
+    for job in jobs:
+        depth = snap.topology.index(job.required) if job.required else 0
+        gpus = job.total_requests.get(GPU, 0)
+        if depth is not None and depth <= level and gpus > 0:
+            out.setdefault(depth, set()).add(gpus)
+    return {depth: sorted(amounts) for depth, amounts in sorted(out.items())}
+
+
+def choose(snap: Snapshot, level: int, count: int, waiting: dict[int, list[int]] | None = None) -> list[int]:
     """The spare nodes: per domain of `level` (one of a label, not a node alone), the last `count` usable nodes whose
-    GPUs are all free but for a spare's booking."""
+    GPUs are all free but for a spare's booking; none under a domain that only its spares keep from a job `waiting`
+    (`needs`) needs."""
     out: list[int] = []
     for domain in snap.domains_by_level[level] if 0 < level < len(snap.domains_by_level) else ():
         if snap.domains[domain].name.startswith(UNLABELLED):
             continue
         free = [node for node in sorted(snap.nodes_under(domain)) if _free(snap, node)]
         out += free[max(len(free) - count, 0):]
-    return out
+    return _lent(snap, out, waiting) if out and waiting else out
 
 
-def keep(snap: Snapshot, level: int, count: int) -> None:
+def keep(snap: Snapshot, level: int, count: int, waiting: dict[int, list[int]] | None = None) -> None:
     """Book the spares `choose` gives on `snap`, each taking what its node has free; drop the bookings of nodes no
     longer chosen."""
     wanted: dict[str, Pod] = {}
-    for node in choose(snap, level, count):
+    for node in choose(snap, level, count, waiting):
         name = snap.nodes[node].name
         free = dict(snap.free[node])
         for resource, amount in snap.spares[name].requests if name in snap.spares else ():
@@ -50,11 +68,34 @@ def release(snap: Snapshot) -> list[str]:
     return names
 
 
+def _lent(snap: Snapshot, chosen: list[int], waiting: dict[int, list[int]]) -> list[int]:
+    """`chosen` but the spares under each domain whose usable nodes hold as many GPUs as a waiting job requiring its
+    level asks for, but not once its spares are set aside: a spare is never why a job cannot run."""
+    spare = set(chosen)
+    for depth, amounts in waiting.items():
+        for domain in snap.domains_by_level[depth]:
+            under = snap.nodes_under(domain)
+            kept = [node for node in under if node in spare]
+            if not kept:
+                continue
+            usable = sum(snap.nodes[node].allocatable.get(GPU, 0) for node in under if _usable(snap, node))
+            outside = usable - sum(snap.nodes[node].allocatable.get(GPU, 0) for node in kept)
+            if bisect_right(amounts, usable) > bisect_right(amounts, outside):  # some job needs (outside, usable]
+                spare.difference_update(kept)
+    return [node for node in chosen if node in spare]
+
+
+def _usable(snap: Snapshot, node: int) -> bool:
+    """A node with GPUs that takes pods: ready, not cordoned, not being drained or failing."""
+    info = snap.nodes[node]
+    return info.allocatable.get(GPU, 0) > 0 and info.ready and not info.unschedulable and not info.held and not any(
+        taint.effect == "NoExecute" for taint in info.taints)
+
+
 def _free(snap: Snapshot, node: int) -> bool:
     info = snap.nodes[node]
     gpus = info.allocatable.get(GPU, 0)
-    if gpus <= 0 or not info.ready or info.unschedulable or info.held or any(
-            taint.effect == "NoExecute" for taint in info.taints):  # not one being drained or failing
+    if not _usable(snap, node):
         return False
     booked = snap.spares.get(info.name)
     return snap.free[node].get(GPU, 0) + (dict(booked.requests).get(GPU, 0) if booked else 0) >= gpus

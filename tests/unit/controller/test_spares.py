@@ -11,8 +11,8 @@ from superpod.controller.judge import Settings
 from superpod.controller.operator import spares as spares_flag
 from superpod.core import spares
 from superpod.core.model import Level, Node, Pod, Snapshot, Topology
-from superpod.core.request import GPU
-from superpod.k8s.api import NODES
+from superpod.core.request import GPU, JobRequest
+from superpod.k8s.api import NODES, TRAININGJOBS
 from tests.unit.memory_cluster import MemoryCluster, training_job
 
 LEAF = {"required": "leaf"}
@@ -76,6 +76,56 @@ def test_without_spares_every_free_node_is_placement_s():
     c.settle(3)
     assert c.status("big")["domain"] == "leaf su-2" and c.status("two")["phase"] == "Running"
     assert sorted(_nodes(c, "two").values()) == _leaves(c)["su-1"][2:]
+
+
+def test_a_gang_the_size_of_a_leaf_starts_on_an_idle_cluster_and_the_other_leaf_keeps_its_spare():
+    """Spares never make a job unplaceable: a leaf whose usable nodes hold a waiting leaf-required gang only
+    without its spare keeps none; once the gang runs, small jobs leave the other leaf's spare alone."""
+    c = MemoryCluster(nodes=8, nodes_per_unit=4, settings=SPARES)
+    su1, su2 = _leaves(c).values()
+    c.submit(training_job("full", 4, 8, topology=LEAF))
+    c.settle(3)
+    st = c.status("full")
+    assert (st["phase"], st["domain"]) == ("Running", "leaf su-1") and sorted(_nodes(c, "full").values()) == su1, st
+    for i in range(4):
+        c.submit(training_job(f"one{i}", 1, 8))
+    c.settle(3)
+    assert sorted(node for i in range(3) for node in _nodes(c, f"one{i}").values()) == su2[:3]
+    st = c.status("one3")
+    assert (st["phase"], st["reason"]) == ("Queued", "NoRoom"), st
+    assert st["message"].endswith("; 1 node kept spare for replacing lost nodes"), st["message"]
+
+
+def test_a_whole_leaf_gang_s_reservation_is_met_when_the_leaf_frees():
+    """Both leaves partly busy: the whole-leaf gang reserves one, whose spare is not kept while it waits, and starts
+    there once the leaf's job ends."""
+    c = _cluster()
+    c.submit(training_job("b", 1, 8, topology=LEAF))  # su-1's third node
+    c.settle(3)
+    c.submit(training_job("c", 1, 8))  # su-2's first node
+    c.settle(3)
+    c.submit(training_job("full", 4, 8, topology=LEAF))
+    c.settle(3)
+    assert c.status("full")["phase"] == "Queued"
+    c.store.delete_now(TRAININGJOBS, "team-a/c")
+    c.settle(5)
+    st = c.status("full")
+    assert (st["phase"], st["domain"]) == ("Running", "leaf su-2"), st
+    assert c.status("r")["phase"] == "Running" and c.status("b")["phase"] == "Running"
+
+
+def test_choose_keeps_no_spare_where_only_spares_keep_a_waiting_job_out():
+    topo = Topology((Level("leaf", "superpod.dev/leaf"),))
+    nodes = [Node(f"n{i}", {"superpod.dev/leaf": "a" if i < 3 else "b"}, {GPU: 8}) for i in range(5)]
+    snap = Snapshot(nodes, topo, [])
+    named = lambda waiting: [snap.nodes[i].name for i in spares.choose(snap, 1, 1, waiting)]  # noqa: E731
+    whole = lambda gpus, required=None: JobRequest("team-a", "w", gpus // 8, ((GPU, 8),), required=required)  # noqa: E731
+    assert named([]) == named(spares.needs(snap, 1, [whole(8, "leaf")])) == ["n2", "n4"]
+    assert named(spares.needs(snap, 1, [whole(16, "leaf")])) == ["n2"], "leaf a holds it beside its spare, b not"
+    assert named(spares.needs(snap, 1, [whole(24, "leaf")])) == ["n4"], "leaf a holds it only without its spare"
+    assert named(spares.needs(snap, 1, [whole(32, "leaf")])) == ["n2", "n4"], "no leaf holds it: spares stay"
+    assert named(spares.needs(snap, 1, [whole(40)])) == [], "anywhere: the whole cluster without spares"
+    assert named(spares.needs(snap, 1, [whole(24)])) == ["n2", "n4"]
 
 
 def test_choose_takes_the_last_free_nodes_of_each_domain_and_keep_books_them_whole():
