@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from superpod.api.podgang import POD_GROUP_LABEL
 from superpod.controller.controller import Turn
 from superpod.controller.judge import Settings
-from superpod.k8s.api import GPUQUEUES, NODES, PODGROUPS, PODS
+from superpod.k8s.api import GPUQUEUES, NODES, PODS
 from tests.unit.memory_cluster import MemoryCluster, run
-from tests.unit.podgangs.test_pod_gangs import create, pod, scheduled, stored
+from tests.unit.podgangs.test_pod_gangs import create, pod, pod_group, scheduled, stored
 from tests.unit.queues.test_controller_queues import gpu_queue
 
 
@@ -79,13 +78,7 @@ def test_pod_group_members_past_min_member_wait_for_their_queue():
     by the queue, not the bound part's missing members."""
     c = MemoryCluster(nodes=8)
     run(c.admin.create(GPUQUEUES, gpu_queue("a", 16, limit=16)))
-    run(c.admin.create(PODGROUPS, {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-                                   "metadata": {"name": "pg", "namespace": "team-a"}, "spec": {"minMember": 2}}))
-
-    def member(name: str) -> dict:
-        body = pod(name, gpus=8)
-        body["metadata"]["labels"][POD_GROUP_LABEL] = "pg"
-        return body
+    member = pod_group(c, "pg", 2)
     create(c, member("pg-0"), member("pg-1"))
     c.settle(3)
     assert all(stored(c, f"pg-{i}")["spec"].get("nodeName") for i in range(2))

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import json
 
-from superpod.api.podgang import COMPLETION_INDEX, GANG_LABEL, GANG_SIZE, TOPOLOGY
-from superpod.k8s.api import NODES, PODS, ApiError
+from superpod.api.podgang import COMPLETION_INDEX, GANG_LABEL, GANG_SIZE, POD_GROUP_LABEL, TOPOLOGY
+from superpod.k8s.api import NODES, PODGROUPS, PODS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
 SCHEDULER = "superpod-scheduler"
@@ -29,6 +29,19 @@ def pod(name: str, gang: str | None = None, size: int | None = None, gpus: int =
             "metadata": {"name": name, "namespace": "team-a", "labels": labels, "annotations": notes},
             "spec": {"schedulerName": SCHEDULER, "containers": [
                 {"name": "main", "image": "trainer", "resources": {"limits": limits, "requests": limits}}]}}
+
+
+def pod_group(c: MemoryCluster, name: str, min_member: int, gpus: int = 8):
+    """A coscheduling PodGroup in team-a; returns a maker of its members (pods of `gpus` GPUs)."""
+    run(c.admin.create(PODGROUPS, {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                                   "metadata": {"name": name, "namespace": "team-a"},
+                                   "spec": {"minMember": min_member}}))
+
+    def member(pod_name: str) -> dict:
+        body = pod(pod_name, gpus=gpus)
+        body["metadata"]["labels"][POD_GROUP_LABEL] = name
+        return body
+    return member
 
 
 def create(c: MemoryCluster, *pods: dict) -> None:

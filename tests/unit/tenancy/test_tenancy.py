@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from superpod.api.podgang import GANG_LABEL, NOMINATED, POD_GROUP_LABEL, QUEUE_LABEL, nomination_of
+from superpod.api.podgang import GANG_LABEL, NOMINATED, QUEUE_LABEL, nomination_of
 from superpod.api.times import rfc3339
 from superpod.controller import podgangs
 from superpod.hardware.kubelet import TERMINATE_AFTER
-from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODGROUPS, PODS, TRAININGJOBS, ApiError
+from superpod.k8s.api import GPUQUEUES, GPUUSAGES, NODES, PODS, TRAININGJOBS, ApiError
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.podgangs.test_pod_gangs import create, fail_binding_once, pod, stored
+from tests.unit.podgangs.test_pod_gangs import create, fail_binding_once, pod, pod_group, stored
 from tests.unit.queues.test_controller_queues import gpu_queue, message, phase, queue_status, submit
 
 FORGED = "superpod.dev/nomination"  # where a pod gang's nomination once was: a tenant may write it
@@ -298,13 +298,7 @@ def test_a_whole_pod_group_gang_with_an_extra_member_waiting_is_not_evicted():
     """Found by review: a running PodGroup gang (minMember 2) whose owner added a third, optional member was taken
     for a partly bound gang, and its two running pods were evicted after 600 s; whole again it never fit."""
     c = MemoryCluster(nodes=2, nodes_per_unit=2)  # 16 GPUs
-    run(c.admin.create(PODGROUPS, {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
-                                   "metadata": {"name": "pg", "namespace": "team-a"}, "spec": {"minMember": 2}}))
-
-    def member(name: str) -> dict:
-        body = pod(name, gpus=8)
-        body["metadata"]["labels"][POD_GROUP_LABEL] = "pg"
-        return body
+    member = pod_group(c, "pg", 2)
 
     create(c, member("w-0"), member("w-1"))
     c.settle(4)
