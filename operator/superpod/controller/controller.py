@@ -237,13 +237,11 @@ class Controller:
         self.holds = {}
         if not self.lost:
             return
-        nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
+        nominees = self._nominees()
         preempt = self._replacement_preemption(turn, nominees)
         for lost in self.lost:
             try:  # not onto nodes held for a preemptor: its victims were stopped for them
-                held = {node for key, view in nominees.items() if key != lost.view.key and view.status.nomination
-                        for node in view.status.nomination.nodes}
-                held.update(node for _, found in self.holds.values() for node in found.placement.assignments)
+                held = self._held(nominees, but=lost.view.key)
                 plan = replacement(self.state, lost, turn.snap, turn.now, self.settings, self.queues.labels, held,
                                    turn.spares, preempt)
             except Exception as e:  # noqa: BLE001 - a bug met this job: say so on it, go on with the rest
@@ -291,11 +289,21 @@ class Controller:
         replaced, before any waiting job is placed; not onto nodes held for a preemptor (this cycle's too)."""
         if not self.room.replacing:
             return
-        nominees = {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
-        held = {node for view in nominees.values() if view.status.nomination for node in view.status.nomination.nodes}
-        held.update(node for _, found in self.holds.values() for node in found.placement.assignments)
+        held = self._held(self._nominees())
         turn.plans += self._guarded("judge", lambda: self.room.replace(self.state, turn.snap, turn.now, held,
                                                                        turn.spares), [])
+
+    def _nominees(self) -> dict:
+        """Job or pod gang key -> view, of those holding a nomination."""
+        return {**self.reader.nominated, **self.room.gangs.nominated(self.state, self.room.ready)}
+
+    def _held(self, nominees: dict, but: GangKey | None = None) -> set[str]:
+        """The nodes no replacement may take: those nominated to preemptors (but `but`), and those this cycle's
+        replacements preempt for."""
+        held = {node for key, view in nominees.items() if key != but and view.status.nomination
+                for node in view.status.nomination.nodes}
+        held.update(node for _, found in self.holds.values() for node in found.placement.assignments)
+        return held
 
     def _keep_spares(self, turn: Turn) -> None:
         """5d. The spare nodes (--spares) booked on the snapshot, so that no waiting job is placed there; none where

@@ -90,7 +90,7 @@ def revisit_at(state: ClusterState, view: JobView, now: float, settings: Setting
     if (unsent := state.unsent.get(view.key)) is not None:
         due.append(unsent[1] + settings.status_delay)
     gpus = view.request.gpus if isinstance(view.request, JobRequest) else 0
-    for node, ranks in _by_node(view.placement()).items():
+    for node, ranks in replace_nodes.by_node(view.placement()).items():
         entry = state.nodes.get(node)
         if entry is not None and entry.not_ready_since is not None:
             due.append(entry.not_ready_since + settings.not_ready_grace)
@@ -227,10 +227,7 @@ def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, set
         change |= used  # the nomination with the status first: the commit point, then the victims stopped
         return Plan(view.key, [view.write(change, now), view.emit("Warning", Reason.AWAITING_REPLACEMENT, why),
                                *stops])
-    nodes = {**placement, **chosen}
-    assignments: dict[str, list[int]] = {}
-    for i, node in sorted(nodes.items()):
-        assignments.setdefault(node, []).append(i)
+    assignments = replace_nodes.by_node({**placement, **chosen})
     domains, domain = describe_domains(state, assignments)
     moved = ", ".join(f"replica {i} from {placement[i]} to {node}" for i, node in sorted(chosen.items()))
     message = f"{verdict.message}: made again on another node, {moved}; the others run on"
@@ -304,7 +301,7 @@ def _node_failures(state: ClusterState, view: JobView, placement: dict[int, str]
     for p in ours:
         pods.setdefault(p.index, p)
     out: dict[str, str] = {}
-    for node, ranks in _by_node(placement).items():
+    for node, ranks in replace_nodes.by_node(placement).items():
         entry = state.nodes.get(node)
         model = entry.node if entry is not None else None
         if model is None:
@@ -343,13 +340,6 @@ def _failure_of(node: Node, request: JobRequest) -> str | None:
                 and not any(toleration.tolerates(taint) for toleration in request.tolerations):
             return f"is tainted {taint.key}:NoExecute"
     return None
-
-
-def _by_node(placement: dict[int, str]) -> dict[str, list[int]]:
-    out: dict[str, list[int]] = {}
-    for i, node in sorted(placement.items()):
-        out.setdefault(node, []).append(i)
-    return out
 
 
 def _change(state: ClusterState, view: JobView, verdict: lifecycle.Verdict, current: dict[int, PodInfo],

@@ -47,7 +47,7 @@ from superpod.core.gang_key import GangKey
 from superpod.core.model import Pod, Snapshot
 from superpod.core.phases import POD_FINISHED, POD_UNSCHEDULABLE, Cause, Phase, Reason
 from superpod.core.preempt import Running
-from superpod.core.replace import choose
+from superpod.core.replace import by_node, choose
 from superpod.core.request import JobRequest
 
 log = logging.getLogger(__name__)
@@ -236,10 +236,7 @@ class PodGangs:
                    f"if none frees up within {INCOMPLETE_TIMEOUT:.0f}s the gang's bound pods are evicted and it "
                    "waits again whole")
             return view.wait("", why, now)
-        assignments: dict[str, list[int]] = {}
-        for member, slot in enumerate(view.slots):
-            assignments.setdefault(chosen[slot], []).append(member)
-        return self.bind(view, assignments, now)
+        return self.bind(view, by_node({member: chosen[slot] for member, slot in enumerate(view.slots)}), now)
 
     def _track(self, state: ClusterState, key: str, live: list[dict], bound: dict[str, str]) -> None:
         """Remember where the gang's pods are bound; forget the pods it no longer has once it is whole again."""

@@ -51,7 +51,7 @@ def choose(snap: Snapshot, job: JobRequest, placement: Mapping[int, str], lost: 
         if found is None:
             _unbook(snap, job, chosen)
             return None
-        snap.assume(job, _by_node(found))
+        snap.assume(job, by_node(found))
         chosen.update(found)
     return chosen
 
@@ -134,9 +134,10 @@ def _outside(snap: Snapshot, domain: int) -> frozenset[int]:
     return frozenset(out)
 
 
-def _by_node(chosen: Mapping[int, str]) -> dict[str, list[int]]:
+def by_node(placement: Mapping[int, str]) -> dict[str, list[int]]:
+    """A placement's replicas by node (replica -> node in, node -> its replicas out)."""
     out: dict[str, list[int]] = {}
-    for i, node in sorted(chosen.items()):
+    for i, node in sorted(placement.items()):
         out.setdefault(node, []).append(i)
     return out
 

@@ -283,9 +283,7 @@ class Simulation:
                 self._resume(record, gang)
 
     def _start(self, record: JobRecord, gang: _Gang) -> None:
-        nodes: dict[str, int] = {}
-        for node in gang.pods.values():
-            nodes[node] = nodes.get(node, 0) + 1
+        nodes = _replicas_by_node(gang)
         job = record.job
         gang.factor = self.runtime.factor(job, list(nodes))
         gang.working_since, gang.work_left = self.now + self.startup_delay, (job.duration - record.kept) * gang.factor
@@ -349,10 +347,7 @@ class Simulation:
         gang.working_since = self.now + self.startup_delay
         gang.end = gang.working_since + gang.work_left
         heapq.heappush(self._ends, (gang.end, gang.key, gang.attempt))
-        nodes: dict[str, int] = {}
-        for node in gang.pods.values():
-            nodes[node] = nodes.get(node, 0) + 1
-        gang.attempt_record.nodes = nodes
+        gang.attempt_record.nodes = _replicas_by_node(gang)
 
     def _stop_work(self, gang: _Gang) -> None:
         """A gang's work stops now: what its last checkpoint saved is kept, the rest is counted as to be redone."""
@@ -420,3 +415,11 @@ class Simulation:
         elif not self.samples or (self.samples[-1].busy_gpus, self.samples[-1].free_gpus,
                                   self.samples[-1].unusable_gpus) != (sample.busy_gpus, free, sample.unusable_gpus):
             self.samples.append(sample)
+
+
+def _replicas_by_node(gang: _Gang) -> dict[str, int]:
+    """Node -> how many of the gang's running replicas it holds."""
+    nodes: dict[str, int] = {}
+    for node in gang.pods.values():
+        nodes[node] = nodes.get(node, 0) + 1
+    return nodes

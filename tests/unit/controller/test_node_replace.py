@@ -380,6 +380,7 @@ def test_a_force_delete_that_fails_once_is_tried_again_before_the_replica_is_mad
             raise ApiError(503, "ServiceUnavailable", "try again")
 
     _cycle_with_fault(c, once, failed)
+    assert failed, "the force delete failed once"
     c.settle(60, seconds=1)
     _replica_running_elsewhere(c, 1, lost)
 
