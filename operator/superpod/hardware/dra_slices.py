@@ -31,6 +31,38 @@ ARCHITECTURES = {"ampere": ("Ampere", "8.0.0"), "hopper": ("Hopper", "9.0.0"), "
 PCI_BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)  # an HGX board's eight GPUs
 
 
+def device_classes() -> list[dict]:
+    """The DeviceClasses the driver's Helm chart installs (gpu, mig and vfio from the GPU plugin; the IMEX channel
+    and daemon classes of ComputeDomains); `gpu.nvidia.com` also serves the extended resource nvidia.com/gpu."""
+    def one(name: str, driver: str, kind: str, extra: str = "", **spec) -> dict:
+        expression = f"device.driver == '{driver}' && device.attributes['{driver}'].type == '{kind}'{extra}"
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name},
+                "spec": {"selectors": [{"cel": {"expression": expression}}], **spec}}
+
+    return [one("gpu.nvidia.com", GPU_DRIVER, "gpu", extendedResourceName="nvidia.com/gpu"),
+            one("mig.nvidia.com", GPU_DRIVER, "mig"),
+            one("vfio.gpu.nvidia.com", GPU_DRIVER, "vfio"),
+            one("compute-domain-daemon.nvidia.com", COMPUTE_DOMAIN_DRIVER, "daemon"),
+            one("compute-domain-default-channel.nvidia.com", COMPUTE_DOMAIN_DRIVER, "channel",
+                f" && device.attributes['{COMPUTE_DOMAIN_DRIVER}'].id == 0")]
+
+
+def compute_domain_claim_template(namespace: str, name: str, domain_uid: str, allocation_mode: str = "Single") -> dict:
+    """The ResourceClaimTemplate a ComputeDomain's controller makes for its workload pods (the name is the
+    ComputeDomain's spec.channel.resourceClaimTemplate.name): one IMEX channel, with the domain in its config."""
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainChannelConfig",
+                  "domainID": domain_uid, "allocationMode": allocation_mode}
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"namespace": namespace, "name": name,
+                         "labels": {"resource.nvidia.com/computeDomain": domain_uid,
+                                    "resource.nvidia.com/computeDomainTarget": "Workload"}},
+            "spec": {"spec": {"devices": {
+                "requests": [{"name": "channel",
+                              "exactly": {"deviceClassName": "compute-domain-default-channel.nvidia.com"}}],
+                "config": [{"requests": ["channel"],
+                            "opaque": {"driver": COMPUTE_DOMAIN_DRIVER, "parameters": parameters}}]}}}}
+
+
 def node_slices(node: dict, mig: dict[int, list[tuple[str, int]]] | None = None, generation: int = 1,
                 driver_version: str = "570.86.15", cuda_driver_version: str = "12.8.0") -> list[dict]:
     """The slices for `node` (a Node object). `mig`: for GPUs in MIG mode, their instances as (profile name,

@@ -117,7 +117,8 @@ def test_all_takes_every_matching_device_or_none(allocator):
     assert allocation.config == ({"source": "FromClass", "requests": ["channel"],
                                   "opaque": {"driver": "compute-domain.nvidia.com", "parameters": {"kind": "X"}}},)
     taken = allocator.allocate("n1", pools, {("gpu.nvidia.com", "n1", "gpu-1")}, [pod])
-    assert taken.code == Code.ALL_DEVICES_TAKEN
+    assert taken == Shortfall(Code.ALL_DEVICES_TAKEN, "needs all devices of class gpu.nvidia.com; node n1 has 2, "
+                                                      "1 of them taken")
     updating = pools_of(resource_slice("n1", [gpu(0)], count=2))
     assert allocator.allocate("n1", updating, set(), [pod]).code == Code.POOL_UPDATING
 

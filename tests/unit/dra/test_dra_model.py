@@ -2,6 +2,7 @@ import pytest
 
 from superpod.core.dra.model import (
     ALL,
+    UNSUPPORTED,
     DraError,
     allocated_devices,
     allocation_allows,
@@ -54,15 +55,22 @@ def test_a_pool_naming_a_device_twice_is_invalid():
 
 
 def test_one_bad_object_never_stops_the_rest():
-    bad_value = resource_slice("n2", [{"name": "gpu-0", "attributes": {"x": {"float": 1.5}}}])
+    bad_value = resource_slice("n2", [{"name": "gpu-0", "attributes": {"x": {}}}])
     slices, errors = read_slices([{"metadata": {"name": "broken"}}, bad_value, resource_slice("n1", [gpu(0)])])
     assert [s.name for s in slices] == ["n1-gpu.nvidia.com-1"]
     assert errors == ["ResourceSlice broken: missing field 'spec'",
-                      "ResourceSlice n2-gpu.nvidia.com-1: attribute x: no value of a known type"]
+                      "ResourceSlice n2-gpu.nvidia.com-1: attribute x: no value"]
     classes, errors = read_classes([device_class("gpu.nvidia.com", "true"),
                                     {"metadata": {"name": "odd"}, "spec": {"selectors": [{"future": {}}]}}])
     assert list(classes) == ["gpu.nvidia.com"] and errors == ["DeviceClass odd: a selector of an unknown kind: "
                                                               "['future']"]
+
+
+def test_attributes_of_kinds_not_read_here_match_nothing():
+    future = device("gpu-0", type="gpu")
+    future["attributes"]["names"] = {"strings": ["a", "b"]}
+    slices, errors = read_slices([resource_slice("n1", [future])])
+    assert not errors and slices[0].devices[0].attribute("gpu.nvidia.com", "names") is UNSUPPORTED
 
 
 def test_claims_and_templates_read_requests_constraints_and_config():

@@ -52,6 +52,13 @@ def test_quantities_and_versions_read_exactly():
     ("device.attributes['gpu.nvidia.com'].?clique.orValue('none') == 'none'", True),
     ("cel.bind(g, device.attributes['gpu.nvidia.com'], g.architecture.lowerAscii() == 'hopper')", True),
     ("device.attributes['gpu.nvidia.com'].productName.matches('^NVIDIA H(100|200)')", True),
+    ('"dra.example.com" in device.attributes', False),
+    ('device.attributes.exists_one(domain, domain == "gpu.nvidia.com")', True),
+    ("!('x' in device.capacity['dra.example.com']) || device.capacity['dra.example.com'].x.isLessThan(quantity('1'))",
+     True),
+    ("device.attributes['gpu.nvidia.com'].productName.includes('NVIDIA H200')", True),
+    ("device.attributes['gpu.nvidia.com'].productName.split(' ').size() == 2", True),
+    ("device.allowMultipleAllocations == false", True),
 ])
 def test_selectors_read_devices_as_kube_scheduler_does(selectors, expression, expected):
     assert selectors.matches(expression, h200(3)) is expected
@@ -91,6 +98,13 @@ def test_references_are_the_literal_lookups():
     assert refs.lookups == (("attributes", "gpu.nvidia.com", "productName"), ("capacity", "gpu.nvidia.com", "memory"),
                             ("attributes", "b", "c"))
     assert not references("device.attributes.size() > 0").complete
+    assert not references("device.attributes['gpu.nvidia.com'].all(k, k != 'x')").complete
+    assert not references("[1].exists(device, device.driver == 'x')").complete
+
+
+def test_functions_of_a_whole_domain_see_every_attribute(selectors):
+    expression = "device.attributes['gpu.nvidia.com'].exists(k, k == 'clique')"
+    assert not selectors.matches(expression, h200(0)) and selectors.matches(expression, h200(1, clique="x"))
 
 
 def test_true_and_one_are_told_apart_in_the_cache(selectors):

@@ -1,22 +1,14 @@
 import pytest
 
 from superpod.core.dra.allocate import Allocator
-from superpod.core.dra.model import node_pools, read_claim_spec, read_classes, read_slices
-from superpod.hardware.dra_slices import node_slices
+from superpod.core.dra.model import node_pools, read_claim_spec, read_classes, read_slices, read_template
+from superpod.hardware.dra_slices import compute_domain_claim_template, device_classes, node_slices
 from superpod.hardware.presets import preset_nodes
-
-GPU_CLASS = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
-MIG_CLASS = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
-CHANNEL_CLASS = ("device.driver == 'compute-domain.nvidia.com' && "
-                 "device.attributes['compute-domain.nvidia.com'].type == 'channel' && "
-                 "device.attributes['compute-domain.nvidia.com'].id == 0")
 
 
 def classes():
-    found, errors = read_classes([{"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": e}}]}}
-                                  for name, e in (("gpu.nvidia.com", GPU_CLASS), ("mig.nvidia.com", MIG_CLASS),
-                                                  ("compute-domain-default-channel.nvidia.com", CHANNEL_CLASS))])
-    assert not errors
+    found, errors = read_classes(device_classes())
+    assert not errors and len(found) == 5
     return found
 
 
@@ -51,10 +43,17 @@ def test_simulated_slices_serve_the_nvidia_device_classes():
     allocator = Allocator(classes())
     gpus = claim("gpu.nvidia.com", 4, "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GB200'",
                  "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('180Gi')) >= 0")
-    channel = claim("compute-domain-default-channel.nvidia.com", 1)
+    channel = read_template(compute_domain_claim_template("train", "imex", "cd-uid-1"))
     allocations = allocator.allocate(name, pools, set(), [gpus, channel])
     assert [len(a.results) for a in allocations] == [4, 1]
+    assert allocations[1].to_dict()["devices"]["config"] == [{
+        "source": "FromClaim", "opaque": {"driver": "compute-domain.nvidia.com", "parameters": {
+            "apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomainChannelConfig", "domainID": "cd-uid-1",
+            "allocationMode": "Single"}}}]
     assert allocator.count(name, pools, set(), (gpus,)) == 1
+    small = claim("gpu.nvidia.com", 1)
+    assert allocator.count(name, pools, set(), (small,)) == 4
+    assert allocator.count(name, pools, set(), (small, channel)) == 1, "one IMEX channel device per node"
 
 
 def test_mig_instances_replace_their_gpu_and_share_its_uuid():

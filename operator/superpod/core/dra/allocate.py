@@ -10,7 +10,8 @@ and after a device failed at a position, devices indistinguishable from it (same
 attribute values) are not tried there. Pods of one claim shape are counted by groups of identical devices.
 
 Not supported (such devices are not allocated, such claims are refused as written): admin access, partitionable
-devices (shared counters), per-device node selection, consumable capacity, distinctAttribute."""
+devices (shared counters), per-device node selection, distinctAttribute; list-type attributes match nothing, and a
+device that allows multiple allocations still goes to one claim at a time (no consumable capacity)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from superpod.core.dra.model import ALL, CLAIM, CLASS, MISSING, ClaimSpec, Device, DeviceClass, DeviceID, Pool, Request
+from superpod.core.dra.model import (
+    ALL,
+    CLAIM,
+    CLASS,
+    MISSING,
+    UNSUPPORTED,
+    ClaimSpec,
+    Device,
+    DeviceClass,
+    DeviceID,
+    Pool,
+    Request,
+)
 from superpod.core.dra.selectors import SelectorError, Selectors
 from superpod.core.phases import Cause, Reason
 
@@ -125,6 +138,8 @@ class Allocator:
     def count(self, node_name: str, pools: list[Pool], taken: set[DeviceID], claims: tuple[ClaimSpec, ...],
               limit: int = 1 << 30) -> int | Shortfall:
         """How many pods whose claims are `claims` fit on the node (at most `limit`), or why not one does."""
+        if limit <= 0:
+            return 0
         if counts_exactly(claims) and all(_least(claim) <= MAX_RESULTS for claim in claims):
             fits = self._count_by_groups(pools, taken, claims, limit)
             return fits if isinstance(fits, Shortfall) or fits > 0 else self._why_none(node_name, pools, taken, claims)
@@ -293,18 +308,20 @@ class Allocator:
 
     def _explain(self, node_name: str, pools: list[Pool], search: _Search, unit: str) -> Shortfall:
         demand: dict[tuple, int] = {}
-        sample: dict[tuple, tuple[Request, int]] = {}
+        sample: dict[tuple, tuple[Request, int, int]] = {}
         for claim_index, request_index in search.steps:
             request = search.claims[claim_index].requests[request_index].alternatives[-1]
             key = (request.class_name, request.selectors, request.mode)
             demand[key] = demand.get(key, 0) + request.count
             free = len(search.candidates.get((claim_index, request.name), ()))
-            sample[key] = (request, free)
+            sample[key] = (request, free, claim_index)
         for key, needed in demand.items():
-            request, free = sample[key]
+            request, free, claim_index = sample[key]
             if request.mode == ALL:
+                every = search.all_devices[(claim_index, request.name)]
+                held = sum(d.id in search.used for d in every)
                 return Shortfall(Code.ALL_DEVICES_TAKEN, f"needs all devices of {_what(request)}; node {node_name} "
-                                                         f"has none free of those it has, or some taken")
+                                                         f"has {len(every)}, {held} of them taken")
             if free < needed:
                 return Shortfall(Code.TOO_FEW_DEVICES, f"needs {needed} free devices of {_what(request)}{unit}; "
                                                        f"node {node_name} has {free}{_skipped(pools)}")
@@ -416,7 +433,8 @@ def _tolerates(toleration: tuple[str, str, str, str], key: str, value: str, effe
 
 
 def _tagged(value):
-    return MISSING if value is MISSING else (type(value).__name__, value)
+    """A value as a constraint compares it: True, 1 and 1.0 apart; absent and unsupported values match nothing."""
+    return MISSING if value is MISSING or value is UNSUPPORTED else (type(value).__name__, value)
 
 
 def _signatures(claims, candidates, all_devices) -> dict[DeviceID, tuple]:

@@ -16,6 +16,7 @@ from superpod.core.dra.values import Version, parse_quantity
 
 DeviceID = tuple[str, str, str]  # (driver, pool, device): unique in the cluster
 MISSING = object()  # an attribute a device does not have
+UNSUPPORTED = object()  # an attribute of a kind not read here (list-type attributes): never matches
 EXACT_COUNT, ALL = "ExactCount", "All"
 CLASS, CLAIM = "FromClass", "FromClaim"  # where an allocation's configuration came from
 
@@ -36,6 +37,7 @@ class Device:
     capacity: dict[str, Fraction] = field(default_factory=dict)
     taints: tuple[tuple[str, str, str], ...] = ()  # (key, value, effect)
     consumes_counters: bool = False  # partitionable devices: not allocated by this allocator
+    multiple_allocations: bool = False  # allowMultipleAllocations: still given to one claim at a time here
     matched: dict = field(default_factory=dict, compare=False, repr=False)  # selectors -> bool, kept by Allocator
 
     @property
@@ -137,7 +139,8 @@ def _read_device(obj: dict, driver: str, pool: str) -> Device:
     attributes = {key: _attribute_value(key, value) for key, value in (obj.get("attributes") or {}).items()}
     capacity = {key: _quantity(value["value"]) for key, value in (obj.get("capacity") or {}).items()}
     taints = tuple((t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in obj.get("taints") or ())
-    return Device(driver, pool, name, attributes, capacity, taints, bool(obj.get("consumesCounters")))
+    return Device(driver, pool, name, attributes, capacity, taints, bool(obj.get("consumesCounters")),
+                  bool(obj.get("allowMultipleAllocations")))
 
 
 def _attribute_value(key: str, value: dict):
@@ -146,7 +149,9 @@ def _attribute_value(key: str, value: dict):
             return value[kind]
     if "version" in value:
         return _version(value["version"])
-    raise DraError(f"attribute {key}: no value of a known type")
+    if value:
+        return UNSUPPORTED
+    raise DraError(f"attribute {key}: no value")
 
 
 # A fleet's devices repeat a few values: parse each text once.

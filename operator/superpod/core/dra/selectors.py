@@ -23,7 +23,7 @@ from cel_expr_python import cel
 from cel_expr_python.ext import ext_bindings, ext_optional, ext_strings
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 
-from superpod.core.dra.model import MISSING, Device
+from superpod.core.dra.model import MISSING, UNSUPPORTED, Device
 from superpod.core.dra.values import Version, compare, format_quantity, parse_quantity
 
 
@@ -121,6 +121,11 @@ def _environment():
         member("compareTo", semver, [semver], t.INT, None),
         member("isGreaterThan", semver, [semver], t.BOOL, None),
         member("isLessThan", semver, [semver], t.BOOL, None),
+        # includes(): a value equals itself (list-type attributes, whose lists it searches, are not read here)
+        member("includes", t.STRING, [t.STRING], t.BOOL, lambda a, b: a == b),
+        member("includes", t.INT, [t.INT], t.BOOL, lambda a, b: a == b),
+        member("includes", t.BOOL, [t.BOOL], t.BOOL, lambda a, b: a == b),
+        member("includes", semver, [semver], t.BOOL, lambda a, b: v(a) == v(b)),
     ]
     by_name: dict[str, list] = {}
     for name, overload in overloads:
@@ -153,7 +158,8 @@ _TOKEN = re.compile(r"\s+|(?P<string>[rRbB]{0,2}(?:" + "|".join(_QUOTED) + r"))|
 
 @dataclass(frozen=True)
 class References:
-    """What of a device an expression reads: the driver, and (kind, domain, id) for "attributes" and "capacity"."""
+    """What of a device an expression reads besides its driver and allowMultipleAllocations: (kind, domain, id)
+    for "attributes" and "capacity"."""
 
     lookups: tuple[tuple[str, str, str], ...]
     domains: tuple[tuple[str, str], ...]  # (kind, domain) looked up with a literal: an empty map when absent
@@ -195,7 +201,7 @@ def references(expression: str) -> References:
         if kind != "name" or text != "device" or (i > 1 and tokens[i - 2][1] in (".", ".?")):
             continue
         following = [t[1] for t in tokens[i:i + 2]]
-        if following == [".", "driver"]:
+        if following in ([".", "driver"], [".", "allowMultipleAllocations"]):
             i += 2
             continue
         if len(following) < 2 or following[0] != "." or following[1] not in ("attributes", "capacity"):
@@ -223,7 +229,8 @@ def _lookup(tokens, at: int):
     if domain is None or at >= len(tokens):
         return domain, None, at
     if tokens[at][1] in (".", ".?") and at + 1 < len(tokens) and tokens[at + 1][0] == "name":
-        return domain, tokens[at + 1][1], at + 2
+        called = at + 2 < len(tokens) and tokens[at + 2][1] == "("  # a function of the whole map: size(), all()
+        return domain, None if called else tokens[at + 1][1], at + 2
     name, at = index(at)
     return domain, name, at
 
@@ -308,7 +315,7 @@ def _seen(refs: References, device: Device):
     for kind, domain, name in refs.lookups:
         values.append(_tagged(device.attribute(domain, name) if kind == "attributes"
                               else device.capacity_of(domain, name)))
-    return device.driver, tuple(values)
+    return device.driver, device.multiple_allocations, tuple(values)
 
 
 def _cel_value(value):
@@ -326,12 +333,14 @@ def _cel_device(refs: References, device: Device) -> dict:
     capacity: dict[str, dict] = {}
     if not refs.complete:
         by_attribute, by_capacity = device.by_domain
-        attributes = {d: {k: _cel_value(v) for k, v in values.items()} for d, values in by_attribute.items()}
+        attributes = {d: {k: _cel_value(v) for k, v in values.items() if v is not UNSUPPORTED}
+                      for d, values in by_attribute.items()}
         capacity = {d: {k: quantity_value(v) for k, v in values.items()} for d, values in by_capacity.items()}
     for kind, domain in refs.domains:
         (attributes if kind == "attributes" else capacity).setdefault(domain, {})
     for kind, domain, name in refs.lookups:
         value = device.attribute(domain, name) if kind == "attributes" else device.capacity_of(domain, name)
-        if value is not MISSING:
+        if value is not MISSING and value is not UNSUPPORTED:
             (attributes if kind == "attributes" else capacity)[domain][name] = _cel_value(value)
-    return {"driver": device.driver, "attributes": attributes, "capacity": capacity}
+    return {"driver": device.driver, "allowMultipleAllocations": device.multiple_allocations,
+            "attributes": attributes, "capacity": capacity}
