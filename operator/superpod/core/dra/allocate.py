@@ -320,8 +320,11 @@ class Allocator:
             if request.mode == ALL:
                 every = search.all_devices[(claim_index, request.name)]
                 held = sum(d.id in search.used for d in every)
-                return Shortfall(Code.ALL_DEVICES_TAKEN, f"needs all devices of {_what(request)}; node {node_name} "
-                                                         f"has {len(every)}, {held} of them taken")
+                if not every or held:
+                    has = f"{len(every)}, {held} of them taken" if every else "none"
+                    return Shortfall(Code.ALL_DEVICES_TAKEN, f"needs all devices of {_what(request)}; node "
+                                                             f"{node_name} has {has}")
+                continue
             if free < needed:
                 return Shortfall(Code.TOO_FEW_DEVICES, f"needs {needed} free devices of {_what(request)}{unit}; "
                                                        f"node {node_name} has {free}{_skipped(pools)}")
