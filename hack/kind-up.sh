@@ -4,7 +4,7 @@
 # workers that carry topology labels and 8 simulated GPUs each (superpod.hardware.deviceplugin), the operator image built
 # from operator/Dockerfile and installed by the chart.
 #   hack/kind-up.sh        create (or reuse) the cluster; its last line: `export KUBECONFIG=... DOCKER_HOST=...
-#                          KIND_CLUSTER_NAME=... SUPERPOD_OPERATOR_IMAGE=...`
+#                          KIND_CLUSTER_NAME=... SUPERPOD_OPERATOR_IMAGE=... SUPERPOD_KIND_SHARED=...`
 #   hack/kind-up.sh down   delete the cluster (starts the engine to do it; hack/docker.sh down stops it)
 # Times every step on stderr.
 set -euo pipefail
@@ -13,6 +13,7 @@ source hack/versions.env
 name=${KIND_CLUSTER_NAME:-superpod}
 state=${XDG_STATE_HOME:-$HOME/.local/state}/superpod/kind
 kubeconfig="$state/$name.kubeconfig"
+shared="$state/shared"  # every worker's /shared (hack/kind/cluster.yaml)
 operator_image=superpod-scheduler:0.1.0
 gpus_per_worker=8
 log() { printf '[kind-up %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -21,7 +22,7 @@ step() {  # $1 what, then the command: runs it and logs how long it took
   "$@"
   log "$what: $((SECONDS - started))s"
 }
-mkdir -p "$state"
+mkdir -p "$state" "$shared"
 docker_env=$(bash hack/docker.sh up)
 eval "$docker_env"
 PATH="$(bash hack/build.sh --kind | tail -1):$PATH"
@@ -53,13 +54,15 @@ python_base() {
 create() {
   if kind get clusters 2>/dev/null | grep -qx "$name"; then
     if [ "$(docker inspect -f '{{.Config.Image}}' "$name-control-plane" 2>/dev/null)" = "$node_image" ] &&
+      docker inspect -f '{{range .Mounts}}{{.Source}} {{end}}' "$name-worker" | grep -qw "$shared" &&
       kubectl get nodes --request-timeout=10s >/dev/null 2>&1; then
       log "reusing kind cluster $name"; return
     fi
     log "kind cluster $name runs an older node image or does not answer: creating it again"
     kind delete cluster --name "$name" --kubeconfig "$kubeconfig" >/dev/null
   fi
-  sed -e "s/COREDNS_VERSION/$COREDNS_VERSION/" -e "s/ETCD_TAG/${ETCD_VERSION#v}-0/" hack/kind/cluster.yaml \
+  sed -e "s/COREDNS_VERSION/$COREDNS_VERSION/" -e "s/ETCD_TAG/${ETCD_VERSION#v}-0/" -e "s|SHARED_DIR|$shared|" \
+    hack/kind/cluster.yaml \
     >"$state/cluster.yaml"
   kind create cluster --name "$name" --image "$node_image" --config "$state/cluster.yaml" \
     --kubeconfig "$kubeconfig" --wait 5m
@@ -116,7 +119,8 @@ device_plugin() {
 
 install_chart() {
   helm upgrade --install superpod-scheduler charts/superpod-scheduler -n superpod-system --create-namespace \
-    --set image.tag="$build_tag" --set image.pullPolicy=Never --set topology.create=true --wait --timeout 3m >/dev/null
+    --set image.tag="$build_tag" --set image.pullPolicy=Never --set topology.create=true \
+    --set notReadyGraceSeconds=10 --wait --timeout 3m >/dev/null  # a stopped worker's gangs act within a minute
 }
 
 step "node image $node_image" true
@@ -126,4 +130,4 @@ step "workers labelled" label_workers
 step "operator image built and loaded" operator_image
 step "simulated device plugin advertising $gpus_per_worker GPUs per worker" device_plugin
 step "chart installed" install_chart
-echo "export KUBECONFIG=$kubeconfig DOCKER_HOST=$DOCKER_HOST KIND_CLUSTER_NAME=$name SUPERPOD_OPERATOR_IMAGE=$operator_image"
+echo "export KUBECONFIG=$kubeconfig DOCKER_HOST=$DOCKER_HOST KIND_CLUSTER_NAME=$name SUPERPOD_OPERATOR_IMAGE=$operator_image SUPERPOD_KIND_SHARED=$shared"

@@ -24,7 +24,6 @@ from tests.integration.wait import wait_for
 
 RELEASE, OPERATOR_NAMESPACE = "superpod-scheduler", "superpod-system"
 TORCH_VERSION = "2.15.0"
-TORCH_IMAGE = f"superpod-e2e-torch:{TORCH_VERSION}"
 
 
 REPORTED: list[str] = []
@@ -51,11 +50,6 @@ class Kind:
     @property
     def operator_image(self) -> str:
         return self.env["SUPERPOD_OPERATOR_IMAGE"]
-
-    @property
-    def torch_node(self) -> str:
-        """kind's first worker: the one node the (6 GB) torch image is loaded into."""
-        return f"{self.env['KIND_CLUSTER_NAME']}-worker"
 
     def run(self, *command: str, check: bool = True, timeout: float = 600, input: str | None = None):
         out = subprocess.run(command, env=self.env, capture_output=True, text=True, timeout=timeout, input=input)
@@ -110,13 +104,40 @@ def kind():
                 timed("Docker engine stopped", "bash", "hack/docker.sh", "down", env=env)
 
 
+@dataclass
+class Torch:
+    """PyTorch and the test programs in the workers' shared folder (/shared): a pod of the operator's image runs them
+    with `pod_spec`. No 6 GB image is copied into each node, as on a cluster with a shared filesystem."""
+    python_path: str
+    programs: str
+
+    def pod_spec(self, command: list[str], image: str) -> dict:
+        return {"containers": [{"name": "main", "image": image, "imagePullPolicy": "Never", "command": command,
+                                "env": [{"name": "PYTHONPATH", "value": self.python_path}],
+                                "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}},
+                                "volumeMounts": [{"name": "shared", "mountPath": "/shared", "readOnly": True}]}],
+                "volumes": [{"name": "shared", "hostPath": {"path": "/shared", "type": "Directory"}}],
+                "terminationGracePeriodSeconds": 2}
+
+
 @pytest.fixture(scope="package")
-def torch_image(kind):
-    timed(f"torch image {TORCH_IMAGE} built (cached by Docker after the first time)", "docker", "build", "--quiet",
-          "--build-arg", f"TORCH_VERSION={TORCH_VERSION}", "--tag", TORCH_IMAGE, "tests/e2e/torch", env=kind.env)
-    timed(f"torch image loaded into {kind.torch_node}", "kind", "load", "docker-image", TORCH_IMAGE,
-          "--name", kind.env["KIND_CLUSTER_NAME"], "--nodes", kind.torch_node, env=kind.env)
-    return TORCH_IMAGE
+def torch(kind) -> Torch:
+    """torch from PyPI installed once into the shared folder by the image's own Python (kept between runs, like the
+    build cache), and this run's programs copied beside it."""
+    shared = Path(kind.env["SUPERPOD_KIND_SHARED"])
+    target = shared / f"torch-{TORCH_VERSION}"
+    if not (target / "torch").is_dir():
+        partial = shared / f"torch-{TORCH_VERSION}.partial"
+        shutil.rmtree(partial, ignore_errors=True)
+        timed(f"torch {TORCH_VERSION} installed into the workers' shared folder", "docker", "run", "--rm",
+              "--volume", f"{shared}:/shared", "python:3.11-slim", "pip", "install", "--quiet", "--no-cache-dir",
+              "--disable-pip-version-check", "--root-user-action=ignore", "--target", f"/shared/{partial.name}",
+              f"torch=={TORCH_VERSION}", "numpy", env=kind.env)
+        partial.rename(target)
+    programs = shared / "e2e"
+    shutil.rmtree(programs, ignore_errors=True)
+    shutil.copytree(REPO / "tests/e2e/torch", programs)
+    return Torch(python_path=f"/shared/{target.name}", programs="/shared/e2e")
 
 
 E2E_LABEL = "superpod.dev/e2e"

@@ -4,25 +4,26 @@ under its ServiceAccount, and a real PyTorch program rendezvouses through the en
 from __future__ import annotations
 
 import json
+import re
 import time
 
 from kubernetes import client
 
-from superpod.api.manifests import ATTEMPT_LABEL, JOB_LABEL
+from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL
 from tests.e2e.conftest import OPERATOR_NAMESPACE, RELEASE, report
 from tests.integration.operator_env import GROUP, VERSION
 from tests.integration.wait import wait_for
 
 
-def job(name: str, replicas: int, gpus: int, image: str, command: list[str] | None = None,
-        node: str | None = None, cpu: str = "100m") -> dict:
+def job(name: str, replicas: int, gpus: int, image: str, command: list[str] | None = None, cpu: str = "100m") -> dict:
     container = {"name": "main", "image": image, "imagePullPolicy": "Never",
                  "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}
     if command:
         container["command"] = command
-    pod_spec = {"containers": [container], "terminationGracePeriodSeconds": 2}
-    if node:
-        pod_spec["nodeSelector"] = {"kubernetes.io/hostname": node}
+    return training_job(name, replicas, gpus, {"containers": [container], "terminationGracePeriodSeconds": 2})
+
+
+def training_job(name: str, replicas: int, gpus: int, pod_spec: dict) -> dict:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": name},
             "spec": {"replicas": replicas, "resources": {"gpus": gpus}, "template": {"spec": pod_spec}}}
 
@@ -35,19 +36,86 @@ def leader(kind) -> str:
     return lease.spec.holder_identity
 
 
-def test_a_real_pytorch_gang_rendezvouses_and_all_reduces(kind, torch_image, jobs):
+def test_a_real_pytorch_gang_rendezvouses_and_all_reduces(kind, torch, jobs):
     started = time.monotonic()
-    jobs.create(job("allreduce", 2, 1, torch_image, node=kind.torch_node))
+    jobs.create(training_job("allreduce", 2, 1, torch.pod_spec(["python", f"{torch.programs}/allreduce.py"],
+                                                            kind.operator_image)))
     status = jobs.wait_phase("allreduce", "Succeeded", timeout=300)
     report(f"torch all_reduce job Succeeded in {time.monotonic() - started:.1f}s on {status.get('placement')}")
-    logs = []
-    for pod in sorted(jobs.pods("allreduce", live=False), key=lambda pod: pod.metadata.name):
-        text = kind.kubectl("logs", "-n", jobs.ns, pod.metadata.name).stdout
-        logs.append(text)
-        for line in text.splitlines():
-            report(f"{pod.metadata.name}: {line}")
+    logs = report_logs(kind, jobs, "allreduce")
     assert len(logs) == 2
-    assert all("all_reduce sum = 3 (expected 3)" in text for text in logs), logs
+    assert all("all_reduce sum = 3 (expected 3)" in text for text in logs.values()), logs
+
+
+# TORCH_DISABLE_SHARE_RDZV_TCP_STORE: with the rendezvous store shared (torchrun's default), an agent that joins a
+# later round (the replacement) never learns the workers' store address.
+ELASTIC = ("TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 exec python -m torch.distributed.run --nnodes=3 --nproc-per-node=1 "
+           "--max-restarts=3 --rdzv-backend=c10d "
+           '--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" --rdzv-id="$MASTER_ADDR" '
+           '--rdzv-conf="is_host=$([ "$RANK" = 0 ] && echo true || echo false),join_timeout=600" PROGRAM')
+
+
+def test_an_elastic_pytorch_job_keeps_training_when_a_worker_stops(kind, torch, jobs):
+    """Three torchrun agents; the kind worker of one that does not host the rendezvous is paused (a hung server:
+    no kubelet, no TCP close). Its replica is made again on another worker under the same name, the agents form the
+    group again and the job resumes its steps and succeeds; the other replicas' pods are never touched."""
+    command = ["sh", "-c", ELASTIC.replace("PROGRAM", f"{torch.programs}/elastic.py")]
+    body = training_job("elastic", 3, 3, torch.pod_spec(command, kind.operator_image))
+    body["spec"]["nodeFailure"] = "Replace"
+    jobs.create(body)
+    jobs.wait_phase("elastic", "Running", timeout=120)
+    wait_for(lambda: all("step 2 " in logs_of(kind, jobs, pod) for pod in jobs.pods("elastic")), 180,
+             "every replica past step 2")
+    pods = {int(pod.metadata.labels[INDEX_LABEL]): pod for pod in jobs.pods("elastic")}
+    host = pods[0].spec.node_name
+    victim = next(pod.spec.node_name for pod in pods.values() if pod.spec.node_name != host)
+    lost = {index for index, pod in pods.items() if pod.spec.node_name == victim}
+    kept = {pod.metadata.uid for pod in pods.values() if pod.spec.node_name != victim}
+    kind.run("docker", "pause", victim)
+    paused = time.monotonic()
+    try:
+        report(f"elastic: placed {jobs.status('elastic').get('placement')}; {victim} paused (replicas {sorted(lost)})")
+        wait_for(lambda: replaced_running(jobs, lost, victim), 300, "the lost replicas running on another worker")
+        report(f"elastic: replicas {sorted(lost)} running again {time.monotonic() - paused:.0f}s after the pause")
+        status = jobs.wait_phase("elastic", "Succeeded", timeout=300)
+        report(f"elastic: Succeeded {time.monotonic() - paused:.0f}s after the pause, {status.get('replaced')}")
+    finally:
+        kind.run("docker", "unpause", victim)
+        kind.kubectl("wait", f"node/{victim}", "--for=condition=Ready", "--timeout=180s")
+    logs = report_logs(kind, jobs, "elastic")
+    assert status.get("replacements") == len(lost) and status.get("restarts", 0) == 0, status
+    assert {pod.metadata.uid for pod in jobs.pods("elastic", live=False)} >= kept  # the survivors were not touched
+    for index in lost:
+        text = logs[pod_name_of(jobs, "elastic", index)]
+        assert "step 39 all_reduce sum = 6 world 3" in text and "resuming at step 0" not in text, text
+    survivors = [text for name, text in logs.items() if name not in {pod_name_of(jobs, "elastic", i) for i in lost}]
+    assert all("restart 1" in text and "step 39 all_reduce sum = 6 world 3" in text for text in survivors), survivors
+
+
+def replaced_running(jobs, lost: set[int], victim: str) -> bool:
+    pods = {int(pod.metadata.labels[INDEX_LABEL]): pod for pod in jobs.pods("elastic")}
+    return all(index in pods and pods[index].spec.node_name not in (None, victim)
+               and pods[index].status.phase == "Running" for index in lost)
+
+
+def pod_name_of(jobs, name: str, index: int) -> str:
+    return next(pod.metadata.name for pod in jobs.pods(name, live=False)
+                if int(pod.metadata.labels[INDEX_LABEL]) == index)
+
+
+def logs_of(kind, jobs, pod) -> str:
+    return kind.kubectl("logs", "-n", jobs.ns, pod.metadata.name, check=False).stdout
+
+
+def report_logs(kind, jobs, name: str) -> dict[str, str]:
+    """Each pod's log by pod name, its lines reported but for tracebacks' bodies and the steps in between."""
+    logs = {}
+    for pod in sorted(jobs.pods(name, live=False), key=lambda pod: pod.metadata.name):
+        logs[pod.metadata.name] = text = logs_of(kind, jobs, pod)
+        for line in text.splitlines():
+            if not re.match(r"(\[rank\d+\]:  |frame #|.* step [1-9]\d?\d? all_reduce)", line):
+                report(f"{pod.metadata.name}: {line}")
+    return logs
 
 
 def test_a_template_no_worker_can_admit_is_never_bound(kind, jobs):
