@@ -1,5 +1,5 @@
 """--spares on the real API server: a replacement takes the spare of the gang's leaf before the leaf's other free
-node, and a gang placed in the other leaf leaves that leaf's spare free."""
+node, a gang placed in the other leaf leaves that leaf's spare free, and only a short job may take it."""
 
 from __future__ import annotations
 
@@ -43,3 +43,12 @@ def test_a_replacement_takes_the_leafs_spare_first_and_a_waiting_gang_leaves_it(
     assert [(r["lostNode"], r["node"]) for r in st["replaced"]] == [(victim.spec.node_name, spare)], \
         "the leaf's spare, taken first"
     assert st["attempt"] == 1 and st["interruptions"] == 0
+    # each leaf's last free node is its spare now (the replacement took the first): a job its limit ends soon may
+    # borrow one, a longer one waits
+    jobs.create(training_job("long", sim, 1, gpus=8, maxRuntimeSeconds=3600))
+    message = jobs.wait_message("long", "2 nodes kept spare for replacing lost nodes and for jobs whose "
+                                "maxRuntimeSeconds is at most 256", 60)
+    jobs.create(training_job("short", sim, 1, gpus=8, maxRuntimeSeconds=240))
+    st = jobs.wait_phase("short", "Running", 90)
+    assert list(st["placement"])[0] in (other, other_leaf[-1]), st["placement"]
+    assert jobs.status("long")["phase"] == "Queued", message

@@ -38,8 +38,8 @@ from superpod.controller.queues import QueueBook
 from superpod.controller.snapshot import SnapshotCache
 from superpod.controller.state import ClusterState
 from superpod.controller.waiting import WaitingRoom
+from superpod.core import estimates, spares
 from superpod.core import replace as replace_nodes
-from superpod.core import spares
 from superpod.core.cycle import Decision, PriorityFifo, QueuePolicy
 from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
@@ -306,11 +306,14 @@ class Controller:
         return held
 
     def _keep_spares(self, turn: Turn) -> None:
-        """5d. The spare nodes (--spares) booked on the snapshot, so that no waiting job is placed there; none where
-        only they keep a waiting job from the capacity it needs."""
+        """5d. The spare nodes (--spares) booked on the snapshot, so that no waiting job but a short one is placed
+        there; none where only they keep a waiting job from the capacity it needs."""
         if self.settings.spares is None:
             return
         snap = turn.snap
+        runtime = self.settings.spare_runtime
+        # the waiting line's limits are rounded up to the estimate grid: the bound is rounded down to it
+        snap.spare_runtime = estimates.rounded_down(self.settings.replace_deadline if runtime is None else runtime)
         level, count = self.settings.spares
         depth = snap.topology.index(level) or 0
         waiting = spares.needs(snap, depth, (view.request for view in self.room.ready.values()

@@ -66,6 +66,9 @@ class Settings:
     failure_conditions: tuple[tuple[str, str], ...] = ()
     # (level, count): in each domain of that level, `count` wholly free nodes kept for replacements (core/spares.py)
     spares: tuple[str, int] | None = None
+    # Seconds: a job whose runtime limit is at most this may run on spares (None: the replace deadline, so a spare
+    # lent out is free again before a replacement waiting for it restarts its gang).
+    spare_runtime: float | None = None
 
 
 @dataclass(frozen=True)

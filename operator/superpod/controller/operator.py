@@ -341,7 +341,12 @@ def register(sub) -> None:
                         "repeatable")
     p.add_argument("--spares", type=spares, metavar="LEVEL=N",
                    help="keep N wholly free nodes in each domain of this ClusterTopology level for replacing the "
-                        "lost nodes of gangs (spec.nodeFailure Replace), e.g. leaf=1; no other job is placed there")
+                        "lost nodes of gangs (spec.nodeFailure Replace), e.g. leaf=1; no other job is placed there "
+                        "but a short one (--spare-runtime)")
+    p.add_argument("--spare-runtime", type=float, default=None,
+                   help="a job whose runtime limit (maxRuntimeSeconds, or its queue's) is at most this may run on "
+                        "spare nodes when no other node takes it, in seconds (default: --replace-deadline, so a spare "
+                        "lent out is free before a replacement waiting for it restarts its gang)")
     p.add_argument("--usage-half-life", type=duration, default=Settings.usage_half_life,
                    help="how fast a GPUQueue's past usage is forgotten in the order of the surplus, e.g. 168h "
                         "(it halves in this time)")
@@ -400,6 +405,7 @@ def run(args) -> int:
                         preemption=args.preemption, status_delay=args.status_delay,
                         replace_deadline=args.replace_deadline, failure_conditions=tuple(args.failure_conditions),
                         spares=args.spares if args.spares and args.spares[1] > 0 else None,
+                        spare_runtime=args.spare_runtime,
                         reserving=ReservationRule(args.reservations, args.reserve_after, args.reserve_from_gpus,
                                                   args.backfill_by),
                         ordering=Ordering(args.order, args.service_weight))

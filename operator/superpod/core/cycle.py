@@ -21,6 +21,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Protocol
 
+from superpod.core import spares
 from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.explain import explain_solver
 from superpod.core.gang_key import GangKey
@@ -424,12 +425,10 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
             may_reserve: bool, head: bool) -> tuple[Decision, Reservation | None]:
     """`head`: the first blocked job of its group this cycle, which may preempt (core/preempt.py); `may_reserve`:
     that, and worth a reservation by the policy's ReservationRule."""
-    if blocking:
-        sv = Solver(snap, job, frozenset().union(*(r.domains for r in blocking)),
-                    exclude_nodes=frozenset().union(*(r.nodes for r in blocking)), fit=policy.fit)
-    else:
-        sv = Solver(snap, job, fit=policy.fit)
+    sv = _solver(snap, job, policy, blocking)
     p = policy.place(sv)
+    if p is None and spares.lends_to(snap, job):
+        p = spares.lend(snap, lambda: policy.place(_solver(snap, job, policy, blocking)))
     if p is not None:
         snap.assume(job, p.assignments)
         if job.estimate is not None:  # placed now: predicted to end an estimate from now
@@ -464,6 +463,14 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
     return Decision(job, None, cause, reserved=taken.label, reserved_nodes=taken.node_names(snap),
                     expected_start=taken.start.at if taken.start is not None else None,
                     blocked_by=blocked_by), taken
+
+
+def _solver(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: frozenset[Reservation]) -> Solver:
+    """A search for `job` that keeps off the `blocking` reservations."""
+    if blocking:
+        return Solver(snap, job, frozenset().union(*(r.domains for r in blocking)),
+                      exclude_nodes=frozenset().union(*(r.nodes for r in blocking)), fit=policy.fit)
+    return Solver(snap, job, fit=policy.fit)
 
 
 def about(seconds: float) -> str:

@@ -42,6 +42,13 @@ def rounded(seconds: float) -> float:
     return 2.0 ** (steps / GRID)
 
 
+def rounded_down(seconds: float) -> float:
+    """The largest value of the estimate grid not above `seconds` (at least one second): a limit rounded up
+    (`rounded`) is at most this exactly when the limit itself is."""
+    steps = math.floor(math.log2(max(seconds, 1.0)) * GRID + 1e-9)
+    return 2.0 ** (steps / GRID)
+
+
 def estimate(runs: Sequence[tuple[float, float | None]], limit: float | None) -> float | None:
     """The estimate of a job whose key recorded `runs` (runtime, the limit it ran under or None; oldest first) and
     whose limit is `limit` (None: no limit)."""

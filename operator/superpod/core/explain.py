@@ -105,12 +105,20 @@ def explain(
     return explain_solver(Solver(snap, job, exclude, exclude_nodes=exclude_nodes))
 
 
+def _spares(snap: Snapshot) -> str:
+    """What the spares the job could not use are kept for."""
+    if not snap.spares:
+        return ""
+    short = f" and for jobs whose maxRuntimeSeconds is at most {snap.spare_runtime:.0f}" if snap.spare_runtime else ""
+    return f"{_nodes(len(snap.spares))} kept spare for replacing lost nodes{short}"
+
+
 def explain_solver(sv: Solver) -> Cause:
     """`explain` for a valid job, asking the solver that failed to place it."""
     snap, job = sv.snap, sv.job
     head = demand(snap, job)
     why_filtered = filtered(snap, job)
-    spare = f"{_nodes(len(snap.spares))} kept spare for replacing lost nodes" if snap.spares else ""
+    spare = _spares(snap)
     tail = [t for t in (_full_nodes(sv), why_filtered, spare) if t]
     if not any(snap.view(job).eligible):
         return Cause(Reason.NO_NODE_QUALIFIES, f"{head}; no node qualifies: {why_filtered}")

@@ -174,6 +174,7 @@ class Snapshot:
         self.pods: dict[str, Pod] = {}
         self.assumed: set[str] = set()  # keys assume() and forget() changed (for the owner of a kept snapshot)
         self.spares: dict[str, Pod] = {}  # node -> the booking that keeps it free for replacements (core/spares.py)
+        self.spare_runtime: float | None = None  # a job whose runtime limit is at most this may run on spares
         self.generation = 0  # bumped on every change of capacity
         # Capacity only ever taken since a job shape did not fit: it still does not. Kept here, so it lasts as long
         # as this snapshot (the cycle drops it when capacity is freed): (shape, reservations) -> its decision.

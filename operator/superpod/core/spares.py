@@ -1,15 +1,18 @@
 """Spare nodes: in each domain of one level, the last `count` nodes (in name order) whose GPUs are all free, booked
-whole on the snapshot so that no waiting job is placed there; only a replacement (core/replace.py) takes them, after
-`release`. Spares never make a waiting job unplaceable: a domain (of that level or a coarser one) whose usable nodes
+whole on the snapshot so that no waiting job is placed there; a replacement (core/replace.py) takes them, after
+`release`, and so may a short job (`lends_to`: its enforced runtime limit ends it within `Snapshot.spare_runtime`,
+so a spare it takes is free again before a replacement waiting for it gives up), only when nothing else holds it
+(`lend`). Spares never make a waiting job unplaceable: a domain (of that level or a coarser one) whose usable nodes
 could hold a waiting job that requires its level, but not without its spares, keeps none. The booking is kept on the
 snapshot (`Snapshot.spares`) and changed only where the choice changed. Pure."""
 
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from superpod.core.model import UNLABELLED, Pod, Snapshot
+from superpod.core.placement import Placement
 from superpod.core.request import GPU, JobRequest
 
 SPARE = "spare#"  # a spare's booking is keyed "spare#<node>" (no pod's key or assumed replica's: those hold a "/")
@@ -66,6 +69,31 @@ def release(snap: Snapshot) -> list[str]:
     for name in names:
         snap.remove_pod(snap.spares.pop(name).key)
     return names
+
+
+def lends_to(snap: Snapshot, job: JobRequest) -> bool:
+    """Whether `job` may run on spares: some are booked and its runtime limit (enforced, in its shape) is at most
+    `snap.spare_runtime`. A predicted runtime is not enough: a job may outlive it."""
+    return bool(snap.spares) and job.limit is not None and snap.spare_runtime is not None \
+        and job.limit <= snap.spare_runtime
+
+
+def lend(snap: Snapshot, place: Callable[[], Placement | None]) -> Placement | None:
+    """`place()` with the spares freed; those it does not use booked again. What did not fit still does not: the
+    spares are booked as before or taken."""
+    booked, unfit = dict(snap.spares), snap.unfit
+    release(snap)
+    placement = None
+    try:
+        placement = place()
+    finally:
+        used = placement.assignments if placement is not None else {}
+        for name, pod in booked.items():
+            if name not in used:
+                snap.add_pod(pod)
+                snap.spares[name] = pod
+        snap.unfit = unfit
+    return placement
 
 
 def _lent(snap: Snapshot, chosen: list[int], waiting: dict[int, list[int]]) -> list[int]:

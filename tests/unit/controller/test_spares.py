@@ -11,6 +11,7 @@ from superpod.controller.judge import Settings
 from superpod.controller.operator import spares as spares_flag
 from superpod.core import spares
 from superpod.core.model import Level, Node, Pod, Snapshot, Topology
+from superpod.core.placement import Placement
 from superpod.core.request import GPU, JobRequest
 from superpod.k8s.api import NODES, TRAININGJOBS
 from tests.unit.memory_cluster import MemoryCluster, training_job
@@ -49,7 +50,8 @@ def test_a_spare_is_kept_from_waiting_jobs_and_taken_first_by_a_replacement():
     assert sorted(_nodes(c, "big").values()) == su2[:3] and list(_nodes(c, "one").values()) == [su1[2]]
     st = c.status("two")
     assert (st["phase"], st["reason"]) == ("Queued", "NoRoom") and not st.get("placement"), st
-    assert st["message"].endswith("; 2 nodes kept spare for replacing lost nodes")
+    assert st["message"].endswith("; 2 nodes kept spare for replacing lost nodes and for jobs whose "
+                                  "maxRuntimeSeconds is at most 256"), st["message"]
     lost = _nodes(c, "r")["r-a1-1"]
     c.store.delete_now(NODES, lost)
     c.settle(3)
@@ -67,6 +69,50 @@ def test_a_spare_comes_before_a_free_node_of_the_leaf_and_is_kept_again():
     c.submit(training_job("one", 1, 8))
     c.settle(3)
     assert list(_nodes(c, "one").values()) == [_leaves(c)["su-2"][0]], "su-1's last free node is its spare now"
+
+
+def test_a_short_job_runs_on_a_spare_no_other_node_offers_and_is_gone_before_a_replacement_gives_up():
+    """A job whose limit is at most --spare-runtime (default: the replace deadline) may take a spare when no other
+    node fits it, a longer one may not; a replacement that finds its leaf's spare lent waits for it, and gets it
+    when the short job's limit ends it, before its own deadline."""
+    c = _cluster()
+    su1, su2 = _leaves(c).values()
+    c.submit(training_job("big", 3, 8, topology=LEAF))  # su-2 but its spare
+    c.submit(training_job("one", 1, 8))  # su-1's third node
+    c.settle(3)
+    c.submit(training_job("long", 1, 8, maxRuntimeSeconds=300))
+    c.submit(training_job("short", 1, 8, maxRuntimeSeconds=240))
+    c.settle(3)
+    assert (c.status("long")["phase"], c.status("long")["reason"]) == ("Queued", "NoRoom"), c.status("long")
+    assert c.status("short")["phase"] == "Running" and list(_nodes(c, "short").values()) == [su1[3]]
+    c.settle(3)
+    assert c.status("long")["phase"] == "Queued", "the other leaf's spare stays booked"
+    c.store.delete_now(NODES, _nodes(c, "r")["r-a1-1"])
+    c.settle(3)
+    st = c.status("r")
+    assert st.get("replacementDeadline") and st["phase"] == "Running" and not st.get("replacements"), st
+    c.settle(300, seconds=1.0)
+    short = c.status("short")
+    assert (short["phase"], short["reason"]) == ("Failed", "MaxRuntimeExceeded"), short
+    st = c.status("r")
+    assert st["replacements"] == 1 and _nodes(c, "r")["r-a1-1"] == su1[3], st
+    assert st["attempt"] == 1 and c.status("long")["phase"] == "Queued"
+
+
+def test_lend_books_again_the_spares_a_placement_leaves_and_keeps_what_did_not_fit():
+    topo = Topology((Level("leaf", "superpod.dev/leaf"),))
+    nodes = [Node(f"n{i}", {"superpod.dev/leaf": "a" if i < 3 else "b"}, {GPU: 8}) for i in range(5)]
+    snap = Snapshot(nodes, topo, [])
+    spares.keep(snap, 1, 1)
+    snap.spare_runtime = 300.0
+    job = lambda limit: JobRequest("team-a", "s", 1, ((GPU, 8),), limit=limit)  # noqa: E731
+    assert spares.lends_to(snap, job(300.0)) and not spares.lends_to(snap, job(301.0))
+    assert not spares.lends_to(snap, job(None)), "a job with no limit may run for ever"
+    unfit = snap.unfit = {"shape": "did not fit"}
+    taken = Placement(job(300.0).key, {"n4": [0]}, (1, 1), ("b",))
+    placement = spares.lend(snap, lambda: taken)
+    assert placement.assignments == {"n4": [0]} and sorted(snap.spares) == ["n2"] and snap.unfit is unfit
+    assert spares.lend(snap, lambda: None) is None and sorted(snap.spares) == ["n2"] and snap.recount_ok()
 
 
 def test_without_spares_every_free_node_is_placement_s():
@@ -93,7 +139,8 @@ def test_a_gang_the_size_of_a_leaf_starts_on_an_idle_cluster_and_the_other_leaf_
     assert sorted(node for i in range(3) for node in _nodes(c, f"one{i}").values()) == su2[:3]
     st = c.status("one3")
     assert (st["phase"], st["reason"]) == ("Queued", "NoRoom"), st
-    assert st["message"].endswith("; 1 node kept spare for replacing lost nodes"), st["message"]
+    assert st["message"].endswith("; 1 node kept spare for replacing lost nodes and for jobs whose "
+                                  "maxRuntimeSeconds is at most 256"), st["message"]
 
 
 def test_a_whole_leaf_gang_s_reservation_is_met_when_the_leaf_frees():
