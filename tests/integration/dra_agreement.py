@@ -60,6 +60,17 @@ def _selector(rng: random.Random, d: str) -> str:
         f"cel.bind(m, {a}.model, m == 'B' || m == 'C')",
         f"{a}.model.lowerAscii() == '{rng.choice('abc')}' || {a}.index == 0",
         f"device.driver == '{d}'",
+        f"{a}.driverVersion.major() == {rng.randint(1, 2)}",
+        f"{a}.driverVersion.compareTo(semver('{rng.choice(VERSIONS)}')) == 0",
+        f"semver('2.0.0-rc.1').isLessThan({a}.driverVersion)",
+        f"has({a}.numa) && {a}.numa == 0",
+        f"{a}.?numa.hasValue()",
+        f"{a}.exists(k, k == 'rack')",
+        f"size({a}) > {rng.randint(5, 7)}",
+        f"string({a}.slot) == '1'",
+        f"{a}.model.matches('^[AB]$')",
+        f"device.capacity['{d}'].memory.asApproximateFloat() > {rng.choice(['5e10', '9e10'])}",
+        f"device.capacity['{d}'].memory.isGreaterThan(quantity('80Gi').add(quantity('1Mi')))",
     ])
 
 
@@ -74,13 +85,26 @@ def _attribute(value) -> dict:
 
 
 def random_devices(rng: random.Random) -> list[dict]:
-    """A node's pools: [{driver, count (resourceSliceCount), slices: [[device, ...], ...]}], devices without ids."""
+    """A node's pools: [{driver, count (resourceSliceCount), slices: [[device, ...], ...], placement, stale,
+    duplicate}], devices without names. Now and then a pool is being updated (a slice missing), has an older
+    generation's slice beside (to be ignored), names a device twice (invalid), or selects its node by a node
+    selector rather than by name."""
     pools = []
     for driver in rng.sample(DRIVERS, rng.choice([1, 2, 2, 2])):
         slices = [[_device(rng, driver) for _ in range(rng.randint(3, 7))] for _ in range(rng.choice([1, 1, 2]))]
-        published = len(slices) + (1 if rng.random() < 0.08 else 0)  # now and then a pool being updated
-        pools.append({"driver": driver, "count": published, "slices": slices})
+        pools.append({"driver": driver, "slices": slices, "count": len(slices) + (rng.random() < 0.08),
+                      "placement": rng.choice(["name", "name", "name", "expression", "field"]),
+                      "stale": rng.random() < 0.1, "duplicate": len(slices) > 1 and rng.random() < 0.1})
     return pools
+
+
+def _placement(node: str, kind: str) -> dict:
+    if kind == "name":
+        return {"nodeName": node}
+    requirement = {"key": "kubernetes.io/hostname" if kind == "expression" else "metadata.name", "operator": "In",
+                   "values": [node]}
+    return {"nodeSelector": {"nodeSelectorTerms": [
+        {"matchExpressions" if kind == "expression" else "matchFields": [requirement]}]}}
 
 
 def _device(rng: random.Random, driver: str) -> dict:
@@ -160,7 +184,8 @@ def _exactly(rng: random.Random, classes: list[dict]) -> dict:
 def random_blocked(rng: random.Random, pools: list[dict]) -> list[tuple[str, str]]:
     """Devices another claim holds before the case's pod comes: none in half the cases, else one to three of the
     complete pools' devices (a pool being updated serves no exact request)."""
-    devices = [(pool["driver"], f"p{k}-d{i}") for k, pool in enumerate(pools) if pool["count"] == len(pool["slices"])
+    devices = [(pool["driver"], f"p{k}-d{i}") for k, pool in enumerate(pools)
+               if pool["count"] == len(pool["slices"]) and not pool["duplicate"]
                for i in range(sum(len(s) for s in pool["slices"]))]
     if not devices or rng.random() < 0.5:
         return []
@@ -182,23 +207,29 @@ def blocker_spec(batch: str, blocked: list[tuple[str, str]]) -> dict:
 
 
 def slices_for(node: str, batch: str, pools: list[dict]) -> list[dict]:
-    """The node's ResourceSlices: pool `<node>-<batch>-p<k>`, devices `d<i>` with a unique id attribute."""
+    """The node's ResourceSlices: pool `<node>-<batch>-p<k>`, devices `d<i>` with an id attribute `p<k>-d<i>`."""
     out = []
     for k, pool in enumerate(pools):
-        driver, number = pool["driver"], 0
-        for s, devices in enumerate(pool["slices"]):
+        driver, number, generation = pool["driver"], 0, 2 if pool["stale"] else 1
+        slices = [(f"s{s}", generation, pool["count"], devices) for s, devices in enumerate(pool["slices"])]
+        if pool["stale"]:
+            slices.append(("old", 1, 1, pool["slices"][0]))
+        for suffix, generation, count, devices in slices:
             rendered = []
             for device in devices:
+                name = "d0" if pool["duplicate"] and suffix == "s1" and not rendered else f"d{number}"
+                if suffix == "old":
+                    name = f"old{len(rendered)}"
                 attributes = {key: _attribute(value) for key, value in device["attributes"].items()}
-                attributes[f"{ID_DOMAIN}/id"] = {"string": f"p{k}-d{number}"}
-                rendered.append({"name": f"d{number}", "attributes": attributes, "taints": device.get("taints", []),
+                attributes[f"{ID_DOMAIN}/id"] = {"string": f"p{k}-{name}"}
+                rendered.append({"name": name, "attributes": attributes, "taints": device.get("taints", []),
                                  "capacity": {key: {"value": v} for key, v in device["capacity"].items()}})
-                number += 1
+                number += suffix != "old"
             out.append({"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice",
-                        "metadata": {"name": f"{node}-{batch}-p{k}-s{s}", "labels": {LABEL: batch}},
-                        "spec": {"driver": driver, "nodeName": node, "devices": rendered,
-                                 "pool": {"name": f"{node}-{batch}-p{k}", "generation": 1,
-                                          "resourceSliceCount": pool["count"]}}})
+                        "metadata": {"name": f"{node}-{batch}-p{k}-{suffix}", "labels": {LABEL: batch}},
+                        "spec": {"driver": driver, "devices": rendered, **_placement(node, pool["placement"]),
+                                 "pool": {"name": f"{node}-{batch}-p{k}", "generation": generation,
+                                          "resourceSliceCount": count}}})
     return out
 
 
@@ -386,9 +417,9 @@ class Agreement:
                     if pool.startswith(f"{case.node}-{batch}-")}
             assert held == {device_id for _, device_id in case.blocked}, (case.node, held, case.blocked)
             case.taken = sorted(d for d in taken if d[1].startswith(f"{case.node}-{batch}-"))
-            pools = node_pools(slices, case.node, {"kubernetes.io/hostname": case.node})
+            pools = node_pools(slices, case.node, kwok_node(case.node)["metadata"]["labels"])
             case.ours = allocator.allocate(case.node, pools, taken, [read_claim(by_name[n]) for n in case.claims])
-            case.pool_objs = [s for s in slice_objs if s["spec"].get("nodeName") == case.node]
+            case.pool_objs = [s for s in slice_objs if s["metadata"]["name"].startswith(f"{case.node}-{batch}-")]
 
     def _by_id(self, allocation: Allocation) -> Allocation:
         """`allocation` with each device named by its id attribute (`p<k>-d<i>`), as the twin's selectors need."""
