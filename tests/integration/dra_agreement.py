@@ -26,6 +26,7 @@ PCIE_ROOT = "resource.kubernetes.io/pcieRoot"  # a standard attribute, shared by
 LABEL = "agree.superpod.dev/batch"
 ROLE = "agree.superpod.dev/role"  # of a pod: case, blocker (holds devices before the cases), probe
 NODE_PREFIX = "dra-agree"
+PROBE_NODE = f"{NODE_PREFIX}-probe"
 
 # --- random objects ------------------------------------------------------------------------------------------------
 
@@ -86,15 +87,17 @@ def _attribute(value) -> dict:
 
 def random_devices(rng: random.Random) -> list[dict]:
     """A node's pools: [{driver, count (resourceSliceCount), slices: [[device, ...], ...], placement, stale,
-    duplicate}], devices without names. Now and then a pool is being updated (a slice missing), has an older
-    generation's slice beside (to be ignored), names a device twice (invalid), or selects its node by a node
-    selector rather than by name."""
+    duplicate, split, obsolete}], devices without names. Now and then a pool is being updated (a slice missing), has
+    an older generation's slice beside (to be ignored), names a device twice (invalid), selects its node by a node
+    selector rather than by name, has its second slice on another node (complete all the same), or has a newer
+    generation on another node (the node's slices are obsolete)."""
     pools = []
     for driver in rng.sample(DRIVERS, rng.choice([1, 2, 2, 2])):
         slices = [[_device(rng, driver) for _ in range(rng.randint(3, 7))] for _ in range(rng.choice([1, 1, 2]))]
         pools.append({"driver": driver, "slices": slices, "count": len(slices) + (rng.random() < 0.08),
                       "placement": rng.choice(["name", "name", "name", "expression", "field"]),
-                      "stale": rng.random() < 0.1, "duplicate": len(slices) > 1 and rng.random() < 0.1})
+                      "stale": rng.random() < 0.1, "duplicate": len(slices) > 1 and rng.random() < 0.1,
+                      "split": len(slices) > 1 and rng.random() < 0.15, "obsolete": rng.random() < 0.05})
     return pools
 
 
@@ -185,7 +188,7 @@ def random_blocked(rng: random.Random, pools: list[dict]) -> list[tuple[str, str
     """Devices another claim holds before the case's pod comes: none in half the cases, else one to three of the
     complete pools' devices (a pool being updated serves no exact request)."""
     devices = [(pool["driver"], f"p{k}-d{i}") for k, pool in enumerate(pools)
-               if pool["count"] == len(pool["slices"]) and not pool["duplicate"]
+               if pool["count"] == len(pool["slices"]) and not (pool["duplicate"] or pool["split"] or pool["obsolete"])
                for i in range(sum(len(s) for s in pool["slices"]))]
     if not devices or rng.random() < 0.5:
         return []
@@ -214,20 +217,24 @@ def slices_for(node: str, batch: str, pools: list[dict]) -> list[dict]:
         slices = [(f"s{s}", generation, pool["count"], devices) for s, devices in enumerate(pool["slices"])]
         if pool["stale"]:
             slices.append(("old", 1, 1, pool["slices"][0]))
+        if pool["obsolete"]:
+            slices.append(("new", generation + 1, 1, pool["slices"][0]))
         for suffix, generation, count, devices in slices:
             rendered = []
             for device in devices:
                 name = "d0" if pool["duplicate"] and suffix == "s1" and not rendered else f"d{number}"
-                if suffix == "old":
-                    name = f"old{len(rendered)}"
+                if suffix in ("old", "new"):
+                    name = f"{suffix}{len(rendered)}"
                 attributes = {key: _attribute(value) for key, value in device["attributes"].items()}
                 attributes[f"{ID_DOMAIN}/id"] = {"string": f"p{k}-{name}"}
                 rendered.append({"name": name, "attributes": attributes, "taints": device.get("taints", []),
                                  "capacity": {key: {"value": v} for key, v in device["capacity"].items()}})
-                number += suffix != "old"
+                number += suffix not in ("old", "new")
+            elsewhere = suffix == "new" or (suffix == "s1" and pool["split"])  # on the probe node, never used there
+            placement = {"nodeName": PROBE_NODE} if elsewhere else _placement(node, pool["placement"])
             out.append({"apiVersion": f"{GROUP}/{VERSION}", "kind": "ResourceSlice",
                         "metadata": {"name": f"{node}-{batch}-p{k}-{suffix}", "labels": {LABEL: batch}},
-                        "spec": {"driver": driver, "devices": rendered, **_placement(node, pool["placement"]),
+                        "spec": {"driver": driver, "devices": rendered, **placement,
                                  "pool": {"name": f"{node}-{batch}-p{k}", "generation": generation,
                                           "resourceSliceCount": count}}})
     return out
@@ -342,7 +349,7 @@ class Agreement:
                     raise
 
     def _node_names(self) -> list[str]:
-        return [f"{NODE_PREFIX}-{i}{side}" for i in range(self.nodes) for side in "ab"] + [f"{NODE_PREFIX}-probe"]
+        return [f"{NODE_PREFIX}-{i}{side}" for i in range(self.nodes) for side in "ab"] + [PROBE_NODE]
 
     def run(self, seed: int, batch_index: int) -> None:
         """One batch: a case per node pair. Devices other claims hold are taken first, on both nodes of a pair
@@ -432,7 +439,7 @@ class Agreement:
     def _probe(self, batch: str, suffix: str) -> None:
         """Wait until kube-scheduler has seen every class, slice and claim made so far: a pod whose claim only the
         newest slice can serve binds only then (each kind is one ordered watch)."""
-        name, driver, node = f"{batch}-{suffix}", "probe.superpod.dev", f"{NODE_PREFIX}-probe"
+        name, driver, node = f"{batch}-{suffix}", "probe.superpod.dev", PROBE_NODE
         metadata = {"name": name, "labels": {LABEL: batch}}
         expression = f"device.driver == '{driver}' && device.attributes['{driver}'].batch == '{name}'"
         self.custom.create_cluster_custom_object(GROUP, VERSION, "deviceclasses", {

@@ -12,7 +12,7 @@ from kubernetes import client
 
 from tests.integration.dra_agreement import (
     GROUP,
-    NODE_PREFIX,
+    PROBE_NODE,
     VERSION,
     Agreement,
     blocker_class,
@@ -49,11 +49,11 @@ def test_claims_are_made_from_templates_and_allocated(cluster, namespace):
     custom, core = client.CustomObjectsApi(cluster.api), client.CoreV1Api(cluster.api)
     agreement = Agreement(cluster.api, namespace, nodes=0)  # its probe node only
     agreement.setup()
-    node, batch = f"{NODE_PREFIX}-probe", f"{namespace}-template"
+    node, batch = PROBE_NODE, f"{namespace}-template"
     try:
         for body in [blocker_class(batch), *slices_for(node, batch, [{
                 "driver": "gpu.nvidia.com", "slices": [[{"attributes": {"model": "A"}, "capacity": {}}]], "count": 1,
-                "placement": "name", "stale": False, "duplicate": False}])]:
+                "placement": "name", "stale": False, "duplicate": False, "split": False, "obsolete": False}])]:
             plural = "deviceclasses" if body["kind"] == "DeviceClass" else "resourceslices"
             custom.create_cluster_custom_object(GROUP, VERSION, plural, body)
         spec = blocker_spec(batch, [("gpu.nvidia.com", "p0-d0")])
