@@ -1,11 +1,12 @@
 """The DRA allocator (core/dra) against kube-scheduler's, on a real control plane: random ResourceSlices,
 DeviceClasses and ResourceClaims, a node at a time.
 
-Each case is a pair of KWOK nodes with the same random devices (node-local pools). On the first, a pod pinned to it
-claims random claims; kube-scheduler binds it (claims allocated) or leaves it unschedulable, and the allocator, given
-the same objects read back from the API server, must agree on whether the claims fit. Where the allocator finds an
-allocation, the second node checks it is one kube-scheduler accepts: the same claims, each exact request narrowed
-to the devices the allocator chose (a selector on a unique attribute), must be allocated exactly so there."""
+Each case is a pair of KWOK nodes with the same random devices, some of them held first by another claim. On the
+first, a pod pinned to it claims random claims; kube-scheduler binds it (claims allocated) or leaves it
+unschedulable, and the allocator, given the same objects read back from the API server, must agree on whether the
+claims fit. Where the allocator finds an allocation, the second node checks it is one kube-scheduler accepts: the
+same claims, each exact request narrowed to the devices the allocator chose (a selector on a unique attribute),
+must be allocated exactly so there."""
 
 from __future__ import annotations
 
