@@ -7,6 +7,8 @@ MIG_CLASS_EXPRESSION = "device.driver == 'gpu.nvidia.com' && device.attributes['
 
 
 def attribute(value) -> dict:
+    if isinstance(value, dict):  # typed already: {"version": "1.0.0"}
+        return value
     if isinstance(value, bool):
         return {"bool": value}
     if isinstance(value, int):

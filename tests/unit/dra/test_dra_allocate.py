@@ -123,6 +123,58 @@ def test_all_takes_every_matching_device_or_none(allocator):
     assert allocator.allocate("n1", updating, set(), [pod]).code == Code.POOL_UPDATING
 
 
+def test_match_attribute_tells_versions_apart_by_build_metadata(allocator):
+    # kube-scheduler compares version attributes as strings: 1.0.0 and 1.0.0+build.7 differ
+    versions = ("1.0.0", "1.0.0+build.7", "1.0.0")
+    pools = pools_of(resource_slice("n1", [gpu(i, driverVersion={"version": v}) for i, v in enumerate(versions)]))
+    same = [{"matchAttribute": "gpu.nvidia.com/driverVersion"}]
+    assert devices_of(allocator.allocate("n1", pools, set(), [claim(exactly("g", count=2), constraints=same)])) == \
+        [["gpu-0", "gpu-2"]]
+    three = claim(exactly("g", count=3), constraints=same)
+    assert allocator.allocate("n1", pools, set(), [three]).code == Code.CONSTRAINT_UNMET
+    assert allocator.count("n1", pools, set(), (claim(exactly("g", count=2), constraints=same),)) == 1
+
+
+def test_all_needs_every_matching_device_tolerated(allocator):
+    # kube-scheduler counts a tainted device among "all" and then cannot take it: the request fails
+    tainted = gpu(1)
+    tainted["taints"] = [{"key": "maintenance", "value": "soon", "effect": "NoSchedule"}]
+    pools = pools_of(resource_slice("n1", [gpu(0), tainted]))
+    every = exactly("gpus", "gpu.nvidia.com", mode=ALL)
+    assert allocator.allocate("n1", pools, set(), [claim(every)]) == Shortfall(
+        Code.ALL_DEVICES_TAKEN, "needs all devices of class gpu.nvidia.com; node n1 has 2, 0 of them taken, 1 tainted "
+                                "and not tolerated")
+    every["exactly"]["tolerations"] = [{"key": "maintenance", "operator": "Exists"}]
+    assert devices_of(allocator.allocate("n1", pools, set(), [claim(every)])) == [["gpu-0", "gpu-1"]]
+    assert devices_of(allocator.allocate("n1", pools, set(), [claim(exactly("one"))])) == [["gpu-0"]]
+
+
+def test_all_devices_that_break_a_constraint_stop_the_claim(allocator):
+    # kube-scheduler treats it as an error of the claim, and does not fall back to the next subrequest
+    pools = pools_of(resource_slice("n1", [gpu(0, numa=0), gpu(1, numa=1)]))
+    spec = claim_spec(exactly("one"))
+    spec["devices"]["requests"] = [{"name": "gpus", "firstAvailable": [
+        {"name": "all", "deviceClassName": "gpu.nvidia.com", "allocationMode": "All"},
+        {"name": "one", "deviceClassName": "gpu.nvidia.com", "count": 1}]}]
+    spec["devices"]["constraints"] = [{"matchAttribute": "gpu.nvidia.com/numa"}]
+    shortfall = allocator.allocate("n1", pools, set(), [read_claim_spec(spec, "claim")])
+    assert shortfall.fatal and shortfall.code == Code.ALL_CONSTRAINT_UNMET
+    assert shortfall.message == "request gpus/all asks for all devices of class gpu.nvidia.com, but device " \
+                                "gpu.nvidia.com/n1/gpu-1 breaks a constraint"
+
+
+def test_a_selector_error_stops_the_claim_only_where_the_search_meets_it(allocator):
+    # kube-scheduler evaluates selectors as its search comes to each free device: gpu-1 has no numa attribute
+    pools = pools_of(resource_slice("n1", [gpu(0, numa=0), gpu(1)]))
+    numa = "device.attributes['gpu.nvidia.com'].numa == 0"
+    one, two = claim(exactly("g", "gpu.nvidia.com", 1, numa)), claim(exactly("g", "gpu.nvidia.com", 2, numa))
+    assert devices_of(allocator.allocate("n1", pools, set(), [one])) == [["gpu-0"]]
+    failed = allocator.allocate("n1", pools, set(), [two])
+    assert failed.fatal and failed.message.startswith("request g: CEL runtime error on device gpu.nvidia.com/n1/gpu-1")
+    assert allocator.allocate("n1", pools, {("gpu.nvidia.com", "n1", "gpu-1")}, [two]).code == Code.TOO_FEW_DEVICES
+    assert allocator.count("n1", pools, set(), (one,)) == 1
+
+
 def test_incomplete_pools_are_passed_over_for_exact_counts(allocator):
     pools = pools_of(resource_slice("n1", [gpu(0)], pool="a", count=2, name="a"),
                      resource_slice("n1", [gpu(1)], pool="b", name="b"))

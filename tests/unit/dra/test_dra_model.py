@@ -47,6 +47,20 @@ def test_only_the_newest_generation_of_a_pool_counts_and_a_partial_one_is_incomp
     assert pool.usable and [d.name for d in pool.devices] == ["gpu-2", "gpu-3"]
 
 
+def test_a_pool_spanning_nodes_is_complete_and_a_newer_generation_elsewhere_leaves_it_out():
+    # kube-scheduler counts a pool's slices on other nodes before calling it incomplete
+    here = resource_slice("n1", [gpu(0)], pool="shared", count=2, name="a")
+    there = resource_slice("n2", [gpu(1)], pool="shared", count=2, name="b")
+    slices, _ = read_slices([here, there])
+    (pool,) = node_pools(slices, "n1")
+    assert pool.usable and [d.name for d in pool.devices] == ["gpu-0"]
+    newer = resource_slice("n2", [gpu(2)], pool="shared", generation=2, name="c")
+    slices, _ = read_slices([here, there, newer])
+    assert node_pools(slices, "n1") == []
+    slices, _ = read_slices([resource_slice("n1", [gpu(0)], pool="shared", name="a"), newer])
+    assert [p.generation for p in node_pools(slices, "n1")] == [1]  # complete on the node: nothing else is read
+
+
 def test_a_pool_naming_a_device_twice_is_invalid():
     slices, _ = read_slices([resource_slice("n1", [gpu(0)], count=2, name="a"),
                              resource_slice("n1", [gpu(0)], count=2, name="b")])

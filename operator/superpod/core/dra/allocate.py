@@ -1,8 +1,8 @@
 """Device allocation on one node, with the semantics of kube-scheduler's structured allocator (stable features):
 the claims of the pods to put on the node get devices all together or not at all; a device goes to one claim at
-most; a request takes exactly `count` devices, or all matching devices (All: none may be taken, no pool may be
-being updated), or the first of its firstAvailable subrequests that can be had; matchAttribute constraints hold
-over the devices of the requests they name; incomplete or invalid pools are passed over.
+most; a request takes exactly `count` devices, or all matching devices (All: none may be taken or not tolerated,
+no pool may be being updated), or the first of its firstAvailable subrequests that can be had; matchAttribute
+constraints hold over the devices of the requests they name; incomplete or invalid pools are passed over.
 
 The search is kube-scheduler's (claims, then requests, then devices, in pool and slice order; backtracking), with
 two cuts that keep its answers: the devices of one request are chosen in candidate order (a set, not a sequence),
@@ -35,6 +35,7 @@ from superpod.core.dra.model import (
     Request,
 )
 from superpod.core.dra.selectors import SelectorError, Selectors
+from superpod.core.dra.values import Version
 from superpod.core.phases import Cause, Reason
 
 
@@ -43,16 +44,19 @@ class Code(StrEnum):
 
     TOO_FEW_DEVICES = "TooFewDevices"  # fewer free devices match a request than it needs
     CONSTRAINT_UNMET = "ConstraintUnmet"  # enough devices, but not with one value of a matchAttribute
-    ALL_DEVICES_TAKEN = "AllDevicesTaken"  # an All request whose devices are (partly) taken, or that matches none
+    ALL_DEVICES_TAKEN = "AllDevicesTaken"  # an All request whose devices are (partly) taken or not tolerated, or
+    # that matches none
     POOL_UPDATING = "PoolUpdating"  # an All request while a pool of the node is incomplete or invalid
     GAVE_UP = "AllocationGaveUp"  # the search tried too many device choices (kube-scheduler times out likewise)
     UNKNOWN_CLASS = "UnknownDeviceClass"  # no DeviceClass of that name: no node can take it
     CLAIM_TOO_LARGE = "ClaimTooLarge"  # a claim asks for more than 32 devices: no node can take it
     SELECTOR_ERROR = "SelectorError"  # a selector does not compile or fails on a device: no node can take it
+    ALL_CONSTRAINT_UNMET = "AllDevicesConstraintUnmet"  # an All request's devices break a matchAttribute constraint:
+    # kube-scheduler stops allocating the claim, as for a selector error
 
 
 # kube-scheduler stops the pod's scheduling attempt on these: no node can take the claims as written
-FATAL = frozenset({Code.UNKNOWN_CLASS, Code.SELECTOR_ERROR, Code.CLAIM_TOO_LARGE})
+FATAL = frozenset({Code.UNKNOWN_CLASS, Code.SELECTOR_ERROR, Code.CLAIM_TOO_LARGE, Code.ALL_CONSTRAINT_UNMET})
 MAX_RESULTS = 32  # devices one claim may get (resourceapi.AllocationResultsMaxSize)
 
 
@@ -109,6 +113,7 @@ class _Search:
     chosen: list[list[tuple[str, Device]]] = field(default_factory=list)  # per claim
     constraint_values: list[list[list]] = field(default_factory=list)  # per claim, per constraint: [value, count]
     picked: dict[tuple[int, int], str] = field(default_factory=dict)  # the alternative a request got
+    failing: dict[tuple, Shortfall] = field(default_factory=dict)  # (candidates key, device) -> its selector error
     tries: int = 0  # devices tried so far
 
 
@@ -142,7 +147,9 @@ class Allocator:
             return 0
         if counts_exactly(claims) and all(_least(claim) <= MAX_RESULTS for claim in claims):
             fits = self._count_by_groups(pools, taken, claims, limit)
-            return fits if isinstance(fits, Shortfall) or fits > 0 else self._why_none(node_name, pools, taken, claims)
+            if not isinstance(fits, Shortfall) or fits.code != Code.SELECTOR_ERROR:  # else as the search meets it
+                return fits if isinstance(fits, Shortfall) or fits > 0 else \
+                    self._why_none(node_name, pools, taken, claims)
         held, fits = set(taken), 0
         while fits < limit:
             allocations = self._allocate(node_name, pools, held, list(claims), " per pod")
@@ -159,7 +166,7 @@ class Allocator:
     # --- preparing: candidates per request ---------------------------------------------------------------------
 
     def _prepare(self, pools: list[Pool], taken: set[DeviceID], claims: list[ClaimSpec]) -> _Search:
-        candidates, all_devices, steps = {}, {}, []
+        candidates, all_devices, steps, failing = {}, {}, [], {}
         shared: dict[tuple, list[Device]] = {}  # requests alike share one candidate list
         for index, claim in enumerate(claims):
             for request_index, device_request in enumerate(claim.requests):
@@ -169,10 +176,9 @@ class Allocator:
                     if request.mode == ALL:
                         all_devices[(index, request.name)] = self._all(pools, request, device_class)
                     else:
-                        key = (request.class_name, request.selectors, request.tolerations)
+                        key = _key(request)
                         if key not in shared:
-                            shared[key] = [d for pool in pools if pool.usable for d in pool.devices
-                                           if d.id not in taken and self._fits(d, request, device_class)]
+                            shared[key] = self._candidates(pools, taken, request, device_class, failing)
                         candidates[(index, request.name)] = shared[key]
         for index, claim in enumerate(claims):
             least = sum(min(len(all_devices[(index, r.name)]) if r.mode == ALL else r.count for r in d.alternatives)
@@ -180,8 +186,8 @@ class Allocator:
             if least > MAX_RESULTS:
                 raise _Refused(Shortfall(Code.CLAIM_TOO_LARGE, f"a claim asks for {least} devices; at most "
                                                                f"{MAX_RESULTS} may be allocated to one claim"))
-        search = _Search(claims, steps, candidates, all_devices, {}, used=set(taken))
-        search.signature = _signatures(claims, candidates, all_devices)
+        search = _Search(claims, steps, candidates, all_devices, {}, used=set(taken), failing=failing)
+        search.signature = _signatures(claims, candidates, all_devices, failing)
         search.chosen = [[] for _ in claims]
         search.constraint_values = [[[None, 0] for _ in claim.constraints] for claim in claims]
         return search
@@ -200,25 +206,61 @@ class Allocator:
                 raise _Refused(Shortfall(Code.POOL_UPDATING, f"request {request.name} asks for all devices of class "
                                                              f"{request.class_name}, but pool {pool.driver}/"
                                                              f"{pool.name} {why}"))
-        return [d for pool in pools for d in pool.devices if self._fits(d, request, device_class)]
+        return [d for pool in pools for d in pool.devices if self._selected(d, request, device_class)]
+
+    def _candidates(self, pools: list[Pool], taken: set[DeviceID], request: Request, device_class: DeviceClass,
+                    failing: dict[tuple, Shortfall]) -> list[Device]:
+        """The free devices an exact request may take, in pool and slice order. A device its selectors fail on
+        keeps its place, noted in `failing`: like kube-scheduler, the search stops only if it comes to it."""
+        out, key = [], (device_class.selectors, request.selectors)
+        for pool in pools:
+            if not pool.usable:
+                continue
+            for device in pool.devices:
+                if device.id in taken:
+                    continue
+                verdict = device.matched.get(key) if not device.consumes_counters else False
+                if verdict is None:
+                    verdict = self._verdict(device, request, device_class)
+                if verdict.__class__ is Shortfall:
+                    failing[(_key(request), device.id)] = verdict
+                    out.append(device)
+                elif verdict and (not device.taints or _tolerated(device, request)):
+                    out.append(device)
+        return out
 
     def _fits(self, device: Device, request: Request, device_class: DeviceClass) -> bool:
-        if device.consumes_counters or (device.taints and not _tolerated(device, request)):
+        selected = device.matched.get((device_class.selectors, request.selectors))  # memoised: the hot path
+        if selected is None or device.consumes_counters:
+            selected = self._selected(device, request, device_class)
+        return selected and (not device.taints or _tolerated(device, request))
+
+    def _selected(self, device: Device, request: Request, device_class: DeviceClass) -> bool:
+        """Whether the selectors pick the device; an All request counts devices so picked, tolerated or not."""
+        verdict = self._verdict(device, request, device_class)
+        if isinstance(verdict, Shortfall):
+            raise _Refused(verdict)
+        return verdict
+
+    def _verdict(self, device: Device, request: Request, device_class: DeviceClass) -> bool | Shortfall:
+        if device.consumes_counters:
             return False
         key = (device_class.selectors, request.selectors)
         found = device.matched.get(key)
         if found is None:
-            found = device.matched[key] = self._matches(device, request, device_class)
+            found = self._matches(device, request, device_class)
+            if isinstance(found, bool):
+                device.matched[key] = found
         return found
 
-    def _matches(self, device: Device, request: Request, device_class: DeviceClass) -> bool:
+    def _matches(self, device: Device, request: Request, device_class: DeviceClass) -> bool | Shortfall:
         try:
             return self.selectors.all_match(device_class.selectors, device) and \
                 self.selectors.all_match(request.selectors, device)
         except SelectorError as error:
             source = f"DeviceClass {device_class.name}" if _fails(self.selectors, device_class.selectors, device) \
                 else f"request {request.name}"
-            raise _Refused(Shortfall(Code.SELECTOR_ERROR, f"{source}: {error}")) from None
+            return Shortfall(Code.SELECTOR_ERROR, f"{source}: {error}")
 
     # --- the search --------------------------------------------------------------------------------------------
 
@@ -239,7 +281,13 @@ class Allocator:
         devices = search.all_devices[(claim_index, request.name)]
         done = 0
         for device in devices:
-            if device.id in search.used or not _add(search, claim_index, request, device):
+            if device.id in search.used or (device.taints and not _tolerated(device, request)):
+                break
+            if not _add(search, claim_index, request, device):
+                if len(search.chosen[claim_index]) < MAX_RESULTS:  # a constraint refused it: kube-scheduler stops
+                    raise _Refused(Shortfall(Code.ALL_CONSTRAINT_UNMET, f"request {request.name} asks for all "
+                                                                         f"devices of {_what(request)}, but device "
+                                                                         f"{'/'.join(device.id)} breaks a constraint"))
                 break
             done += 1
         if devices and done == len(devices) and self._place(search, step + 1):
@@ -254,10 +302,14 @@ class Allocator:
             return self._place(search, step + 1)
         candidates = search.candidates[(claim_index, request.name)]
         tried = set()
-        for index in range(start, len(candidates) - remaining + 1):
+        # with selector errors ahead, kube-scheduler's way to the end of the list, where it may meet one
+        end = len(candidates) if search.failing else len(candidates) - remaining + 1
+        for index in range(start, end):
             device = candidates[index]
             if device.id in search.used:
                 continue
+            if search.failing and (_key(request), device.id) in search.failing:
+                raise _Refused(search.failing[(_key(request), device.id)])
             signature = search.signature[device.id]
             if signature in tried:
                 continue
@@ -320,8 +372,10 @@ class Allocator:
             if request.mode == ALL:
                 every = search.all_devices[(claim_index, request.name)]
                 held = sum(d.id in search.used for d in every)
-                if not every or held:
-                    has = f"{len(every)}, {held} of them taken" if every else "none"
+                untolerated = sum(bool(d.taints) and not _tolerated(d, request) for d in every)
+                if not every or held or untolerated:
+                    tainted = f", {untolerated} tainted and not tolerated" if untolerated else ""
+                    has = f"{len(every)}, {held} of them taken{tainted}" if every else "none"
                     return Shortfall(Code.ALL_DEVICES_TAKEN, f"needs all devices of {_what(request)}; node "
                                                              f"{node_name} has {has}")
                 continue
@@ -436,13 +490,21 @@ def _tolerates(toleration: tuple[str, str, str, str], key: str, value: str, effe
 
 
 def _tagged(value):
-    """A value as a constraint compares it: True, 1 and 1.0 apart; absent and unsupported values match nothing."""
-    return MISSING if value is MISSING or value is UNSUPPORTED else (type(value).__name__, value)
+    """A value as a constraint compares it: True, 1 and 1.0 apart; versions by their text, build metadata included
+    (kube-scheduler compares the strings); absent and unsupported values match nothing."""
+    if value is MISSING or value is UNSUPPORTED:
+        return MISSING
+    return ("Version", value.text) if isinstance(value, Version) else (type(value).__name__, value)
 
 
-def _signatures(claims, candidates, all_devices) -> dict[DeviceID, tuple]:
-    """Per device: the candidate lists it is on and its constrained attribute values; equal signatures are
-    interchangeable in the search."""
+def _key(request: Request) -> tuple:
+    """What a request's candidates depend on: requests alike share them."""
+    return request.class_name, request.selectors, request.tolerations
+
+
+def _signatures(claims, candidates, all_devices, failing) -> dict[DeviceID, tuple]:
+    """Per device: the candidate lists it is on (and those whose selectors fail on it) and its constrained attribute
+    values; equal signatures are interchangeable in the search."""
     attributes = sorted({c.attribute for claim in claims for c in claim.constraints})
     lists = list(candidates.items()) + list(all_devices.items())
     membership: dict[DeviceID, list[int]] = {}
@@ -451,8 +513,11 @@ def _signatures(claims, candidates, all_devices) -> dict[DeviceID, tuple]:
         for device in listed:
             membership.setdefault(device.id, []).append(position)
             devices[device.id] = device
-    return {device_id: (tuple(positions), tuple(_tagged(devices[device_id].qualified(a)) for a in attributes))
-            for device_id, positions in membership.items()}
+    signatures = {device_id: (tuple(positions), tuple(_tagged(devices[device_id].qualified(a)) for a in attributes))
+                  for device_id, positions in membership.items()}
+    for key, device_id in failing:
+        signatures[device_id] += (key,)
+    return signatures
 
 
 def _add(search: _Search, claim_index: int, request: Request, device: Device) -> bool:

@@ -175,9 +175,12 @@ def read_slices(objs: Iterable[dict]) -> tuple[list[Slice], list[str]]:
 
 
 def node_pools(slices: Iterable[Slice], node_name: str, labels: dict[str, str] | None = None) -> list[Pool]:
-    """The pools `node_name` sees, by driver then pool name: for each, only its newest generation's slices that
-    serve the node count (as kube-scheduler's GatherPools); devices in slice-name order."""
+    """The pools `node_name` sees, by driver then pool name, as kube-scheduler's GatherPools: of each, the newest
+    generation's slices that serve the node, devices in slice-name order. When those are fewer than the pool's
+    resourceSliceCount, its slices elsewhere count too (a pool may span nodes), and a newer generation elsewhere
+    makes the node's slices obsolete: the pool is left out."""
     labels = labels or {}
+    slices = slices if isinstance(slices, list | tuple) else list(slices)
     newest: dict[tuple[str, str], list[Slice]] = {}
     for s in slices:
         if not s.serves(node_name, labels):
@@ -188,15 +191,24 @@ def node_pools(slices: Iterable[Slice], node_name: str, labels: dict[str, str] |
         if held and s.generation > held[0].generation:
             held.clear()
         held.append(s)
-    return [_pool(key, held) for key, held in sorted(newest.items())]
+    pools = []
+    for key, held in sorted(newest.items()):
+        published = len(held)
+        if published != held[0].count:
+            generations = [s.generation for s in slices if (s.driver, s.pool) == key]
+            if max(generations) > held[0].generation:
+                continue
+            published = generations.count(held[0].generation)
+        pools.append(_pool(key, held, incomplete=published != held[0].count))
+    return pools
 
 
-def _pool(key: tuple[str, str], held: list[Slice]) -> Pool:
+def _pool(key: tuple[str, str], held: list[Slice], incomplete: bool) -> Pool:
     held = sorted(held, key=lambda s: s.name)
     devices = tuple(d for s in held for d in s.devices)
     names = [d.name for d in devices]
     twice = next((n for i, n in enumerate(names) if n in names[:i]), None) if len(set(names)) < len(names) else None
-    return Pool(key[0], key[1], held[0].generation, devices, incomplete=len(held) != held[0].count,
+    return Pool(key[0], key[1], held[0].generation, devices, incomplete=incomplete,
                 invalid=f"device name {twice} twice" if twice else "", node_name=held[0].node_name,
                 node_selector=held[0].node_selector)
 
