@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -213,20 +213,15 @@ class Allocator:
         """The free devices an exact request may take, in pool and slice order. A device its selectors fail on
         keeps its place, noted in `failing`: like kube-scheduler, the search stops only if it comes to it."""
         out, key = [], (device_class.selectors, request.selectors)
-        for pool in pools:
-            if not pool.usable:
-                continue
-            for device in pool.devices:
-                if device.id in taken:
-                    continue
-                verdict = device.matched.get(key) if not device.consumes_counters else False
-                if verdict is None:
-                    verdict = self._verdict(device, request, device_class)
-                if verdict.__class__ is Shortfall:
-                    failing[(_key(request), device.id)] = verdict
-                    out.append(device)
-                elif verdict and (not device.taints or _tolerated(device, request)):
-                    out.append(device)
+        for device in _free(pools, taken):
+            verdict = device.matched.get(key) if not device.consumes_counters else False
+            if verdict is None:
+                verdict = self._verdict(device, request, device_class)
+            if verdict.__class__ is Shortfall:
+                failing[(_key(request), device.id)] = verdict
+                out.append(device)
+            elif verdict and (not device.taints or _tolerated(device, request)):
+                out.append(device)
         return out
 
     def _fits(self, device: Device, request: Request, device_class: DeviceClass) -> bool:
@@ -407,23 +402,27 @@ class Allocator:
         groups: dict[tuple, dict[tuple[bool, ...], int]] = {}  # constrained values -> membership -> devices
         try:
             classes = [self._class(requests[k]) for k in keys]
-            for pool in pools:
-                if not pool.usable:
-                    continue
-                for device in pool.devices:
-                    if device.id in taken:
-                        continue
-                    member = tuple(self._fits(device, requests[k], c) for k, c in zip(keys, classes, strict=True))
-                    values = tuple(_tagged(device.qualified(a)) for a in attributes)
-                    if any(member) and MISSING not in values:
-                        by_member = groups.setdefault(values, {})
-                        by_member[member] = by_member.get(member, 0) + 1
+            for device in _free(pools, taken):
+                member = tuple(self._fits(device, requests[k], c) for k, c in zip(keys, classes, strict=True))
+                values = tuple(_tagged(device.qualified(a)) for a in attributes)
+                if any(member) and MISSING not in values:
+                    by_member = groups.setdefault(values, {})
+                    by_member[member] = by_member.get(member, 0) + 1
         except _Refused as refused:
             return refused.shortfall
         fits = 0
         for by_member in groups.values():
             fits += _most_pods([demand[k] for k in keys], by_member, limit - fits)
         return fits
+
+
+def _free(pools: list[Pool], taken: set[DeviceID]) -> Iterator[Device]:
+    """The devices of the usable pools not taken, in pool and slice order."""
+    for pool in pools:
+        if pool.usable:
+            for device in pool.devices:
+                if device.id not in taken:
+                    yield device
 
 
 def _least(claim: ClaimSpec) -> int:
