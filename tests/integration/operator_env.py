@@ -67,16 +67,17 @@ def free_port() -> int:
 LEAF_LABEL = "superpod.dev/leaf"
 
 
-def sim_cluster(api: client.ApiClient, preset: str, count: int, own_leaves: bool = False,
+def sim_cluster(api: client.ApiClient, preset: str, count: int, own_leaves: bool = False, dra: bool = False,
                 **shape: int) -> tuple[str, list[dict]]:
     """A simulated cluster of its own (unique node names), all nodes Ready; `own_leaves`: its leaves' names its own
-    too (otherwise every test's cluster shares the preset's leaf names, so a domain spans them all)."""
+    too (otherwise every test's cluster shares the preset's leaf names, so a domain spans them all); `dra`: its
+    nodes publish their ResourceSlices."""
     name = f"t{uuid.uuid4().hex[:6]}"
     objs = presets.preset_nodes(preset, count, name, **shape)
     if own_leaves:
         for obj in objs:
             obj["metadata"]["labels"][LEAF_LABEL] = f"{name}-{obj['metadata']['labels'][LEAF_LABEL]}"
-    nodes.create_nodes(api, objs)
+    nodes.create_nodes(api, objs, dra=dra)
     core = client.CoreV1Api(api)
 
     def ready():

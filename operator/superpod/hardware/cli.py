@@ -22,9 +22,12 @@ def register(sub) -> None:
     c.add_argument("--preset", required=True, choices=sorted(presets.PRESETS))
     c.add_argument("--nodes", type=int, help="number of nodes (default: the preset's size; up to 12,500)")
     c.add_argument("--name", help="name of this simulated cluster (default: the preset name)")
+    c.add_argument("--dra", action="store_true", help="also publish each node's ResourceSlices and the DeviceClasses, "
+                                                      "as NVIDIA's DRA driver would (resource.k8s.io/v1)")
     c.add_argument("--kubeconfig")
     c.set_defaults(func=_cluster)
-    d = simsub.add_parser("delete", help="delete exactly the nodes of one simulated cluster")
+    d = simsub.add_parser("delete", help="delete exactly the nodes of one simulated cluster (and their "
+                                         "ResourceSlices)")
     d.add_argument("name")
     d.add_argument("--kubeconfig")
     d.set_defaults(func=_delete)
@@ -53,9 +56,10 @@ def _cluster(args) -> int:
         return 2
     objs = presets.preset_nodes(args.preset, args.nodes, args.name)
     started = time.monotonic()
-    created = nodes.create_nodes(load(args.kubeconfig), objs)
+    created = nodes.create_nodes(load(args.kubeconfig), objs, dra=args.dra)
     gpus = sum(int(o["status"]["capacity"]["nvidia.com/gpu"]) for o in objs)
-    print(f"{args.name or args.preset}: {len(objs)} nodes, {gpus} GPUs ({created} created) "
+    published = ", ResourceSlices published" if args.dra else ""
+    print(f"{args.name or args.preset}: {len(objs)} nodes, {gpus} GPUs ({created} created{published}) "
           f"in {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0
 

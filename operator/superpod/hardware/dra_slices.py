@@ -12,6 +12,7 @@ from __future__ import annotations
 import uuid
 
 from superpod.core import mig_catalog
+from superpod.hardware.presets import SIM_LABEL
 
 GPU_DRIVER = "gpu.nvidia.com"
 COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
@@ -90,6 +91,20 @@ def node_slices(node: dict, mig: dict[int, list[tuple[str, int]]] | None = None,
             {"name": f"{kind}-0", "attributes": {"type": {"string": kind}, "id": {"int": 0}}}
             for kind in ("channel", "daemon")]))
     return slices
+
+
+def published_slices(node: dict, node_uid: str) -> list[dict]:
+    """`node`'s slices as the simulator publishes them: owned by the Node (as the driver's kubelet plugin makes
+    them, so they go with it) and labelled with its simulated cluster (so `hardware delete` finds them)."""
+    owner = {"apiVersion": "v1", "kind": "Node", "name": node["metadata"]["name"], "uid": node_uid,
+             "controller": True}
+    cluster = node["metadata"]["labels"].get(SIM_LABEL)
+    out = node_slices(node)
+    for body in out:
+        body["metadata"]["ownerReferences"] = [owner]
+        if cluster:
+            body["metadata"]["labels"] = {SIM_LABEL: cluster}
+    return out
 
 
 def _common_attributes(labels: dict, driver_version: str, cuda_driver_version: str) -> dict:

@@ -7,33 +7,75 @@ from concurrent.futures import ThreadPoolExecutor
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from superpod.hardware import dra_slices
 from superpod.hardware.presets import SIM_LABEL
 
+DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
 
-def create_nodes(api: client.ApiClient, nodes: list[dict], workers: int = 24) -> int:
-    """Create `nodes` in parallel; nodes that already exist are left as they are. Returns how many were created."""
+
+def create_nodes(api: client.ApiClient, nodes: list[dict], workers: int = 24, dra: bool = False) -> int:
+    """Create `nodes` in parallel; nodes that already exist are left as they are. Returns how many were created.
+    `dra`: each node also publishes the ResourceSlices NVIDIA's DRA driver would (created or replaced), and the
+    driver's DeviceClasses are put in place."""
     core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    if dra:
+        for body in dra_slices.device_classes():
+            _put(custom, "deviceclasses", body)
 
     def create(node: dict) -> int:
+        name, created = node["metadata"]["name"], 1
         try:
-            core.create_node(body=node, _preload_content=False)
-            return 1
+            made = core.create_node(body=node, _preload_content=False).json()
         except ApiException as e:
-            if e.status == 409:
-                return 0
-            raise
+            if e.status != 409:
+                raise
+            made, created = (core.read_node(name, _preload_content=False).json() if dra else None), 0
+        if dra:
+            for body in dra_slices.published_slices(node, made["metadata"]["uid"]):
+                _put(custom, "resourceslices", body)
+        return created
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return sum(pool.map(create, nodes))
 
 
+def _put(custom: client.CustomObjectsApi, plural: str, body: dict) -> None:
+    """Create the cluster-scoped DRA object `body`, or replace the one of its name when it differs."""
+    try:
+        custom.create_cluster_custom_object(DRA_GROUP, DRA_VERSION, plural, body)
+        return
+    except ApiException as e:
+        if e.status != 409:
+            raise
+    name = body["metadata"]["name"]
+    served = custom.get_cluster_custom_object(DRA_GROUP, DRA_VERSION, plural, name)
+    if _same(served, body):
+        return
+    body = {**body, "metadata": {**body["metadata"], "resourceVersion": served["metadata"]["resourceVersion"]}}
+    custom.replace_cluster_custom_object(DRA_GROUP, DRA_VERSION, plural, name, body)
+
+
+def _same(served: dict, body: dict) -> bool:
+    meta, wanted = served["metadata"], body["metadata"]
+    return served.get("spec") == body["spec"] and all(meta.get(key) == wanted.get(key)
+                                                      for key in ("labels", "ownerReferences"))
+
+
 def delete_cluster(api: client.ApiClient, cluster: str) -> int:
-    """Delete exactly the nodes of simulated cluster `cluster`. Returns how many were deleted."""
+    """Delete exactly the nodes of simulated cluster `cluster`, and the ResourceSlices they publish. Returns how many
+    nodes were deleted."""
     core = client.CoreV1Api(api)
     selector = f"{SIM_LABEL}={cluster}"
     count = len(core.list_node(label_selector=selector, _preload_content=False).json().get("items", []))
     if count:
         core.delete_collection_node(label_selector=selector)
+    try:
+        client.CustomObjectsApi(api).delete_collection_cluster_custom_object(
+            DRA_GROUP, DRA_VERSION, "resourceslices", label_selector=selector)
+    except ApiException as e:
+        if e.status != 404:  # a cluster that serves no resource.k8s.io/v1 has none
+            raise
     return count
 
 

@@ -16,6 +16,8 @@ def register(sub) -> None:
     p.add_argument("action", choices=["up", "down", "status", "wipe", "kubeconfig"])
     p.add_argument("--preset", action="append", default=[],
                    help="with up: also create the nodes of this simulated SuperPOD preset (repeatable)")
+    p.add_argument("--dra", action="store_true", help="with --preset: the nodes also publish their DRA "
+                                                      "ResourceSlices (and the NVIDIA DeviceClasses)")
     p.set_defaults(func=run)
 
 
@@ -30,7 +32,7 @@ def run(args) -> int:
                 api = load(cluster.kubeconfig)
                 for preset in args.preset:
                     objs = presets.preset_nodes(preset)
-                    created = nodes.create_nodes(api, objs)
+                    created = nodes.create_nodes(api, objs, dra=args.dra)
                     print(f"simulated {preset}: {len(objs)} nodes ({created} created)", file=sys.stderr)
             print(f"export KUBECONFIG={cluster.kubeconfig}")
         elif args.action == "down":

@@ -1,9 +1,11 @@
 import pytest
+from kubernetes.client.rest import ApiException
 
 from superpod.core.dra.allocate import Allocator
 from superpod.core.dra.model import node_pools, read_claim_spec, read_classes, read_slices, read_template
-from superpod.hardware.dra_slices import compute_domain_claim_template, device_classes, node_slices
-from superpod.hardware.presets import preset_nodes
+from superpod.hardware import nodes as sim_nodes
+from superpod.hardware.dra_slices import compute_domain_claim_template, device_classes, node_slices, published_slices
+from superpod.hardware.presets import SIM_LABEL, preset_nodes
 
 
 def classes():
@@ -69,3 +71,49 @@ def test_mig_instances_replace_their_gpu_and_share_its_uuid():
     assert len(Allocator(classes()).allocate(node["metadata"]["name"], pools, set(), [pair])[0].results) == 2
     with pytest.raises(ValueError, match="cannot start at memory slice 1"):
         node_slices(node, mig={0: [("3g.40gb", 1)]})
+
+
+def test_published_slices_are_owned_by_their_node_and_labelled_with_its_cluster():
+    node = preset_nodes("gb200-nvl72", nodes=1, cluster="c1")[0]
+    published = published_slices(node, "uid-1")
+    assert [s["spec"] for s in published] == [s["spec"] for s in node_slices(node)]
+    for body in published:
+        assert body["metadata"]["labels"] == {SIM_LABEL: "c1"}
+        assert body["metadata"]["ownerReferences"] == [{"apiVersion": "v1", "kind": "Node", "controller": True,
+                                                        "name": node["metadata"]["name"], "uid": "uid-1"}]
+
+
+class FakeCustom:
+    """The few CustomObjectsApi calls `nodes._put` makes, on a dict of objects by name."""
+
+    def __init__(self):
+        self.objects, self.writes = {}, 0
+
+    def create_cluster_custom_object(self, group, version, plural, body):
+        if body["metadata"]["name"] in self.objects:
+            raise ApiException(status=409)
+        self._store(body, "1")
+
+    def get_cluster_custom_object(self, group, version, plural, name):
+        return self.objects[name]
+
+    def replace_cluster_custom_object(self, group, version, plural, name, body):
+        assert body["metadata"]["resourceVersion"] == self.objects[name]["metadata"]["resourceVersion"]
+        self._store(body, str(int(body["metadata"]["resourceVersion"]) + 1))
+
+    def _store(self, body, version):
+        self.writes += 1
+        self.objects[body["metadata"]["name"]] = {**body, "metadata": {**body["metadata"], "resourceVersion": version}}
+
+
+def test_publishing_creates_replaces_what_differs_and_leaves_the_same_alone():
+    custom = FakeCustom()
+    node = preset_nodes("dgx-h100", nodes=1, cluster="c1")[0]
+    (body,) = published_slices(node, "uid-1")
+    sim_nodes._put(custom, "resourceslices", body)
+    sim_nodes._put(custom, "resourceslices", body)
+    assert custom.writes == 1, "an unchanged slice is not written again"
+    (newer,) = published_slices(node, "uid-2")  # the node made again
+    sim_nodes._put(custom, "resourceslices", newer)
+    served = custom.objects[body["metadata"]["name"]]
+    assert custom.writes == 2 and served["metadata"]["ownerReferences"][0]["uid"] == "uid-2"
