@@ -24,7 +24,7 @@ from typing import Protocol
 from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.explain import explain_solver
 from superpod.core.gang_key import GangKey
-from superpod.core.horizon import Start, earliest_starts, predicted_start, slots_at
+from superpod.core.horizon import RoomNow, Start, earliest_starts, predicted_start, slots_at
 from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.phases import Cause, Reason
 from superpod.core.placement import FIRST_FIT, Placement, Solver, could_ever_hold, solve, validate
@@ -257,10 +257,11 @@ def _reservation(sv: Solver) -> Reservation | None:
     finest = sv.finest_level
     levels = [min(sv.required_level, finest)] if sv.required_level else range(finest, -1, -1)
     chosen = start = None
+    then: dict[str, int] = {}  # each node's replicas at the predicted start, when it was read off the ends
     for level in levels:
         domains = could_ever_hold(sv, level)
         if domains:
-            chosen, start = _soonest(sv, domains)
+            chosen, start = _soonest(sv, domains, then)
             break
     if chosen is None:
         return None
@@ -279,7 +280,7 @@ def _reservation(sv: Solver) -> Reservation | None:
                 node_start, i = min(((_start_on(sv, [i]), i) for i in one),
                                     key=lambda found: (_at(found[0]), -sv.slots(found[1]), found[1]))
             return Reservation(job, nodes=frozenset([i]), label=f"node {snap.nodes[i].name}", start=node_start)
-        kids = [((_room_at(sv, [i], at), sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True))
+        kids = [((_room_at(sv, [i], at, then), sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True))
                 for i in nodes]
         picked = _enough(kids, replicas, (lambda ids: sv.covers(sv.idle_capacity(ids))) if sv.others else None)
         if picked is None or len(picked) == len(kids):
@@ -289,8 +290,8 @@ def _reservation(sv: Solver) -> Reservation | None:
             return whole
         label = _many("node", [snap.nodes[i].name for i in sorted(picked)], snap.domain_label(chosen))
         return Reservation(job, nodes=frozenset(picked), label=label, start=narrowed)
-    kids = [((_room_at(sv, snap.nodes_under(c), at), sv.room(c), sv.free_primary(c)), c, sv.room(c, idle=True))
-            for c in snap.child_domains[chosen]]
+    kids = [((_room_at(sv, snap.nodes_under(c), at, then), sv.room(c), sv.free_primary(c)), c,
+             sv.room(c, idle=True)) for c in snap.child_domains[chosen]]
     others = (lambda ids: sv.covers(sv.idle_capacity(i for c in ids for i in snap.nodes_under(c)))) if sv.others \
         else None
     picked = _enough(kids, replicas, others)
@@ -309,13 +310,18 @@ def _reservation(sv: Solver) -> Reservation | None:
     return Reservation(job, domains=frozenset(picked), label=label, start=narrowed)
 
 
-def _soonest(sv: Solver, domains: list[int]) -> tuple[int, Start | None]:
+def _soonest(sv: Solver, domains: list[int], then: dict[str, int]) -> tuple[int, Start | None]:
     """The domain predicted to hold the gang soonest, and that start; without predicted ends (or with none that
-    frees enough), the one closest to fitting: most room now, then most free GPUs (or the job's primary resource)."""
+    frees enough), the one closest to fitting: most room now, then most free GPUs (or the job's primary resource).
+    `then`: as earliest_starts fills it."""
     snap = sv.snap
     if snap.horizon.on:
-        starts = earliest_starts(snap.horizon, {d: _open_free(sv, snap.nodes_under(d)) for d in domains}, sv.requests,
-                                 sv.replicas, sv.node_step)
+        kept, key = snap.now_answers(), ("room now", sv.job.shape(), sv.exclude, sv.excluded_nodes, tuple(domains))
+        room = kept.get(key)
+        if room is None:
+            room = kept[key] = RoomNow.of({d: _open_free(sv, snap.nodes_under(d)) for d in domains}, sv.requests,
+                                          sv.replicas, sv.node_step)
+        starts = earliest_starts(snap.horizon, room, sv.requests, sv.replicas, sv.node_step, then)
         if starts:
             soonest = min(starts, key=lambda d: (-sv.room(d), -sv.free_primary(d), d))
             return soonest, starts[soonest]
@@ -333,11 +339,14 @@ def _start_on(sv: Solver, nodes) -> Start | None:
     return predicted_start(sv.snap.horizon, _open_free(sv, nodes), sv.requests, sv.replicas, sv.node_step)
 
 
-def _room_at(sv: Solver, nodes, at: float | None) -> int:
-    """Replicas `nodes` are predicted to hold at `at` (0 when no start is predicted: the order falls to room now)."""
+def _room_at(sv: Solver, nodes, at: float | None, then: dict[str, int]) -> int:
+    """Replicas `nodes` are predicted to hold at `at` (0 when no start is predicted: the order falls to room now);
+    `then`: each open node's replicas at `at`, when earliest_starts read them."""
     if at is None:
         return 0
     snap = sv.snap
+    if then:
+        return sum(then[snap.nodes[i].name] for i in nodes if sv.is_open(i))
     return sum(slots_at(snap.horizon, snap.nodes[i].name, snap.free[i], sv.requests, sv.replicas, at, sv.node_step)
                for i in nodes if sv.is_open(i))
 
