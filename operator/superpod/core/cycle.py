@@ -438,13 +438,16 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
                     exclude_nodes=frozenset().union(*(r.nodes for r in blocking)), fit=policy.fit)
     else:
         sv = Solver(snap, job, fit=policy.fit)
-    p = policy.place(sv)
+    unplaced = ("unplaced", job.shape(), blocking, policy.fit)  # a head found no place: none while capacity is taken
+    p = None if head and unplaced in snap.unfit else policy.place(sv)
     if p is not None:
         snap.assume(job, p.assignments)
         if job.estimate is not None:  # placed now: predicted to end an estimate from now
             snap.horizon.put(job.key, snap.horizon.now, job.estimate, None, (
                 (node, job.member_requests(rank)) for node, ranks in p.assignments.items() for rank in ranks))
         return Decision(job, p, None), None
+    if head:
+        snap.unfit[unplaced] = True
     found = policy.preempt(snap, job, lambda: frozenset(sv.excluded_nodes).union(
         *(snap.child_nodes[d] for d in sv.excluded_domains)), head)
     if found is not None:
@@ -458,7 +461,7 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
         after = "that job starts" if len(blocking) == 1 else "they start"
         cause = Cause(Reason.RESERVED_FOR_OTHERS, f"fits only inside {said}; it runs after {after}")
     else:
-        cause = explain_solver(anywhere)
+        cause = _explained(anywhere)
     if shielded := policy.shielded.get(job.key):
         cause = cause._replace(message=f"{cause.message}; {shielded}")
     taken = _reservation(sv) if may_reserve else None
@@ -473,6 +476,15 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
     return Decision(job, None, cause, reserved=taken.label, reserved_nodes=taken.node_names(snap),
                     expected_start=taken.start.at if taken.start is not None else None,
                     blocked_by=blocked_by), taken
+
+
+def _explained(sv: Solver) -> Cause:
+    """explain_solver's answer, kept while capacity does not change (a head is explained every cycle)."""
+    kept, key = sv.snap.now_answers(), ("explained", sv.job.shape(), sv.exclude, sv.excluded_nodes, sv.fit)
+    cause = kept.get(key)
+    if cause is None:
+        cause = kept[key] = explain_solver(sv)
+    return cause
 
 
 def about(seconds: float) -> str:

@@ -60,6 +60,17 @@ def test_the_room_now_kept_for_the_head_is_read_again_once_capacity_changes():
     assert decision.reserved == "leaf su-1" and decision.expected_start == 10_000.0
 
 
+def test_a_head_that_found_no_place_is_searched_again_once_capacity_frees():
+    """A head's failed search is kept while capacity is only taken (it is decided every cycle); a pod gone
+    must make it search again: leaf su-2 then holds it."""
+    snap = cluster()
+    assert schedule(snap, [big()])[0].reserved == "leaf su-2"
+    snap.add_pod(Pod("other/late", "su1-n0", ((GPU, 0),)))  # capacity taken (nothing): still no place
+    assert schedule(snap, [big()])[0].reserved == "leaf su-2"
+    snap.remove_pod("other/su2-n1")
+    assert schedule(snap, [big()])[0].placement.assignments == {"su2-n0": [0], "su2-n1": [1]}
+
+
 def test_a_job_predicted_to_end_before_the_reserved_start_runs_inside_the_reservation():
     decisions = schedule(cluster(), [big(), one("quick", 1.0, 500.0)])
     assert decisions[1].placed and decisions[1].placement.assignments == {"su2-n0": [0]}
