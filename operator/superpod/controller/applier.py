@@ -427,7 +427,6 @@ def _requests(pod: dict) -> tuple | None:
 def _status_body(obj: dict, resource_version: str, status: dict) -> dict:
     """An update of the status subresource: the API server keeps everything but the status from what it stores, so
     the spec is not sent (nor encoded: a tenant's spec may nest deeper than the encoder goes)."""
-    metadata = obj["metadata"]
-    meta = {key: metadata[key] for key in ("name", "namespace") if key in metadata}
+    meta = {key: value for key, value in obj["metadata"].items() if key in ("name", "namespace")}
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "status": status,
             "metadata": {**meta, "resourceVersion": resource_version}}

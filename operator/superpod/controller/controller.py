@@ -19,7 +19,7 @@ import asyncio
 import logging
 import time
 from collections import ChainMap
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
 from superpod.controller import preemption
@@ -109,7 +109,6 @@ class Controller:
         self.room = WaitingRoom()
         # job uid (a pod gang: its key) -> when its cause was written, its code, the hash of its sentence
         self.said: dict[str | GangKey, tuple[float, str, int]] = {}
-        self.checked: dict[str | GangKey, list] = {}  # job uid -> a passed-over job's last look (decide.wait_plans)
         # Running gangs judged steady (all replicas running, nothing to write), with what they were judged on:
         # judging again gives the same verdict until the job, its pods, its Service or the nodes change.
         self.steady: dict[str, tuple[int, int]] = {}  # job uid -> (its changes, the last change of its nodes)
@@ -161,7 +160,6 @@ class Controller:
             self.applier.forget(gone)
             for uid in gone:
                 self.said.pop(uid, None)
-                self.checked.pop(uid, None)
                 self.steady.pop(uid, None)
                 self.quiet.pop(uid, None)
         return outcome
@@ -374,12 +372,12 @@ class Controller:
 
     def _tell_waiting(self, turn: Turn) -> None:
         """11. Why each waiting job waits, within the rewrite budget (preemptors were told in step 9)."""
-        by_key = _Either(self.reader.by_key, self.room.ready)  # pod gangs are only in the room
+        by_key = ChainMap(self.reader.by_key, self.room.ready)  # pod gangs are only in the room
         budget = self._rewrite_budget(turn.now)
         passed = self.room.to_tell(self.parked)
         waiting = [decision for decision in self.visited if not decision.preempts] + passed
         waits, rewrites = wait_plans(waiting, by_key, turn.mig, turn.notes, turn.now, self.said, int(budget),
-                                     frozenset(decision.job.key for decision in passed), self.checked)
+                                     frozenset(decision.job.key for decision in passed))
         turn.plans += waits
         self._rewrites = (budget - rewrites, turn.now)
 
@@ -663,19 +661,6 @@ class Controller:
     def _count_error(self, stage: str) -> None:
         if self.metrics:
             self.metrics.object_errors.labels(stage).inc()
-
-
-class _Either:
-    """Two mappings read as one by `get`, the first first (a ChainMap's `get`, at a fraction of its cost)."""
-
-    __slots__ = ("first", "second")
-
-    def __init__(self, first: Mapping, second: Mapping) -> None:
-        self.first, self.second = first, second
-
-    def get(self, key, default=None):
-        found = self.first.get(key)
-        return found if found is not None else self.second.get(key, default)
 
 
 def _kinds(found: Preemption) -> dict[str, int]:

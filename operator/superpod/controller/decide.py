@@ -212,8 +212,7 @@ def starts(state: ClusterState, decisions: list[Decision], views: dict[GangKey, 
 
 def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: dict[GangKey, str],
                notes: dict[GangKey, str], now: float, said: dict[str | GangKey, tuple[float, str, int]],
-               budget: int | None = None, passed: frozenset[GangKey] = frozenset(),
-               checked: dict | None = None) -> tuple[list[Plan], int]:
+               budget: int | None = None, passed: frozenset[GangKey] = frozenset()) -> tuple[list[Plan], int]:
     """Queued with the decision's cause: its code in status.reason, its sentence (and a note on MIG when there is
     one) in status.message, its details in status.reservation and status.blockedBy; or the MIG flow's message while
     the job's nodes are being repartitioned. Returns the plans, and how many of them were rewrites taken from
@@ -226,21 +225,12 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
     uid -> when its cause was last written, its code and the hash of its sentence then. `passed`: the keys of jobs
     the cycle passed over (controller/waiting.py): only a change of code rewrites them, not counts (every gang that
     ends moves the counts of thousands of them); what their status says is compared, not what was said (a write may
-    have failed), by its code, or for a pod gang (whose pods say no code) by its sentence. `checked`: job uid ->
-    what a passed-over job's last look that planned no write read (its view and Decision objects, its MIG message
-    and note) and what it put in `said` (None: nothing); the same again gives the same answer, so it is not
-    worked out again."""
+    have failed), by its code, or for a pod gang (whose pods say no code) by its sentence."""
     plans: list[Plan] = []
     rewrites: list[tuple[float, str, JobView, Cause, dict]] = []
     for decision in decisions:
         key = decision.job.key
         if decision.placement is None and not decision.error and (view := views.get(key)):
-            if checked is not None and key in passed:
-                if _unchanged(checked, view, decision, mig.get(key), notes.get(key), said, now):
-                    continue
-                mark = checked[view.uid] = [view, decision, mig.get(key), notes.get(key), None]
-            else:
-                mark = None
             if key in mig:
                 cause, details = Cause(Reason.MIG_RECONFIGURING, mig[key]), NO_DETAILS
             else:
@@ -250,12 +240,9 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
                 details = cause_details(decision)
             if view.says(cause, details):
                 said[view.uid] = (now, cause.code, hash(cause.message))
-                if mark is not None:
-                    mark[4] = said[view.uid][1:]
                 continue
             if view.phase != Phase.QUEUED or view.status.reason not in SAYS_WAITING or view.problems \
                     or (view.status.reason == Reason.MIG_RECONFIGURING) != (key in mig):
-                _forget(checked, mark, view)
                 _say(plans, said, view, cause, details, now)
                 continue
             when, code, sentence = said.get(view.uid, (float("-inf"), "", 0))
@@ -264,8 +251,6 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
                     code = view.status.reason
                 elif hash(view.status.message) != sentence:  # a pod gang's pods say no code: their sentence tells
                     code = ""
-                if code != cause.code or view.status.reason not in WAITING:  # (a pod gang's answer reads `said`)
-                    _forget(checked, mark, view)
             if code != cause.code or (now - when >= WAIT_REFRESH and key not in passed):
                 rewrites.append((when, key, view, cause, details))
     rewrites.sort(key=lambda item: (item[0], item[1]))
@@ -275,23 +260,6 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
             break
         written += _say(plans, said, view, cause, details, now)
     return plans, written
-
-
-def _unchanged(checked: dict, view: JobView, decision: Decision, mig: str | None, note: str | None,
-               said: dict, now: float) -> bool:
-    """Whether a passed-over job was last looked at with these very objects and planned no write (it is told the
-    same: what its status said then is in `said` again, as of now)."""
-    mark = checked.get(view.uid)
-    if mark is None or mark[0] is not view or mark[1] is not decision or mark[2] != mig or mark[3] != note:
-        return False
-    if mark[4] is not None:
-        said[view.uid] = (now, *mark[4])
-    return True
-
-
-def _forget(checked: dict | None, mark: list | None, view: JobView) -> None:
-    if mark is not None:
-        checked.pop(view.uid, None)
 
 
 def _say(plans: list[Plan], said: dict[str, tuple[float, str, int]], view: JobView, cause: Cause, details: dict,

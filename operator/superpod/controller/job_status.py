@@ -89,10 +89,8 @@ def invalid(reason: str, why: str) -> Change:
 
 def holds(raw: dict, details: Mapping, nomination: dict | None = None) -> bool:
     """Whether the status as read has these details of a waiting job (None: absent) and this nomination."""
-    for name, value in details.items():  # (a loop: asked of every waiting job looked at)
-        if raw.get(name) != value:
-            return False
-    return nomination is None or raw.get("nomination") == nomination
+    return (all(raw.get(name) == value for name, value in details.items())
+            and (nomination is None or raw.get("nomination") == nomination))
 
 
 def waiting(raw: dict, cause: Cause, details: Mapping, gpus: str, replicas: int, now: float,

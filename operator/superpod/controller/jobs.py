@@ -4,7 +4,7 @@ what it depends on changed), and the status writes every decision ends in."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 from superpod.api.convert import job_from_k8s, submitted_at
@@ -31,19 +31,19 @@ class JobView:
     problems: list[str]  # the status fields that did not (a write drops them)
     request: JobRequest | ConvertError  # what the cycle reads: `parsed`, counted where it was admitted if placed
     parsed: JobRequest | ConvertError  # the request its metadata and spec make
-    inputs: tuple = ()  # what that request was made from (_request_inputs): the next version is compared with it
-    # read on every look at a job: plain attributes, set once
-    uid: str = field(init=False)
-    phase: str | None = field(init=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "uid", self.obj["metadata"].get("uid") or "")
-        object.__setattr__(self, "phase", self.status.phase)
 
     # A view is read once per version of its object and kept (JobReader): its derived fields are computed once.
+    @cached_property
+    def uid(self) -> str:
+        return self.obj["metadata"].get("uid") or ""
+
     @property
     def generation(self) -> int | None:
         return self.obj["metadata"].get("generation")
+
+    @cached_property
+    def phase(self) -> str | None:
+        return self.status.phase
 
     @cached_property
     def replicas(self) -> int:
@@ -228,8 +228,7 @@ class JobReader:
 
 def _view(key: GangKey, obj: dict, previous: JobView | None = None) -> JobView:
     status, raw, problems = read_status(obj)
-    inputs = _request_inputs(obj, raw)
-    parsed = _parsed(obj, raw, inputs, previous)
+    parsed = _parsed(obj, raw, previous)
     same = previous is not None and parsed is previous.parsed
     admitted = _admission(raw)
     if same and admitted == _admission(previous.raw):
@@ -238,7 +237,7 @@ def _view(key: GangKey, obj: dict, previous: JobView | None = None) -> JobView:
         request = parsed
     else:
         request = _admitted(parsed, status)
-    return JobView(key, obj, status, raw, problems, request, parsed, inputs)
+    return JobView(key, obj, status, raw, problems, request, parsed)
 
 
 def _admission(raw: dict) -> dict | None:
@@ -255,13 +254,12 @@ def _admitted(request: JobRequest, status: TrainingJobStatus) -> JobRequest:
     return replace(request, queue=admitted.queue, service_class=admitted.serviceClass, priority=admitted.priority)
 
 
-def _parsed(obj: dict, raw: dict, after: tuple, previous: JobView | None) -> JobRequest | ConvertError:
-    """The request `obj` makes (`after`: its _request_inputs): the previous one while what job_from_k8s reads did not
-    change (most versions are the operator's own status writes), or it with its new submit time when only
-    status.queuedAt moved."""
-    if previous is not None and previous.inputs:
+def _parsed(obj: dict, raw: dict, previous: JobView | None) -> JobRequest | ConvertError:
+    """The request `obj` makes: the previous one while what job_from_k8s reads did not change (most versions are the
+    operator's own status writes), or it with its new submit time when only status.queuedAt moved."""
+    if previous is not None:
         try:
-            before = previous.inputs
+            before, after = _request_inputs(previous.obj, previous.raw), _request_inputs(obj, raw)
             if before == after:
                 return previous.parsed
             if before[:2] == after[:2] and isinstance(previous.parsed, JobRequest):

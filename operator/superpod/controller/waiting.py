@@ -41,7 +41,6 @@ class WaitingRoom:
         self.mig_jobs = 0  # ready jobs asking for MIG slices (the MIG flow must see every one: none is passed over)
         self.rotation: OrderedDict[str, None] = OrderedDict()  # ready jobs, in the order their turn comes
         self.invalid: dict[str, str] = {}  # ready jobs out of the line -> why no node can serve them ("": check failed)
-        self.told: dict[GangKey, Decision] = {}  # a job passed over -> the decision it was last told (to_tell)
         self.replacing: set[str] = set()  # ready pod gangs partly bound: their rest is placed by `replace`
         self._first = True
         self._nodes = -1  # ClusterState.version when every ready job was last checked against the nodes
@@ -95,7 +94,6 @@ class WaitingRoom:
         if view is None:
             return
         self.rotation.pop(key, None)
-        self.told.pop(key, None)
         self.replacing.discard(key)
         self.line.discard(key)
         self.invalid.pop(key, None)
@@ -162,30 +160,20 @@ class WaitingRoom:
 
     def to_tell(self, parked: list[Parked]) -> list[Decision]:
         """The decisions of the jobs passed over that should be told now: those that started waiting or changed
-        this cycle, and the next SWEEP in turn. A job told the same as last time gets the same Decision object, so
-        wait_plans knows it at a glance."""
+        this cycle, and the next SWEEP in turn."""
         if not parked:
             return []
-        runs: dict = {}  # shape -> (its first job's queue key, its last's, the run)
+        runs: dict = {}
         for run in parked:
-            runs.setdefault(run.jobs[0].shape(), []).append((run.jobs[0].queue_key, run.jobs[-1].queue_key, run))
+            runs.setdefault(run.jobs[0].shape(), []).append(run)
         turn = list(islice(self.rotation, SWEEP))
         for key in turn:
             self.rotation.move_to_end(key)
         out = []
         for key in sorted(self.fresh.union(turn)):
             job = self.line.jobs.get(key)
-            if job is None:
-                continue
-            place = job.queue_key
-            for first, last, run in runs.get(job.shape(), ()):
-                if first <= place <= last:
-                    out.append(self._told(job, run))
+            for run in runs.get(job.shape(), ()) if job is not None else ():
+                if run.jobs[0].queue_key <= job.queue_key <= run.jobs[-1].queue_key:
+                    out.append(run.decision(job))
         return out
-
-    def _told(self, job: JobRequest, run: Parked) -> Decision:
-        known = self.told.get(job.key)
-        if known is None or known.job is not job or known.cause != run.cause or known.blocked_by != run.blocked_by:
-            known = self.told[job.key] = run.decision(job)
-        return known
 

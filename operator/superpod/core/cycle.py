@@ -25,7 +25,7 @@ from superpod.core import spares
 from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.explain import explain_solver
 from superpod.core.gang_key import GangKey
-from superpod.core.horizon import RoomNow, Start, earliest_starts, predicted_start, slots_at
+from superpod.core.horizon import Start, earliest_starts, predicted_start, slots_at
 from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.phases import Cause, Reason
 from superpod.core.placement import FIRST_FIT, Placement, Solver, could_ever_hold, solve, validate
@@ -258,11 +258,10 @@ def _reservation(sv: Solver) -> Reservation | None:
     finest = sv.finest_level
     levels = [min(sv.required_level, finest)] if sv.required_level else range(finest, -1, -1)
     chosen = start = None
-    then: dict[str, int] = {}  # each node's replicas at the predicted start, when it was read off the ends
     for level in levels:
         domains = could_ever_hold(sv, level)
         if domains:
-            chosen, start = _soonest(sv, domains, then)
+            chosen, start = _soonest(sv, domains)
             break
     if chosen is None:
         return None
@@ -281,7 +280,7 @@ def _reservation(sv: Solver) -> Reservation | None:
                 node_start, i = min(((_start_on(sv, [i]), i) for i in one),
                                     key=lambda found: (_at(found[0]), -sv.slots(found[1]), found[1]))
             return Reservation(job, nodes=frozenset([i]), label=f"node {snap.nodes[i].name}", start=node_start)
-        kids = [((_room_at(sv, [i], at, then), sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True))
+        kids = [((_room_at(sv, [i], at), sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True))
                 for i in nodes]
         picked = _enough(kids, replicas, (lambda ids: sv.covers(sv.idle_capacity(ids))) if sv.others else None)
         if picked is None or len(picked) == len(kids):
@@ -291,8 +290,8 @@ def _reservation(sv: Solver) -> Reservation | None:
             return whole
         label = _many("node", [snap.nodes[i].name for i in sorted(picked)], snap.domain_label(chosen))
         return Reservation(job, nodes=frozenset(picked), label=label, start=narrowed)
-    kids = [((_room_at(sv, snap.nodes_under(c), at, then), sv.room(c), sv.free_primary(c)), c,
-             sv.room(c, idle=True)) for c in snap.child_domains[chosen]]
+    kids = [((_room_at(sv, snap.nodes_under(c), at), sv.room(c), sv.free_primary(c)), c, sv.room(c, idle=True))
+            for c in snap.child_domains[chosen]]
     others = (lambda ids: sv.covers(sv.idle_capacity(i for c in ids for i in snap.nodes_under(c)))) if sv.others \
         else None
     picked = _enough(kids, replicas, others)
@@ -311,18 +310,13 @@ def _reservation(sv: Solver) -> Reservation | None:
     return Reservation(job, domains=frozenset(picked), label=label, start=narrowed)
 
 
-def _soonest(sv: Solver, domains: list[int], then: dict[str, int]) -> tuple[int, Start | None]:
+def _soonest(sv: Solver, domains: list[int]) -> tuple[int, Start | None]:
     """The domain predicted to hold the gang soonest, and that start; without predicted ends (or with none that
-    frees enough), the one closest to fitting: most room now, then most free GPUs (or the job's primary resource).
-    `then`: as earliest_starts fills it."""
+    frees enough), the one closest to fitting: most room now, then most free GPUs (or the job's primary resource)."""
     snap = sv.snap
     if snap.horizon.on:
-        kept, key = snap.now_answers(), ("room now", sv.job.shape(), sv.exclude, sv.excluded_nodes, tuple(domains))
-        room = kept.get(key)
-        if room is None:
-            room = kept[key] = RoomNow.of({d: _open_free(sv, snap.nodes_under(d)) for d in domains}, sv.requests,
-                                          sv.replicas, sv.node_step)
-        starts = earliest_starts(snap.horizon, room, sv.requests, sv.replicas, sv.node_step, then)
+        starts = earliest_starts(snap.horizon, {d: _open_free(sv, snap.nodes_under(d)) for d in domains}, sv.requests,
+                                 sv.replicas, sv.node_step)
         if starts:
             soonest = min(starts, key=lambda d: (-sv.room(d), -sv.free_primary(d), d))
             return soonest, starts[soonest]
@@ -340,14 +334,11 @@ def _start_on(sv: Solver, nodes) -> Start | None:
     return predicted_start(sv.snap.horizon, _open_free(sv, nodes), sv.requests, sv.replicas, sv.node_step)
 
 
-def _room_at(sv: Solver, nodes, at: float | None, then: dict[str, int]) -> int:
-    """Replicas `nodes` are predicted to hold at `at` (0 when no start is predicted: the order falls to room now);
-    `then`: each open node's replicas at `at`, when earliest_starts read them."""
+def _room_at(sv: Solver, nodes, at: float | None) -> int:
+    """Replicas `nodes` are predicted to hold at `at` (0 when no start is predicted: the order falls to room now)."""
     if at is None:
         return 0
     snap = sv.snap
-    if then:
-        return sum(then[snap.nodes[i].name] for i in nodes if sv.is_open(i))
     return sum(slots_at(snap.horizon, snap.nodes[i].name, snap.free[i], sv.requests, sv.replicas, at, sv.node_step)
                for i in nodes if sv.is_open(i))
 
@@ -435,10 +426,8 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
     """`head`: the first blocked job of its group this cycle, which may preempt (core/preempt.py); `may_reserve`:
     that, and worth a reservation by the policy's ReservationRule."""
     sv = _solver(snap, job, policy, blocking)
-    unplaced = ("unplaced", job.shape(), blocking, policy.fit)  # a head found no place: none while capacity is taken
-    known = head and unplaced in snap.unfit
-    p = None if known else policy.place(sv)
-    if p is None and not known and spares.lends_to(snap, job):
+    p = policy.place(sv)
+    if p is None and spares.lends_to(snap, job):
         p = spares.lend(snap, lambda: policy.place(_solver(snap, job, policy, blocking)))
     if p is not None:
         snap.assume(job, p.assignments)
@@ -446,8 +435,6 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
             snap.horizon.put(job.key, snap.horizon.now, job.estimate, None, (
                 (node, job.member_requests(rank)) for node, ranks in p.assignments.items() for rank in ranks))
         return Decision(job, p, None), None
-    if head:
-        snap.unfit[unplaced] = True
     found = policy.preempt(snap, job, lambda: frozenset(sv.excluded_nodes).union(
         *(snap.child_nodes[d] for d in sv.excluded_domains)), head)
     if found is not None:
@@ -461,7 +448,7 @@ def _search(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
         after = "that job starts" if len(blocking) == 1 else "they start"
         cause = Cause(Reason.RESERVED_FOR_OTHERS, f"fits only inside {said}; it runs after {after}")
     else:
-        cause = _explained(anywhere)
+        cause = explain_solver(anywhere)
     if shielded := policy.shielded.get(job.key):
         cause = cause._replace(message=f"{cause.message}; {shielded}")
     taken = _reservation(sv) if may_reserve else None
@@ -484,15 +471,6 @@ def _solver(snap: Snapshot, job: JobRequest, policy: QueuePolicy, blocking: froz
         return Solver(snap, job, frozenset().union(*(r.domains for r in blocking)),
                       exclude_nodes=frozenset().union(*(r.nodes for r in blocking)), fit=policy.fit)
     return Solver(snap, job, fit=policy.fit)
-
-
-def _explained(sv: Solver) -> Cause:
-    """explain_solver's answer, kept while capacity does not change (a head is explained every cycle)."""
-    kept, key = sv.snap.now_answers(), ("explained", sv.job.shape(), sv.exclude, sv.excluded_nodes, sv.fit)
-    cause = kept.get(key)
-    if cause is None:
-        cause = kept[key] = explain_solver(sv)
-    return cause
 
 
 def about(seconds: float) -> str:

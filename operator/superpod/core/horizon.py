@@ -185,45 +185,27 @@ def predicted_start(horizon: Horizon, nodes: Iterable[tuple[str, dict[str, int]]
     return earliest_starts(horizon, {0: nodes}, requests, replicas, step).get(0)
 
 
-@dataclass(frozen=True)
-class RoomNow:
-    """Groups of nodes as earliest_starts reads them, before any end: each node's free resources and the members
-    it holds now, each group's total. It reads no clock: kept while capacity does not change (read, never changed)."""
-
-    free: dict[str, dict[str, int]]
-    slots: dict[str, int]
-    group_of: dict[str, Hashable]
-    totals: dict[Hashable, int]
-
-    @classmethod
-    def of(cls, groups: dict[G, Iterable[tuple[str, dict[str, int]]]], requests: Requests, replicas: int,
-           step: int = 1) -> RoomNow:
-        free: dict[str, dict[str, int]] = {}
-        slots: dict[str, int] = {}
-        group_of: dict[str, G] = {}
-        totals: dict[G, int] = {}
-        for group, nodes in groups.items():
-            total = 0
-            for name, now_free in nodes:
-                free[name], group_of[name] = now_free, group
-                slots[name] = _slots(now_free, requests, replicas, step)
-                total += slots[name]
-            totals[group] = total
-        return cls(free, slots, group_of, totals)
-
-
-def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[str, int]]]] | RoomNow,
-                    requests: Requests, replicas: int, step: int = 1,
-                    then: dict[str, int] | None = None) -> dict[G, Start]:
-    """Of `groups` of nodes (disjoint, each as predicted_start takes them; or their RoomNow), those predicted to
-    hold the members first, each with its start (several when they start at the same time); {} if the predicted
-    ends never free enough in any. The nodes' ends are merged in time order and read only up to that start.
-    `then`, when a start is found only by reading ends: filled with the members each node holds at it (slots_at)."""
-    room = groups if isinstance(groups, RoomNow) else RoomNow.of(groups, requests, replicas, step)
-    found: dict[G, Start] = {group: Start(horizon.now) for group, total in room.totals.items() if total >= replicas}
+def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[str, int]]]], requests: Requests,
+                    replicas: int, step: int = 1) -> dict[G, Start]:
+    """Of `groups` of nodes (disjoint, each as predicted_start takes them), those predicted to hold the members
+    first, each with its start (several when they start at the same time); {} if the predicted ends never free
+    enough in any. The nodes' ends are merged in time order and read only up to that start."""
+    free: dict[str, dict[str, int]] = {}
+    slots: dict[str, int] = {}
+    group_of: dict[str, G] = {}
+    totals: dict[G, int] = {}
+    found: dict[G, Start] = {}
+    for group, nodes in groups.items():
+        total = 0
+        for name, now_free in nodes:
+            free[name], group_of[name] = now_free, group
+            slots[name] = _slots(now_free, requests, replicas, step)
+            total += slots[name]
+        totals[group] = total
+        if total >= replicas:
+            found[group] = Start(horizon.now)
     if found:
         return found
-    free, slots, group_of, totals = dict(room.free), dict(room.slots), room.group_of, dict(room.totals)
     copied: set[str] = set()
     first = None
     for end, holder, name, released in horizon.merged():
@@ -243,8 +225,6 @@ def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[s
         slots[name] = now_slots
         if totals[group] >= replicas and group not in found:
             found[group], first = Start(at, holder), at
-    if found and then is not None:
-        then.update(slots)
     return found
 
 

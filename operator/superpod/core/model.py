@@ -180,7 +180,6 @@ class Snapshot:
         # as this snapshot (the cycle drops it when capacity is freed): (shape, reservations) -> its decision.
         self.unfit: dict[tuple, object] = {}  # the Decision it got (core/cycle.py)
         self.idle_answers: dict[tuple, object] = {}  # answers that read only nodes and topology, never pods
-        self._now_answers: tuple[int, dict[tuple, object]] = (0, {})  # (generation, answers that hold while it lasts)
         self.horizon = Horizon()  # the predicted ends of what runs, and the clock (set by the cycle's owner)
         self._build_tree()
         self.views: dict[tuple, View] = {}
@@ -225,12 +224,6 @@ class Snapshot:
         for ds in self.domains_by_level:
             for k, d in enumerate(ds):
                 self.position[d] = k
-
-    def now_answers(self) -> dict[tuple, object]:
-        """Answers that read only the nodes and what is free on them now: kept until capacity changes."""
-        if self._now_answers[0] != self.generation:
-            self._now_answers = (self.generation, {})
-        return self._now_answers[1]
 
     # -- capacity -------------------------------------------------------------------------------------------
     def _apply(self, node: int, requests: Iterable[tuple[str, int]], sign: int) -> None:

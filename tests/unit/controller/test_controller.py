@@ -679,39 +679,6 @@ def test_a_job_passed_over_whose_rewrite_failed_is_rewritten_on_its_next_turn():
     assert [p.key for p in plans] == [GangKey("team-a", "passed")]
 
 
-def test_a_job_passed_over_told_the_same_again_gets_the_same_answer_without_working_it_out():
-    """Profiling the Philly replay: the jobs passed over told in turn were worked out anew every cycle (a decision,
-    its details, its status compared) though nothing they read had changed. The same view and decision give the
-    same answer: `said` moves as it would, a rewrite whose write failed is planned again."""
-    from superpod.controller.decide import wait_plans
-    from superpod.controller.jobs import _view
-    from superpod.core.cycle import Decision
-    from superpod.core.request import make_request
-
-    def view(name: str, reason: str, message: str):
-        obj = training_job(name, 1, 8)
-        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-        obj["status"] = {"phase": "Queued", "reason": reason, "message": message}
-        return _view(GangKey("team-a", name), obj)
-
-    keys = {name: GangKey("team-a", name) for name in ("says", "counts", "moved")}
-    views = {keys["says"]: view("says", "NoRoom", "no room"), keys["counts"]: view("counts", "NoRoom", "room for 3"),
-             keys["moved"]: view("moved", "NoRoom", "no room")}
-    causes = {"says": Cause(Reason.NO_ROOM, "no room"), "counts": Cause(Reason.NO_ROOM, "room for 2"),
-              "moved": Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned")}
-    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}), None, cause)
-                 for name, cause in causes.items()]
-    passed, said, checked = frozenset(keys.values()), {}, {}
-    answers = [wait_plans(decisions, views, {}, {}, now, said, None, passed, checked) for now in (1.0, 2.0)]
-    assert [[p.key for p in plans] for plans, _ in answers] == [[keys["moved"]], [keys["moved"]]], \
-        "its write failed (its status is unchanged): planned again"
-    assert said["uid-says"] == (2.0, "NoRoom", hash("no room")) and "uid-counts" not in said
-    assert set(checked) == {"uid-says", "uid-counts"}
-    again = [Decision(d.job, None, d.cause) for d in decisions]  # told anew: worked out anew, the same answer
-    assert [p.key for p in wait_plans(again, views, {}, {}, 3.0, said, None, passed, checked)[0]] == [keys["moved"]]
-    assert said["uid-says"][0] == 3.0
-
-
 def test_an_invalid_job_whose_write_failed_is_said_invalid_on_a_later_cycle():
     """Found by review: a job found Invalid is kept out of the line; if writing Invalid failed, nothing changed
     for the cache and the job was not checked again until it or the nodes changed."""

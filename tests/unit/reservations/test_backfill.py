@@ -10,7 +10,6 @@ from superpod.core.cycle import ESTIMATE, PriorityFifo, ReservationRule, schedul
 from superpod.core.estimates import estimate, predicted_end, rounded, turn
 from superpod.core.gang_key import GangKey
 from superpod.core.horizon import Horizon
-from superpod.core.model import Pod
 from superpod.core.request import GPU
 from superpod.k8s.api import GPUUSAGES, PODS
 from tests.unit.builders import job, node, snapshot
@@ -46,29 +45,6 @@ def test_the_head_reserves_the_leaf_predicted_to_free_first_and_says_when_it_sta
     assert decisions[0].reserved == "leaf su-2"
     assert decisions[0].reason.endswith(
         "expected to start in about 17 min, when default/short ends; leaf su-2 is reserved for it")
-
-
-def test_the_room_now_kept_for_the_head_is_read_again_once_capacity_changes():
-    """The head's room on each node now is kept with the snapshot while capacity does not change (its
-    reservation is worked out every cycle); a pod that takes su2-n0 with no predicted end must be seen: leaf su-1
-    then frees first."""
-    snap = cluster()
-    assert schedule(snap, [big()])[0].reserved == "leaf su-2"
-    assert schedule(snap, [big()])[0].reason == schedule(cluster(), [big()])[0].reason, "kept: the same answer"
-    snap.add_pod(Pod("other/squatter", "su2-n0", EIGHT))
-    decision = schedule(snap, [big()])[0]
-    assert decision.reserved == "leaf su-1" and decision.expected_start == 10_000.0
-
-
-def test_a_head_that_found_no_place_is_searched_again_once_capacity_frees():
-    """A head's failed search is kept while capacity is only taken (it is decided every cycle); a pod gone
-    must make it search again: leaf su-2 then holds it."""
-    snap = cluster()
-    assert schedule(snap, [big()])[0].reserved == "leaf su-2"
-    snap.add_pod(Pod("other/late", "su1-n0", ((GPU, 0),)))  # capacity taken (nothing): still no place
-    assert schedule(snap, [big()])[0].reserved == "leaf su-2"
-    snap.remove_pod("other/su2-n1")
-    assert schedule(snap, [big()])[0].placement.assignments == {"su2-n0": [0], "su2-n1": [1]}
 
 
 def test_a_job_predicted_to_end_before_the_reserved_start_runs_inside_the_reservation():
