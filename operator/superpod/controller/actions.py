@@ -75,6 +75,15 @@ class BindPods:
 
 
 @dataclass(frozen=True)
+class WriteClaims:
+    """Write ResourceClaims' status (allocation and reservedFor, or neither: released), all in parallel, each only
+    while the claim is at the version decided on; the step fails if any write does (the bindings after it wait)."""
+
+    gang: GangKey
+    claims: tuple[tuple[str, str, str, dict], ...]  # (namespace/name, uid, resourceVersion, status)
+
+
+@dataclass(frozen=True)
 class SetPodCondition:
     """Set a condition on another controller's pod (PodScheduled=False while its gang waits), if it is still the pod
     with that uid."""
@@ -115,8 +124,8 @@ class Emit:
     message: str
 
 
-Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | BindPods | SetPodCondition
-          | PatchNode | MergeMigConfigs | Emit)
+Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | BindPods | WriteClaims
+          | SetPodCondition | PatchNode | MergeMigConfigs | Emit)
 
 
 @dataclass

@@ -35,6 +35,7 @@ from superpod.controller.actions import (
     Plan,
     RecordUsage,
     SetPodCondition,
+    WriteClaims,
     WriteQueueStatus,
     WriteStatus,
 )
@@ -48,6 +49,7 @@ from superpod.k8s.api import (
     GPUUSAGES,
     NODES,
     PODS,
+    RESOURCECLAIMS,
     SERVICES,
     TRAININGJOBS,
     ApiError,
@@ -69,7 +71,8 @@ class Outcome:
 
 WRITES = {Emit: "_emit", WriteStatus: "_write_status", WriteQueueStatus: "_write_queue_status",
           CreatePods: "_create_pods", RecordUsage: "_record_usage", DeletePods: "_delete_pods",
-          BindPods: "_bind_pods", SetPodCondition: "_set_pod_condition", CreateService: "_create_service",
+          BindPods: "_bind_pods", WriteClaims: "_write_claims", SetPodCondition: "_set_pod_condition",
+          CreateService: "_create_service",
           PatchNode: "_patch_node", MergeMigConfigs: "_merge_configs"}  # each step's write, by the step's type
 
 
@@ -304,15 +307,19 @@ class Applier:
                 raise
 
         results = await asyncio.gather(*(bind(*binding) for binding in step.bindings), return_exceptions=True)
-        errors = [r for r in results if isinstance(r, BaseException)]
-        if any(isinstance(e, NotLeader) for e in errors):
-            raise NotLeader()
-        if errors:
-            first = errors[0]
-            if not isinstance(first, ApiError):
-                raise first
-            raise ApiError(first.status, first.reason, f"{len(errors)} of {len(step.bindings)} bindings of gang "
-                           f"{step.gang} failed: {first.message}")
+        _fail_on_any(results, f"bindings of gang {step.gang}")
+
+    async def _write_claims(self, step: WriteClaims) -> None:
+        """Every claim's status in parallel, each with its uid and version as preconditions; the step fails after
+        them if any did."""
+        async def write(key: str, uid: str, version: str, status: dict) -> None:
+            self._check()
+            namespace, name = key.split("/", 1)
+            patch = {"metadata": {"uid": uid, "resourceVersion": version}, "status": status}
+            self._see(RESOURCECLAIMS, await self.api.patch_status(RESOURCECLAIMS, name, patch, namespace))
+
+        results = await asyncio.gather(*(write(*claim) for claim in step.claims), return_exceptions=True)
+        _fail_on_any(results, f"ResourceClaim writes of gang {step.gang}")
 
     async def _set_pod_condition(self, step: SetPodCondition) -> None:
         await self._patch_pod(step.pod, step.uid, {"status": {"conditions": [step.condition]}}, status=True,
@@ -430,3 +437,15 @@ def _status_body(obj: dict, resource_version: str, status: dict) -> dict:
     meta = {key: value for key, value in obj["metadata"].items() if key in ("name", "namespace")}
     return {"apiVersion": obj["apiVersion"], "kind": obj["kind"], "status": status,
             "metadata": {**meta, "resourceVersion": resource_version}}
+
+
+def _fail_on_any(results: list, what: str) -> None:
+    """Raise for the first failure of writes made in parallel (NotLeader first: writing stops)."""
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if any(isinstance(e, NotLeader) for e in errors):
+        raise NotLeader()
+    if errors:
+        first = errors[0]
+        if not isinstance(first, ApiError):
+            raise first
+        raise ApiError(first.status, first.reason, f"{len(errors)} of {len(results)} {what} failed: {first.message}")

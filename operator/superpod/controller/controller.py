@@ -41,6 +41,7 @@ from superpod.controller.waiting import WaitingRoom
 from superpod.core import estimates, spares
 from superpod.core import replace as replace_nodes
 from superpod.core.cycle import Decision, PriorityFifo, QueuePolicy
+from superpod.core.dra.book import DeviceBook
 from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
 from superpod.core.phases import Phase, Reason
@@ -105,6 +106,7 @@ class Controller:
         judged, the snapshot built, the waiting room filled, counting resumed from now."""
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
+        self._devices_key: tuple = ()  # what the DRA book in use was built from
         self._spared: tuple = ()  # (the snapshot's rebuilds, its generation, the waiting needs) of the last booking
         self.room = WaitingRoom()
         # job uid (a pod gang: its key) -> when its cause was written, its code, the hash of its sentence
@@ -218,11 +220,23 @@ class Controller:
         """5. The snapshot of capacity, the queues' policy over it, the predicted ends of what runs."""
         placed, gangs = turn.placed, self.room.gangs
         turn.snap = self.snapshots.build(self.state, placed, gangs.holdings(), turn.touched)
+        turn.snap.set_devices(self._devices(turn.snap))
         holding = lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state) + self.bills.foreign() + \
             self._unrecorded_holdings(placed)  # noqa: E731 - asked only when GPUQueues exist
         turn.fair, turn.closed = self._queue_policy(turn.snap, holding, turn.now)
         turn.plans += gangs.tell_relabelled(self.state)
         turn.snap.horizon = self.estimator.horizon_at(self.reader, turn.now)
+
+    def _devices(self, snap: Snapshot) -> DeviceBook | None:
+        """The DRA devices to place on: the snapshot's book while nothing changed (no claim, slice or class, no
+        allocation in flight, nothing booked on it), else one built anew."""
+        in_flight = self.room.gangs.claims.observe(self.state)
+        key = (self.state.dra.generation, frozenset(in_flight))
+        if snap.devices is not None and key == self._devices_key and not snap.devices.booked:
+            return snap.devices
+        self._devices_key = key
+        return self.state.dra.book({name: entry.node.labels for name, entry in self.state.nodes.items() if entry.node},
+                                   in_flight)
 
     def _release_spares(self, turn: Turn) -> None:
         """5a. The spares freed for this cycle's replacements (steps 5b and 5c; 5d books those left again)."""

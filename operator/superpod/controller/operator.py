@@ -45,13 +45,25 @@ from superpod.controller.mig import MigFlow
 from superpod.controller.state import ClusterState, Relist
 from superpod.core.cycle import ESTIMATE, LIMIT, ReservationRule
 from superpod.core.estimates import ARRIVAL, SERVICE, Ordering
-from superpod.k8s.api import NODES, PODGROUPS, PODS, TRAININGJOBS, WATCHED, ApiError, ClusterAPI, Kind
+from superpod.k8s.api import (
+    DRA,
+    NODES,
+    PODGROUPS,
+    PODS,
+    RESOURCECLAIMS,
+    RESOURCESLICES,
+    TRAININGJOBS,
+    WATCHED,
+    ApiError,
+    ClusterAPI,
+    Kind,
+)
 from superpod.k8s.client import load
 from superpod.k8s.kube import AGENT, KubeAPI
 from superpod.k8s.lease import LEASE_SECONDS, TERM, LeaderLease, lease_timings
 
 log = logging.getLogger("superpod")
-LEAN = (NODES, PODS, TRAININGJOBS)  # watched without kopf (see above)
+LEAN = (NODES, PODS, TRAININGJOBS, RESOURCESLICES, RESOURCECLAIMS)  # watched without kopf (see above)
 LEASE_NAME = SCHEDULER_NAME
 MIG_CONFIGMAP = "superpod-mig-parted-config"
 MIG_TIMEOUT = 300.0
@@ -413,6 +425,7 @@ def run(args) -> int:
     api = KubeAPI(api_client, workers=args.api_workers, qps=args.api_qps, burst=args.api_burst,
                   throttled=metrics.api_throttled.inc)
     kinds = WATCHED + ((PODGROUPS,) if api.serves(PODGROUPS) else ())  # installed later: seen after a restart
+    kinds += DRA if api.serves(RESOURCESLICES) else ()
     op = Operator(api, KubeAPI(api_client, workers=2), args.namespace, metrics, args.topology, settings,
                   args.mig_configmap, args.mig_timeout, identity, args.lease_duration, args.resync,
                   args.stall_timeout, args.debug_slow_cycle, kinds, LEAN)

@@ -37,11 +37,14 @@ from superpod.api.podgang import (
     nomination_of,
     rank_of,
     requests_of,
+    with_claims,
 )
 from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339
 from superpod.controller.actions import BindPods, DeletePods, Emit, Plan, SetPodCondition, pod_ref
+from superpod.controller.claims import Claims
 from superpod.controller.state import ClusterState
+from superpod.core.dra.book import DeviceBook
 from superpod.core.estimates import LIMIT_GRACE
 from superpod.core.gang_key import GangKey
 from superpod.core.model import Pod, Snapshot
@@ -180,6 +183,7 @@ class PodGangs:
         self.evicted: dict[str, str] = {}  # uid -> key of the pods `stop_incomplete` evicted: members no more
         # gang key -> pod key -> node: where its pods were seen bound since it was last whole (which nodes it lost)
         self.were_on: dict[str, dict[str, str]] = {}
+        self.claims = Claims()  # the DRA claims of the pods it binds: allocated before they are bound
 
     def verdict(self, state: ClusterState, key: str, now: float) -> tuple[GangView | None, Plan | None, str]:
         """A gang whose pods may have changed: ready to place (its view), or why it waits (a plan telling its pods,
@@ -210,7 +214,10 @@ class PodGangs:
                 why = f"waiting for all {size} pods of the gang to exist"
                 return None, view.wait("", why, now), f"{why} ({len(waiting)} do)"
             request = gang_request(key, waiting, extra_selector=_inside(state, list(bound.values()), waiting))
+            request = with_claims(request, waiting, state.dra.template)
             max_runtime_of(key, waiting)  # a limit that does not read is said before the gang is bound
+            if request.claims and (said := self._claims_waiting(state, view, now)) is not None:
+                return None, *said
             if bound:  # the rest of a gang: slices are the whole gang's, not this remainder's
                 request = replace(request, slice_size=None, slice_required=None)
             missing = size - len(bound)  # (the pods past them wait in the line, as do those of a cut gang)
@@ -223,8 +230,19 @@ class PodGangs:
             return None, view.wait("", why, now), why
         return GangView(key, tuple(members), request), None, ""
 
-    def replace_lost(self, snap: Snapshot, view: GangView, now: float, held: Collection[str] = (),
-                     spares: Collection[str] = ()) -> Plan | None:
+    def _claims_waiting(self, state: ClusterState, view: GangView, now: float) -> tuple[Plan | None, str] | None:
+        """Why the gang's claims keep it from being placed now (not made yet, or allocated for a binding that did
+        not happen: released first), as a plan and the words; None when they do not."""
+        why, release = self.claims.waiting(state, view.key, list(view.members))
+        if not why:
+            return None
+        plan = view.wait("", why, now)
+        if release is not None:
+            plan = Plan(view.key, [release, *(plan.steps if plan else ())])
+        return plan, why
+
+    def replace_lost(self, state: ClusterState, snap: Snapshot, view: GangView, now: float,
+                     held: Collection[str] = (), spares: Collection[str] = ()) -> Plan | None:
         """The rest of a partly bound gang (`view.slots`) bound onto nodes that keep the gang's topology, booked on
         `snap` (core/replace.choose, as a TrainingJob's lost replicas); or why it waits. `held`: nodes nominated to
         preemptors; `spares`: the spares freed for replacements."""
@@ -236,7 +254,8 @@ class PodGangs:
                    f"if none frees up within {INCOMPLETE_TIMEOUT:.0f}s the gang's bound pods are evicted and it "
                    "waits again whole")
             return view.wait("", why, now)
-        return self.bind(view, by_node({member: chosen[slot] for member, slot in enumerate(view.slots)}), now)
+        return self.bind(state, view, by_node({member: chosen[slot] for member, slot in enumerate(view.slots)}),
+                         now, snap.devices)
 
     def _track(self, state: ClusterState, key: str, live: list[dict], bound: dict[str, str]) -> None:
         """Remember where the gang's pods are bound; forget the pods it no longer has once it is whole again."""
@@ -277,13 +296,26 @@ class PodGangs:
                 bound[pod_key] = node
         return live, bound, sorted((pod for pod in live if _key(pod) not in bound), key=rank_of)
 
-    def bind(self, view: GangView, assignments: dict[str, list[int]], now: float) -> Plan:
-        """The bindings of a placed gang; its pods are assumed on their nodes until they are observed bound."""
+    def bind(self, state: ClusterState, view: GangView, assignments: dict[str, list[int]], now: float,
+             devices: DeviceBook | None = None) -> Plan:
+        """The bindings of a placed gang, after its claims' allocations (booked in `devices` when it was placed);
+        its pods are assumed on their nodes until they are observed bound."""
         plan = view.bind(assignments)
+        if isinstance(view.request, JobRequest) and view.request.claims:
+            booked = (devices.booked.get(view.key.text) if devices else None) or {}
+            allocated = {rank: pods[j] for node, ranks in assignments.items() if (pods := booked.get(node))
+                         for j, rank in enumerate(ranks)}
+            if len(allocated) < len(view.members):
+                refused = devices.refused.get(view.key.text) if devices else None
+                why = refused.message if refused else "its claims could not be allocated on the nodes chosen"
+                return view.wait("", why, now) or Plan(view.key, [])
+            plan.steps.insert(0, self.claims.allocate(state, view.key, list(view.members),
+                                                      [allocated[i] for i in range(len(view.members))]))
         if isinstance(view.request, JobRequest):
             self.admitted.setdefault(view.key, view.request.queue)  # (the rest of a gang keeps its first queue)
         held = self.assumed.setdefault(view.key, {})
-        for member, (pod_key, uid, node) in zip(view.members, plan.steps[0].bindings, strict=True):
+        bindings = next(step for step in plan.steps if isinstance(step, BindPods)).bindings
+        for member, (pod_key, uid, node) in zip(view.members, bindings, strict=True):
             pod = pod_from_k8s({**member, "spec": {**member["spec"], "nodeName": node}})
             if pod is not None:
                 held[pod_key] = (uid, now, False)

@@ -131,7 +131,7 @@ class WaitingRoom:
         jobs = [decision for decision in visited if not decision.job.key.of_pods]
         plans += starts(state, jobs, self.ready, now, settings)
         if len(jobs) < len(visited):
-            plans += self._bind(state, visited, now)
+            plans += self._bind(state, snap, visited, now)
         return visited, parked, plans
 
     def replace(self, state: ClusterState, snap: Snapshot, now: float, held: Collection[str] = (),
@@ -142,19 +142,20 @@ class WaitingRoom:
         plans = []
         for key in sorted(self.replacing):
             view = self.ready[key]
-            plan = self.gangs.replace_lost(snap, view, now, held, spares)
+            plan = self.gangs.replace_lost(state, snap, view, now, held, spares)
             if plan is not None:
                 plans.append(plan)
-                if isinstance(plan.steps[0], BindPods):
+                if any(isinstance(step, BindPods) for step in plan.steps):
                     state.touch(key)
         return plans
 
-    def _bind(self, state: ClusterState, visited: list[Decision], now: float) -> list[Plan]:
+    def _bind(self, state: ClusterState, snap: Snapshot, visited: list[Decision], now: float) -> list[Plan]:
         """The bindings of the pod gangs placed; each is looked at again next cycle (it leaves the line then)."""
         plans = []
         for decision in visited:
             if decision.placement is not None and decision.job.key.of_pods:
-                plans.append(self.gangs.bind(self.ready[decision.job.key], decision.placement.assignments, now))
+                plans.append(self.gangs.bind(state, self.ready[decision.job.key], decision.placement.assignments, now,
+                                             snap.devices))
                 state.touch(decision.job.key)
         return plans
 

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from collections import Counter
 
+from superpod.core.dra.allocate import describe
 from superpod.core.model import Snapshot
 from superpod.core.phases import Cause, Reason
-from superpod.core.placement import Solver, validate
+from superpod.core.placement import DEVICES, Solver, validate
 from superpod.core.request import GPU, MIG_PREFIX, PRODUCT_LABEL, JobRequest
 
 _FILTER_WORDS = {
@@ -19,10 +20,18 @@ _FILTER_WORDS = {
 }
 
 
+NOTHING = "no resources"
+
+
 def demand(snap: Snapshot, job: JobRequest) -> str:
     unit, product = _unit_and_product(snap, job)
     word = unit if job.replicas != 1 else unit[:-1]
-    text = f"needs {job.replicas} {word} {'with' if unit == 'nodes' else 'of'} {_each(job.requests, product)}"
+    each = _each(job.requests, product)
+    text = f"needs {job.replicas} {word}"
+    if each != NOTHING or not job.claims:
+        text += f" {'with' if unit == 'nodes' else 'of'} {each}"
+    if job.claims:
+        text += f" claiming {describe(job.claims)}"
     others = Counter(job.others)
     if others:  # the members that differ, each of its own request
         text += " and " + ", ".join(f"{count} {'pod' if count == 1 else 'pods'} of {_each(requests, product)}"
@@ -67,7 +76,7 @@ def _fmt_cpu_mem(req: dict[str, int]) -> str:
         parts.append(f"{req['cpu'] / 1000:g} cpu")
     if req.get("memory"):
         parts.append(f"{req['memory'] / 2**30:g}Gi memory")
-    return " and ".join(parts) or "no resources"
+    return " and ".join(parts) or NOTHING
 
 
 def filtered(snap: Snapshot, job: JobRequest) -> str:
@@ -80,10 +89,14 @@ def filtered(snap: Snapshot, job: JobRequest) -> str:
 def _full_nodes(sv: Solver) -> str:
     """How many eligible nodes lack room for one replica, and which resource they lack."""
     gpus = sv.job.gpus
-    names = {GPU: f"{gpus} free GPUs" if gpus > 1 else "a free GPU", "cpu": "free cpu", "memory": "free memory"}
+    names = {GPU: f"{gpus} free GPUs" if gpus > 1 else "a free GPU", "cpu": "free cpu", "memory": "free memory",
+             DEVICES: "the free devices its claims need"}
     out = []
     for (r, too_small), n in sv.shortages().most_common():
-        if n:
+        if n and r == DEVICES:
+            out.append(f"{_nodes(n)} {'lack' if n > 1 else 'lacks'} "
+                       f"{'the devices its claims need, even when idle' if too_small else names[r]}")
+        elif n:
             verb = "have too little" if too_small else "lack"
             verb = verb if n > 1 else verb.replace("have", "has").replace("lack", "lacks")
             what = r.removeprefix("nvidia.com/") if too_small and r != GPU else names.get(r, r.removeprefix(

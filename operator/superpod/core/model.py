@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
+from superpod.core.dra.book import DeviceBook
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU, PODS, PRODUCT_LABEL, JobRequest, Taint
 
@@ -181,6 +182,7 @@ class Snapshot:
         self.unfit: dict[tuple, object] = {}  # the Decision it got (core/cycle.py)
         self.idle_answers: dict[tuple, object] = {}  # answers that read only nodes and topology, never pods
         self.horizon = Horizon()  # the predicted ends of what runs, and the clock (set by the cycle's owner)
+        self.devices: DeviceBook | None = None  # the DRA devices (set by the cycle's owner: set_devices)
         self._build_tree()
         self.views: dict[tuple, View] = {}
         self.view_jobs: dict[tuple, JobRequest] = {}  # filter signature -> a job of it (to filter a changed node)
@@ -316,9 +318,19 @@ class Snapshot:
         self.generation += 1
         return True
 
+    def set_devices(self, book: DeviceBook | None) -> None:
+        """Decide on these DRA devices from now on (what did not fit may now)."""
+        if book is not self.devices:
+            self.devices, self.unfit = book, {}
+            self.generation += 1
+
     def assume(self, job: JobRequest, assignments: dict[str, list[int]]) -> None:
         """Reserve capacity for a placed gang (pod keys `<its key's text>#<rank>`: a TrainingJob's and a pod gang's of
-        one name never meet), each member's own requests, before the pods exist."""
+        one name never meet), each member's own requests, before the pods exist; and its claims' devices, allocated
+        node by node (`devices.booked`; a node whose allocation fails is booked as its Shortfall)."""
+        if job.claims and self.devices is not None:
+            for node, ranks in assignments.items():
+                self.devices.book(job.key.text, node, job.claims, len(ranks))
         for node, ranks in assignments.items():
             for r in ranks:
                 self.add_pod(Pod(f"{job.key.text}#{r}", node, job.member_requests(r)))
@@ -327,6 +339,8 @@ class Snapshot:
     def forget(self, job: JobRequest) -> None:
         """Undo `assume` (a failed write rolls the whole gang back)."""
         prefix = f"{job.key.text}#"
+        if self.devices is not None:
+            self.devices.release(job.key.text)
         for k in [k for k in self.pods if k.startswith(prefix)]:
             self.remove_pod(k)
             self.assumed.add(k)

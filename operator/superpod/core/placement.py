@@ -55,6 +55,7 @@ INF = 1 << 1000  # anything >= INF is infeasible; finite costs stay far below (4
 BASE_BITS = 48
 KEEP_EXTRA = 2  # children kept beyond the minimum when a combination step is over budget
 T = TypeVar("T")
+DEVICES = "devices"  # what a node short of the DRA devices a member claims is short of (shortages)
 
 
 @dataclass(frozen=True)
@@ -125,6 +126,7 @@ class Solver:
         self.slice_level = slice_level if binds else None  # each domain of this level holds whole slices
         self.node_step = self.slice_size if self.slice_level == self.node_level else 1  # replicas per node: multiples
         self.requests = [(r, v) for r, v in job.requests if v > 0]
+        self.claims = job.claims  # DRA claims of each identical member: the node's devices must take them too
         self.gpus_per_replica = job.gpus
         self.primary = job.primary
         self.primary_per_replica = dict(self.requests).get(self.primary, 0)  # requests are positive
@@ -179,6 +181,8 @@ class Solver:
                     fit = free.get(r, 0) // v
                     if fit < k:
                         k = max(fit, 0)
+                if self.claims and k:
+                    k = self._device_slots(node, k, idle=False)
             self._slots[node] = k
         return k
 
@@ -187,7 +191,13 @@ class Solver:
         if not self.is_open(node):
             return 0
         alloc = self.snap.nodes[node].allocatable
-        return min([self.replicas] + [alloc.get(r, 0) // v for r, v in self.requests])
+        k = min([self.replicas] + [alloc.get(r, 0) // v for r, v in self.requests])
+        return self._device_slots(node, k, idle=True) if self.claims and k else k
+
+    def _device_slots(self, node: int, limit: int, idle: bool) -> int:
+        """Pods whose claims the node's DRA devices take (free ones, or all if `idle`), at most `limit`."""
+        devices = self.snap.devices
+        return 0 if devices is None else devices.slots(self.snap.nodes[node].name, self.claims, limit, idle)
 
     def node_room(self, node: int, idle: bool = False) -> int:
         """Replicas `node` could hold now (or `idle`: if no pod ran), slices of one node respected."""
@@ -293,6 +303,9 @@ class Solver:
                     if free.get(r, 0) < v:
                         short[(r, alloc.get(r, 0) < v)] += 1
                         break
+                else:
+                    if self.claims:
+                        short[(DEVICES, self.idle_slots(i) == 0)] += 1
         return short
 
     def _too_small(self) -> Counter:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
+from superpod.core.dra.model import ClaimSpec
 from superpod.core.gang_key import TRAINING_JOB, GangKey
 
 GPU = "nvidia.com/gpu"
@@ -123,6 +124,8 @@ class JobRequest:
     limit: float | None = None  # its runtime limit in force, seconds (enforced: it never runs longer); None: none
     turn: float | None = None  # its place in the queue among equal priorities (None: `submitted`; estimates.turn)
     kind: str = TRAINING_JOB  # what the gang is (core/gang_key.py)
+    claims: tuple[ClaimSpec, ...] = ()  # each identical member's ResourceClaims (DRA), in its pod's order
+    claimed_gpus: int = 0  # GPUs each identical member claims through DRA (counted like nvidia.com/gpu)
 
     @cached_property
     def key(self) -> GangKey:
@@ -158,7 +161,8 @@ class JobRequest:
     @cached_property
     def total_units(self) -> float:
         """GPU units the whole gang holds (a MIG slice g/7): what queues count and preemption frees."""
-        return self.replicas * gpu_units(self.requests) + sum(gpu_units(requests) for requests in self.others)
+        return self.replicas * (gpu_units(self.requests) + self.claimed_gpus) + sum(
+            gpu_units(requests) for requests in self.others)
 
     def at_largest(self) -> JobRequest:
         """The gang as `size` identical members each booked at the largest request of any member: what fits it
@@ -200,7 +204,7 @@ class JobRequest:
     @cached_property
     def _shape(self) -> Shape:  # the request is frozen: computed once
         return Shape.of((self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
-                         self.slice_size, self.slice_required, self.others, self.limit))
+                         self.slice_size, self.slice_required, self.others, self.limit, self.claims))
 
 
 class Shape:

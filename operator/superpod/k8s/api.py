@@ -32,7 +32,12 @@ CLUSTERTOPOLOGIES = Kind("superpod.dev", "v1alpha1", "clustertopologies", False,
 GPUQUEUES = Kind("superpod.dev", "v1alpha1", "gpuqueues", False, "GPUQueue")
 GPUUSAGES = Kind("superpod.dev", "v1alpha1", "gpuusages", False, "GPUUsage")
 PODGROUPS = Kind("scheduling.x-k8s.io", "v1alpha1", "podgroups", True, "PodGroup")  # scheduler-plugins' coscheduling
-# what the operator keeps in its cache (and PodGroups, where that API is served)
+RESOURCESLICES = Kind("resource.k8s.io", "v1", "resourceslices", False, "ResourceSlice")  # Dynamic Resource Allocation
+DEVICECLASSES = Kind("resource.k8s.io", "v1", "deviceclasses", False, "DeviceClass")
+RESOURCECLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", True, "ResourceClaim")
+RESOURCECLAIMTEMPLATES = Kind("resource.k8s.io", "v1", "resourceclaimtemplates", True, "ResourceClaimTemplate")
+DRA = (RESOURCESLICES, DEVICECLASSES, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES)
+# what the operator keeps in its cache (and PodGroups and the DRA kinds, where those APIs are served)
 WATCHED = (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES, GPUQUEUES, GPUUSAGES)
 
 

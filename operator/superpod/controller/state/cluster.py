@@ -11,6 +11,7 @@ from superpod.api.manifests import SCHEDULER_NAME
 from superpod.controller.gpu_tally import GpuTally
 from superpod.controller.state.base import TOMBSTONES, Notes, Store, Unkept
 from superpod.controller.state.billing import Billing
+from superpod.controller.state.dra import DraStore
 from superpod.controller.state.jobs import JobStore
 from superpod.controller.state.nodes import NodeStore
 from superpod.controller.state.others import PodGroupStore, QueueStore, ServiceStore, TopologyStore
@@ -20,6 +21,7 @@ from superpod.core.gang_key import GangKey
 from superpod.core.model import Node, Topology
 from superpod.k8s.api import (
     CLUSTERTOPOLOGIES,
+    DRA,
     GPUQUEUES,
     GPUUSAGES,
     NODES,
@@ -128,6 +130,8 @@ class ClusterState:
             GPUUSAGES.plural: self._billing, SERVICES.plural: self._services,
             CLUSTERTOPOLOGIES.plural: self._topologies, GPUQUEUES.plural: self._queues,
             PODGROUPS.plural: self._pod_groups}
+        self.dra = DraStore(lambda pod_key: (info := self._pods.pods.get(pod_key)) and info.job)
+        self._stores.update({kind.plural: self.dra.kind_store(kind.plural) for kind in DRA})
         nodes, pods, jobs, billing = self._nodes, self._pods, self._jobs, self._billing
         self.nodes, self.node_stamps, self.unreadable = nodes.nodes, nodes.node_stamps, nodes.unreadable
         self.mig_nodes, self.offers = nodes.mig_nodes, nodes.offers

@@ -25,6 +25,7 @@ from superpod.core.dra.model import (
     ALL,
     CLAIM,
     CLASS,
+    EXACT_COUNT,
     MISSING,
     UNSUPPORTED,
     ClaimSpec,
@@ -568,6 +569,29 @@ def _node_selector(pools: Iterable[Pool], node_name: str) -> dict | None:
                 held.extend(r for r in terms[0].get(kind) or () if r not in held)
     term = {kind: held for kind, held in requirements.items() if held}
     return {"nodeSelectorTerms": [term]} if term else None
+
+
+GPU_CLASS_PREFIX = "gpu."  # a DeviceClass named gpu.<driver domain> hands out whole GPUs (gpu.nvidia.com)
+
+
+def claimed_gpus(claims: tuple[ClaimSpec, ...]) -> int:
+    """Whole GPUs one pod's claims take (exact counts of a GPU class; the first alternative), as queues and bills
+    count nvidia.com/gpu."""
+    return sum(request.alternatives[0].count for claim in claims for request in claim.requests
+               if request.alternatives[0].class_name.startswith(GPU_CLASS_PREFIX)
+               and request.alternatives[0].mode == EXACT_COUNT)
+
+
+def describe(claims: tuple[ClaimSpec, ...]) -> str:
+    """What one pod's claims ask for, in words: "8 devices of class gpu.nvidia.com matching ..."."""
+    parts = []
+    for claim in claims:
+        for device_request in claim.requests:
+            request = device_request.alternatives[0]
+            many = "all devices" if request.mode == ALL else f"{request.count} device{'s' if request.count > 1 else ''}"
+            more = " (or another alternative)" if device_request.first_available else ""
+            parts.append(f"{many} of {_what(request)}{more}")
+    return " and ".join(parts)
 
 
 def _what(request: Request) -> str:

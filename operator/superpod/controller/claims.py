@@ -1,0 +1,95 @@
+"""The DRA claims of the pods this operator binds. A pod's claims are allocated on the node chosen for it and reserved
+for it (status.allocation, status.reservedFor, as kube-scheduler writes them) before the pod is bound: all of a
+gang's claims, then its bindings, in one plan. An allocation written but not yet observed is in flight: its devices
+stay taken in the next cycles' DeviceBook until the claim is seen again. A claim allocated for a pod that was never
+bound (a binding that failed, an operator stopped between the two writes) is released before its gang is placed
+again, as kube-scheduler releases a claim of a pod it could not schedule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from superpod.controller.actions import WriteClaims
+from superpod.controller.state import ClusterState
+from superpod.core.dra.book import PodAllocations
+from superpod.core.dra.model import DeviceID, pod_claims
+from superpod.core.gang_key import GangKey
+
+RELEASED = {"allocation": None, "reservedFor": None}
+
+
+@dataclass(frozen=True)
+class PodClaims:
+    """The claims a waiting pod's templates made (namespace/name, in its spec's order), or why it must wait."""
+
+    keys: tuple[str, ...] = ()
+    waiting: str = ""
+
+
+def claims_of(pod: dict) -> PodClaims:
+    """The claims kube-controller-manager made for the pod from its templates (pod.status.resourceClaimStatuses)."""
+    meta = pod.get("metadata") or {}
+    made = {s.get("name"): s.get("resourceClaimName") for s in (pod.get("status") or {}).get(
+        "resourceClaimStatuses") or ()}
+    keys = []
+    for claim in pod_claims(pod.get("spec") or {}):
+        name = claim.claim or made.get(claim.name)
+        if not name:
+            return PodClaims(waiting="waiting for the ResourceClaims of its pods to be made from their templates")
+        keys.append(f"{meta.get('namespace')}/{name}")
+    return PodClaims(tuple(keys))
+
+
+class Claims:
+    """What this operator allocated and has not seen yet (claim key -> (the claim's version before, its devices))."""
+
+    def __init__(self) -> None:
+        self.in_flight: dict[str, tuple[str, tuple[DeviceID, ...]]] = {}
+
+    def observe(self, state: ClusterState) -> set[DeviceID]:
+        """Drop what the cache now shows (the claim changed or is gone); the devices still in flight."""
+        claims = state.dra.claims
+        for key, (version, _) in list(self.in_flight.items()):
+            claim = claims.get(key)
+            if claim is None or claim["metadata"].get("resourceVersion") != version:
+                del self.in_flight[key]
+        return {device for _, devices in self.in_flight.values() for device in devices}
+
+    def waiting(self, state: ClusterState, gang: GangKey, pods: list[dict]) -> tuple[str, WriteClaims | None]:
+        """Why the gang's pods cannot be bound yet as far as claims go ("" if they can), and the release of the claims
+        allocated for them that no binding in flight holds (allocated by a plan that did not finish)."""
+        claims, stale = state.dra.claims, []
+        for pod in pods:
+            found = claims_of(pod)
+            if found.waiting:
+                return found.waiting, None
+            for key in found.keys:
+                claim = claims.get(key)
+                if claim is None:
+                    return f"waiting for ResourceClaim {key} to be seen", None
+                status = claim.get("status") or {}
+                if key not in self.in_flight and (status.get("allocation") or status.get("reservedFor")):
+                    stale.append((key, claim))
+        if stale:
+            return (f"releasing {len(stale)} ResourceClaim(s) of its pods allocated for a binding that did not "
+                    "happen", self._write(gang, [(key, claim, RELEASED) for key, claim in stale]))
+        return "", None
+
+    def allocate(self, state: ClusterState, gang: GangKey, pods: list[dict],
+                 allocations: list[PodAllocations]) -> WriteClaims:
+        """The claim writes of `pods` (each with its allocations, in its claims' order), held in flight."""
+        writes = []
+        for pod, allocated in zip(pods, allocations, strict=True):
+            meta = pod["metadata"]
+            reserved = [{"resource": "pods", "name": meta["name"], "uid": meta.get("uid") or ""}]
+            for key, allocation in zip(claims_of(pod).keys, allocated, strict=True):
+                claim = state.dra.claims[key]
+                writes.append((key, claim, {"allocation": allocation.to_dict(), "reservedFor": reserved}))
+                self.in_flight[key] = (claim["metadata"].get("resourceVersion") or "", allocation.devices)
+        return self._write(gang, writes)
+
+    @staticmethod
+    def _write(gang: GangKey, writes: list[tuple[str, dict, dict]]) -> WriteClaims:
+        return WriteClaims(gang, tuple((key, claim["metadata"].get("uid") or "",
+                                        claim["metadata"].get("resourceVersion") or "", status)
+                                       for key, claim, status in writes))

@@ -1,0 +1,108 @@
+"""The store of the DRA kinds (resource.k8s.io/v1): ResourceSlices, DeviceClasses, ResourceClaims and
+ResourceClaimTemplates, kept read (core/dra/model) as they come, so a cycle's DeviceBook is built without parsing."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from superpod.core.dra.book import DeviceBook
+from superpod.core.dra.model import (
+    ClaimSpec,
+    DeviceClass,
+    DeviceID,
+    DraError,
+    Slice,
+    allocated_devices,
+    read_class,
+    read_slice,
+    read_template,
+)
+from superpod.core.gang_key import GangKey
+
+
+class DraStore:
+    """One store for the four kinds, told apart by the plural it was made for (`kind_store`); `generation` moves on
+    every change, so a book built at one generation is kept until the next."""
+
+    def __init__(self, gang_of_pod: Callable[[str], GangKey | None]) -> None:
+        self.gang_of_pod = gang_of_pod  # pod key -> its gang: a claim's change is its pod's gang's
+        self.slices: dict[str, Slice] = {}
+        self.classes: dict[str, DeviceClass] = {}
+        self.claims: dict[str, dict] = {}  # namespace/name -> the claim as served
+        self.templates: dict[str, ClaimSpec | str] = {}  # namespace/name -> its claim spec, or why it does not read
+        self.unreadable: dict[str, str] = {}  # slice or class key -> why it is left out
+        self.generation = 0
+        self._taken: set[DeviceID] | None = None
+
+    def kind_store(self, plural: str) -> _KindStore:
+        return _KindStore(self, plural)
+
+    def changed(self) -> None:
+        self.generation += 1
+        self._taken = None
+
+    @property
+    def taken(self) -> set[DeviceID]:
+        """The devices the claims hold (their allocations as observed)."""
+        if self._taken is None:
+            self._taken = allocated_devices(self.claims.values())
+        return self._taken
+
+    def book(self, labels: dict[str, dict[str, str]], in_flight: set[DeviceID]) -> DeviceBook | None:
+        """A book of the devices as observed, with `in_flight` (allocations written, not yet observed) taken too;
+        None when no node publishes devices."""
+        if not self.slices:
+            return None
+        return DeviceBook(self.slices.values(), self.classes, self.taken | in_flight, labels)
+
+    def template(self, namespace: str, name: str) -> ClaimSpec:
+        """The claim spec a ResourceClaimTemplate makes; raises LookupError or DraError with the words."""
+        found = self.templates.get(f"{namespace}/{name}")
+        if found is None:
+            raise LookupError(f"ResourceClaimTemplate {namespace}/{name} does not exist")
+        if isinstance(found, str):
+            raise DraError(found)
+        return found
+
+
+class _KindStore:
+    """The Store interface (controller/state/base.py) for one of the DRA kinds."""
+
+    def __init__(self, dra: DraStore, plural: str) -> None:
+        self.dra, self.plural = dra, plural
+
+    def store(self, key: str, obj: dict, now: float) -> None:
+        dra = self.dra
+        try:
+            if self.plural == "resourceslices":
+                dra.slices[key] = read_slice(obj)
+            elif self.plural == "deviceclasses":
+                dra.classes[key] = read_class(obj)
+            elif self.plural == "resourceclaims":
+                dra.claims[key] = obj
+            else:
+                dra.templates[key] = read_template(obj)
+            dra.unreadable.pop(key, None)
+        except DraError as error:
+            self._drop(key)
+            if self.plural == "resourceclaimtemplates":
+                dra.templates[key] = str(error)
+            else:
+                dra.unreadable[key] = str(error)
+        dra.changed()
+
+    def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
+        self._drop(key)
+        self.dra.unreadable.pop(key, None)
+        self.dra.changed()
+
+    def _drop(self, key: str) -> None:
+        dra = self.dra
+        {"resourceslices": dra.slices, "deviceclasses": dra.classes, "resourceclaims": dra.claims,
+         "resourceclaimtemplates": dra.templates}[self.plural].pop(key, None)
+
+    def job_of(self, key: str) -> GangKey | None:
+        if self.plural != "resourceclaims" or (claim := self.dra.claims.get(key)) is None:
+            return None
+        owner = next((o for o in claim["metadata"].get("ownerReferences") or () if o.get("kind") == "Pod"), None)
+        return self.dra.gang_of_pod(f"{key.split('/', 1)[0]}/{owner['name']}") if owner else None

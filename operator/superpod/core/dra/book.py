@@ -1,0 +1,86 @@
+"""The devices a cycle places on: each node's pools from the ResourceSlices, the devices claims already hold, and
+what the cycle books on top for the gangs it places (their claims' allocations, before they are written)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from superpod.core.dra.allocate import Allocation, Allocator, Shortfall
+from superpod.core.dra.model import ClaimSpec, DeviceClass, DeviceID, Pool, Slice, node_pools
+from superpod.core.dra.selectors import Selectors
+
+PodAllocations = list[Allocation]  # one pod's claims, in the order of its spec.resourceClaims
+
+
+class DeviceBook:
+    """Which devices each node sees and which are free. `taken`: devices held by claims (allocated, or allocated by
+    this operator and not yet observed so). Pods of one claim shape are counted per node once until the node's free
+    devices change."""
+
+    def __init__(self, slices: Iterable[Slice], classes: dict[str, DeviceClass], taken: set[DeviceID],
+                 labels: dict[str, dict[str, str]], selectors: Selectors | None = None) -> None:
+        self.allocator = Allocator(classes, selectors)
+        self.taken = set(taken)
+        self.labels = labels  # node name -> labels (slices may select nodes by label)
+        self._local: dict[str, list[Slice]] = {}  # node name -> its own slices
+        self._shared: list[Slice] = []  # slices of all nodes, or of the nodes a selector picks
+        self._by_pool: dict[tuple[str, str], list[Slice]] = {}
+        for s in slices:
+            (self._local.setdefault(s.node_name, []) if s.node_name else self._shared).append(s)
+            self._by_pool.setdefault((s.driver, s.pool), []).append(s)
+        self._pools: dict[str, list[Pool]] = {}
+        self._counts: dict[str, dict[tuple[tuple[ClaimSpec, ...], int], int | Shortfall]] = {}
+        self.booked: dict[str, dict[str, list[PodAllocations]]] = {}  # gang -> node -> its pods' allocations there
+        self.refused: dict[str, Shortfall] = {}  # gang -> why a node it was placed on could not allocate its claims
+
+    def has_devices(self, node: str) -> bool:
+        return node in self._local or bool(self._shared)
+
+    def pools(self, node: str) -> list[Pool]:
+        """The pools `node` sees (core/dra/model.node_pools, given every slice of the pools it meets)."""
+        found = self._pools.get(node)
+        if found is None:
+            seen = {(s.driver, s.pool) for s in self._local.get(node, ())}
+            seen.update((s.driver, s.pool) for s in self._shared)
+            found = self._pools[node] = node_pools([s for key in sorted(seen) for s in self._by_pool[key]], node,
+                                                   self.labels.get(node, {}))
+        return found
+
+    def fits(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, idle: bool = False) -> int | Shortfall:
+        """How many pods whose claims are `claims` the node's free devices take (`idle`: were none taken), at most
+        `limit`; or why not one."""
+        if not self.has_devices(node):
+            return 0
+        memo = self._counts.setdefault(node, {})
+        key = (claims, limit if not idle else -limit)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = self.allocator.count(node, self.pools(node), set() if idle else self.taken, claims,
+                                                     limit)
+        return found
+
+    def slots(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, idle: bool = False) -> int:
+        found = self.fits(node, claims, limit, idle)
+        return 0 if isinstance(found, Shortfall) else found
+
+    def book(self, gang: str, node: str, claims: tuple[ClaimSpec, ...], pods: int) -> list[PodAllocations] | Shortfall:
+        """Allocate `pods` pods' claims on `node` at once and hold their devices for `gang`; or why not."""
+        found = self.allocator.allocate(node, self.pools(node), self.taken, list(claims) * pods)
+        if isinstance(found, Shortfall):
+            self.refused[gang] = found
+            return found
+        for allocation in found:
+            self.taken.update(allocation.devices)
+        self._counts.pop(node, None)
+        per_pod = [found[i * len(claims):(i + 1) * len(claims)] for i in range(pods)]
+        self.booked.setdefault(gang, {}).setdefault(node, []).extend(per_pod)
+        return per_pod
+
+    def release(self, gang: str) -> None:
+        """Give back what `book` held for `gang`."""
+        self.refused.pop(gang, None)
+        for node, pods in self.booked.pop(gang, {}).items():
+            for allocations in pods:
+                for allocation in allocations:
+                    self.taken.difference_update(allocation.devices)
+            self._counts.pop(node, None)
