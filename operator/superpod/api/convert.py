@@ -113,6 +113,9 @@ def job_from_k8s(obj: dict) -> JobRequest:
     reqs = replica_requests(obj)
     pod = _field(name, spec.template, "spec", dict, {}, "spec.template")
     selector = _field(name, pod, "nodeSelector", dict, {}, "spec.template.spec")
+    if pod.get("resourceClaims"):  # bound at creation, its pods would start with their claims unallocated
+        raise ConvertError(name, "spec.template.spec.resourceClaims", "DRA claims are placed for pod gangs only so "
+                           "far: run these pods as an Indexed Job with schedulerName superpod-scheduler")
     return JobRequest(
         namespace=tj.metadata.namespace or "default",
         name=tj.metadata.name,

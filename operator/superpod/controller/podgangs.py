@@ -14,6 +14,7 @@ TrainingJob's placement is."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Callable, Collection
@@ -184,6 +185,7 @@ class PodGangs:
         # gang key -> pod key -> node: where its pods were seen bound since it was last whole (which nodes it lost)
         self.were_on: dict[str, dict[str, str]] = {}
         self.claims = Claims()  # the DRA claims of the pods it binds: allocated before they are bound
+        self.claimed_gpus: dict[GangKey, int] = {}  # gang key -> GPUs each of its pods claimed when it was bound
 
     def verdict(self, state: ClusterState, key: str, now: float) -> tuple[GangView | None, Plan | None, str]:
         """A gang whose pods may have changed: ready to place (its view), or why it waits (a plan telling its pods,
@@ -313,6 +315,8 @@ class PodGangs:
                                                       [allocated[i] for i in range(len(view.members))]))
         if isinstance(view.request, JobRequest):
             self.admitted.setdefault(view.key, view.request.queue)  # (the rest of a gang keeps its first queue)
+            if view.request.claimed_gpus:
+                self.claimed_gpus.setdefault(view.key, view.request.claimed_gpus)
         held = self.assumed.setdefault(view.key, {})
         bindings = next(step for step in plan.steps if isinstance(step, BindPods)).bindings
         for member, (pod_key, uid, node) in zip(view.members, bindings, strict=True):
@@ -465,8 +469,8 @@ class PodGangs:
                 bound = [state.gang_pods[k] for k in sorted(pod_keys)
                          if k in state.gang_pods and (state.pods[k].holds is not None or k in held)]
                 try:  # pods that came to disagree (an edited annotation) still count
-                    known = self._placed[key] = (stamp, self._as_admitted(gang_request(key, bound, check=False))
-                                                 if bound else None)
+                    known = self._placed[key] = (stamp, self._as_admitted(state, gang_request(key, bound, check=False),
+                                                                          bound) if bound else None)
                 except ConvertError:  # a malformed quantity: the API server would not have it
                     known = self._placed[key] = (stamp, None)
             if known[1] is not None:
@@ -475,14 +479,24 @@ class PodGangs:
             del self._placed[key]
         for key in self.were_on.keys() - state.gang_keys:
             del self.were_on[key]
+        for key in self.claimed_gpus.keys() - state.gang_keys:
+            del self.claimed_gpus[key]
         for key in self.admitted.keys() - state.gang_keys:
             del self.admitted[key]
             self._told.discard(key)
         return out
 
-    def _as_admitted(self, request: JobRequest) -> JobRequest:
+    def _as_admitted(self, state: ClusterState, request: JobRequest, bound: list[dict]) -> JobRequest:
         """A bound gang's request, in the queue it was bound under (remembered from the binding, else as its pods say:
-        a new leader takes what the labels say then)."""
+        a new leader takes what the labels say then), with the GPUs its pods claim (remembered from the binding, else
+        as their templates say now)."""
+        claimed = self.claimed_gpus.get(request.key)
+        if claimed is None and any((pod.get("spec") or {}).get("resourceClaims") for pod in bound):
+            with contextlib.suppress(ConvertError):
+                claimed = self.claimed_gpus[request.key] = with_claims(request, bound[:1],
+                                                                       state.dra.template).claimed_gpus
+        if claimed:
+            request = replace(request, claimed_gpus=claimed)
         if request.key not in self.admitted:
             self.admitted[request.key] = request.queue
         admitted = self.admitted[request.key]

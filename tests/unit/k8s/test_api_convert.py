@@ -115,6 +115,9 @@ def test_trainingjob_conversion():
         ({"replicas": 3, "resources": {"gpus": 8}, "topology": {"sliceSize": 2, "sliceRequired": "leaf"}}, "spec"),
         ({"replicas": 2, "resources": {"gpus": 8}, "topology": {"sliceSize": 2}}, "spec.topology"),
         ({"replicas": 2, "resources": {"cpu": "x"}}, "spec.resources.cpu"),
+        ({"replicas": 2, "resources": {"gpus": 8}, "template": {"spec": {
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "g"}],
+            "containers": [{"name": "main", "image": "x"}]}}}, "spec.template.spec.resourceClaims"),
     ],
 )
 def test_trainingjob_errors_name_object_and_field(spec, field):

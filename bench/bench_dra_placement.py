@@ -1,0 +1,94 @@
+"""Placement with DRA devices beside the same cluster with extended resources: dgx-h100 nodes publishing their eight
+GPUs as NVIDIA-style ResourceSlices (claims of 8 GPUs by productName per pod) or as nvidia.com/gpu (8 per pod).
+Prints, per cluster size, the medians over --repeats of: building the device book from the slices, one placement of
+a 16-pod gang on the empty cluster, and a cycle that places and books --gangs such gangs one after another.
+
+    .venv/bin/python bench/bench_dra_placement.py [--nodes 1000,10000] [--gangs 40] [--repeats 3]"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from superpod.api.convert import node_from_k8s  # noqa: E402
+from superpod.core.dra.book import DeviceBook  # noqa: E402
+from superpod.core.dra.model import read_claim_spec, read_classes, read_slices  # noqa: E402
+from superpod.core.model import Level, Snapshot, Topology  # noqa: E402
+from superpod.core.placement import place  # noqa: E402
+from superpod.core.request import make_request  # noqa: E402
+from superpod.hardware import dra_slices, presets  # noqa: E402
+
+H100 = "NVIDIA H100 80GB HBM3"
+CLAIM = read_claim_spec({"devices": {"requests": [{"name": "gpus", "exactly": {
+    "deviceClassName": "gpu.nvidia.com", "count": 8, "selectors": [
+        {"cel": {"expression": f"device.attributes['gpu.nvidia.com'].productName == '{H100}'"}}]}}]}}, "bench")
+
+
+def cluster(count: int):
+    objs = presets.preset_nodes("dgx-h100", count)
+    nodes = [replace(node_from_k8s(obj), ready=True) for obj in objs]
+    slice_objs = [s for obj in objs for s in dra_slices.node_slices(obj)]
+    labels = {obj["metadata"]["name"]: obj["metadata"]["labels"] for obj in objs}
+    return nodes, slice_objs, labels
+
+
+def topology() -> Topology:
+    return Topology((Level("spine", "superpod.dev/spine"), Level("leaf", "superpod.dev/leaf"),
+                     Level("node", "kubernetes.io/hostname")))
+
+
+def run(nodes, slice_objs, labels, dra: bool, gangs: int) -> tuple[float, float, float]:
+    """(book seconds, first placement seconds, seconds to place and book `gangs` gangs)."""
+    start = time.perf_counter()
+    classes, _ = read_classes(dra_slices.device_classes())
+    if dra:
+        slices, _ = read_slices(slice_objs)
+        book = DeviceBook(slices, classes, set(), labels)
+        gpu_free = [replace(n, allocatable={k: v for k, v in n.allocatable.items() if k != "nvidia.com/gpu"})
+                    for n in nodes]
+    booked = time.perf_counter()
+    snap = Snapshot(gpu_free if dra else nodes, topology())
+    if dra:
+        snap.set_devices(book)
+
+    def job(i: int):
+        if dra:
+            return make_request("ns", f"g{i}", 16, {"pods": 1}, required="leaf", claims=(CLAIM,), claimed_gpus=8)
+        return make_request("ns", f"g{i}", 16, {"pods": 1, "nvidia.com/gpu": 8}, required="leaf")
+
+    start_place = time.perf_counter()
+    first = place(snap, job(0))
+    placed_once = time.perf_counter()
+    snap.assume(job(0), first.assignments)
+    for i in range(1, gangs):
+        found = place(snap, job(i))
+        if found is not None:
+            snap.assume(job(i), found.assignments)
+    done = time.perf_counter()
+    return booked - start, placed_once - start_place, done - start_place
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--nodes", default="1000,10000")
+    parser.add_argument("--gangs", type=int, default=40)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    print(f"{'nodes':>6} {'resources':>10} {'book s':>8} {'1 gang s':>9} {f'{args.gangs} gangs s':>11}")
+    for count in (int(n) for n in args.nodes.split(",")):
+        nodes, slice_objs, labels = cluster(count)
+        for dra in (False, True):
+            runs = [run(nodes, slice_objs, labels, dra, args.gangs) for _ in range(args.repeats)]
+            medians = [statistics.median(r[i] for r in runs) for i in range(3)]
+            print(f"{count:>6} {'DRA' if dra else 'extended':>10} {medians[0]:>8.3f} {medians[1]:>9.3f} "
+                  f"{medians[2]:>11.3f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

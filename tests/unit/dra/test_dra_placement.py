@@ -1,0 +1,68 @@
+"""Placement by DRA devices (core/dra/book.DeviceBook in the snapshot): a gang whose pods claim 8 GPUs is placed
+on nodes whose free devices take its claims, inside one leaf, its claims allocated when it is assumed; the devices
+it holds are not given again, and a gang with no room says which nodes lack the devices."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from superpod.api.convert import node_from_k8s
+from superpod.core.dra.book import DeviceBook
+from superpod.core.dra.model import read_claim_spec, read_classes, read_slices
+from superpod.core.explain import explain
+from superpod.core.model import Snapshot
+from superpod.core.placement import place
+from superpod.core.request import make_request
+from superpod.hardware import dra_slices, presets
+from tests.unit.builders import TOPO
+
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+def cluster(count: int) -> tuple[Snapshot, list[dict]]:
+    objs = presets.preset_nodes("dgx-h100", count, "d", nodes_per_unit=2)
+    for obj in objs:  # the devices are published through DRA only
+        obj["status"]["allocatable"].pop("nvidia.com/gpu")
+    slices, errors = read_slices([s for obj in objs for s in dra_slices.node_slices(obj)])
+    classes, class_errors = read_classes(dra_slices.device_classes())
+    assert not errors and not class_errors
+    snap = Snapshot([replace(node_from_k8s(obj), ready=True) for obj in objs], TOPO)
+    snap.set_devices(DeviceBook(slices, classes, set(), {o["metadata"]["name"]: o["metadata"]["labels"] for o in objs}))
+    return snap, objs
+
+
+def gang(name: str, pods: int, product: str = H100, count: int = 8):
+    selector = [{"cel": {"expression": f"device.attributes['gpu.nvidia.com'].productName == '{product}'"}}]
+    claim = read_claim_spec({"devices": {"requests": [{"name": "gpus", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "count": count, "selectors": selector}}]}}, "template")
+    return make_request("ns", name, pods, {"pods": 1}, required="leaf", claims=(claim,), claimed_gpus=count)
+
+
+def test_a_claiming_gang_is_placed_in_one_leaf_and_its_devices_are_not_given_again():
+    snap, _ = cluster(4)  # two leaves of two nodes
+    first = gang("first", 2)
+    assert first.total_units == 16
+    placed = place(snap, first)
+    assert placed is not None and len(placed.assignments) == 2
+    assert len({snap.nodes[snap.index[n]].labels["superpod.dev/leaf"] for n in placed.assignments}) == 1
+    snap.assume(first, placed.assignments)
+    booked = snap.devices.booked["ns/first"]
+    assert sorted(booked) == sorted(placed.assignments)
+    for node, pods in booked.items():
+        [[allocation]] = pods
+        assert len(allocation.devices) == 8 and {pool for _, pool, _ in allocation.devices} == {node}
+    second = place(snap, gang("second", 2))
+    assert second is not None and not set(second.assignments) & set(placed.assignments), "the other leaf"
+    snap.assume(gang("second", 2), second.assignments)
+    assert place(snap, gang("third", 1)) is None
+    why = explain(snap, gang("third", 1)).message
+    assert "claiming 8 devices of class gpu.nvidia.com" in why and "4 nodes lack the free devices" in why, why
+    snap.forget(gang("second", 2))
+    assert place(snap, gang("third", 1)) is not None, "devices freed with the gang forgotten"
+
+
+def test_a_claim_no_node_can_serve_says_so_even_when_idle():
+    snap, _ = cluster(2)
+    why = explain(snap, gang("b200", 1, product="NVIDIA B200", count=1)).message
+    assert "2 nodes lack the devices its claims need, even when idle" in why, why
+    assert place(snap, gang("nine", 1, count=9)) is None, "9 GPUs on nodes of 8"
