@@ -55,6 +55,10 @@ class Claims:
                 del self.in_flight[key]
         return {device for _, devices in self.in_flight.values() for device in devices}
 
+    def _unseen(self, key: str, claim: dict) -> bool:
+        """Whether this operator's write of the claim is in flight (the cache still has the claim as it was)."""
+        return key in self.in_flight and self.in_flight[key][0] == claim["metadata"].get("resourceVersion")
+
     def waiting(self, state: ClusterState, gang: GangKey, pods: list[dict]) -> tuple[str, WriteClaims | None]:
         """Why the gang's pods cannot be bound yet as far as claims go ("" if they can), and the release of the claims
         allocated for them that no binding in flight holds (allocated by a plan that did not finish)."""
@@ -68,7 +72,7 @@ class Claims:
                 if claim is None:
                     return f"waiting for ResourceClaim {key} to be seen", None
                 status = claim.get("status") or {}
-                if key not in self.in_flight and (status.get("allocation") or status.get("reservedFor")):
+                if not self._unseen(key, claim) and (status.get("allocation") or status.get("reservedFor")):
                     stale.append((key, claim))
         if stale:
             return (f"releasing {len(stale)} ResourceClaim(s) of its pods allocated for a binding that did not "

@@ -545,7 +545,8 @@ def _rest(state: ClusterState, key: GangKey, live: list[dict], bound: dict[str, 
             if _key(pod) not in bound and requests_of(pod) == admitted.requests][:missing]
     if not fill:
         return None
-    whole = replace(admitted, replicas=admitted.replicas + len(fill))
+    whole = replace(admitted, replicas=admitted.replicas + len(fill), claims=request.claims,
+                    claimed_gpus=request.claimed_gpus)
     order = placed[:admitted.replicas] + fill + placed[admitted.replicas:]  # identical members first, as ranked
     placement = tuple((slot, bound[_key(pod)]) for slot, pod in enumerate(order) if _key(pod) in bound)
     slots = tuple(range(admitted.replicas, admitted.replicas + len(fill)))

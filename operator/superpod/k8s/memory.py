@@ -241,6 +241,8 @@ class MemoryClient:
             kept = {c.get("type"): c for c in status.get("conditions") or []}
             kept.update({c.get("type"): c for c in conditions})
             status["conditions"] = list(kept.values())
+        if kind.plural == "resourceclaims":
+            _allocation_unchanged(self._current(kind, key), new, key)
         out = self.store._store(kind, new, "update")
         self.store._log(self.writer, "patch-status", kind, key)
         return _answer(out, lose)
@@ -346,3 +348,9 @@ def _validate_pod(pod: dict) -> None:
                                f"must be equal to {r} limit of {limits[r]}")
 
 
+def _allocation_unchanged(old: dict, new: dict, key: str) -> None:
+    """A ResourceClaim's allocation may be set or cleared, never changed (as the API server validates it)."""
+    before, after = (old.get("status") or {}).get("allocation"), (new.get("status") or {}).get("allocation")
+    if before and after and before != after:
+        raise ApiError(422, "Invalid", f'ResourceClaim "{key}" is invalid: status.allocation: Invalid value: field is '
+                       "immutable")

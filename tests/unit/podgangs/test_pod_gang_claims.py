@@ -1,0 +1,95 @@
+"""Pod gangs whose pods claim GPUs through DRA, driven on the in-memory API: the claims are allocated on their pods'
+nodes and reserved for them before the bindings; a claim written for a binding that failed is released and the pod
+bound again with its claim allocated anew on its new node, never two claims on one device."""
+
+from __future__ import annotations
+
+from superpod.hardware import dra_slices
+from superpod.k8s.api import DEVICECLASSES, NODES, PODS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES, RESOURCESLICES
+from tests.unit.memory_cluster import MemoryCluster, run
+from tests.unit.podgangs.test_pod_gangs import create, fail_binding_once, pod, scheduled, stored
+
+H100 = "NVIDIA H100 80GB HBM3"
+CLAIM_SPEC = {"devices": {"requests": [{"name": "gpus", "exactly": {
+    "deviceClassName": "gpu.nvidia.com", "count": 8, "selectors": [
+        {"cel": {"expression": f"device.attributes['gpu.nvidia.com'].productName == '{H100}'"}}]}}]}}
+
+
+def dra_cluster(nodes: int, nodes_per_unit: int = 4) -> MemoryCluster:
+    """Nodes whose GPUs are published as ResourceSlices only, the driver's classes, and a claim template."""
+    c = MemoryCluster(nodes=nodes, nodes_per_unit=nodes_per_unit)
+    for body in dra_slices.device_classes():
+        run(c.admin.create(DEVICECLASSES, body))
+    for node in c.store.items(NODES):
+        for body in dra_slices.node_slices(node):
+            run(c.admin.create(RESOURCESLICES, body))
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                                                "metadata": {"name": "eight", "namespace": "team-a"},
+                                                "spec": {"spec": CLAIM_SPEC}}))
+    return c
+
+
+def claiming(name: str, gang: str, size: int, index: int) -> dict:
+    """A gang member claiming 8 GPUs from the template."""
+    body = pod(name, gang, size, gpus=0, index=index, required="leaf")
+    body["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "eight"}]
+    return body
+
+
+def create_claiming(c: MemoryCluster, *bodies: dict) -> None:
+    """The pods, and their claims made as kube-controller-manager makes them (named in the pods' status)."""
+    create(c, *bodies)
+    for body in bodies:
+        name = body["metadata"]["name"]
+        run(c.admin.create(RESOURCECLAIMS, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": f"{name}-gpus", "namespace": "team-a",
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": "x"}]},
+            "spec": CLAIM_SPEC}))
+        run(c.admin.patch_status(PODS, name, {"status": {"resourceClaimStatuses": [
+            {"name": "gpus", "resourceClaimName": f"{name}-gpus"}]}}, "team-a"))
+
+
+def claim(c: MemoryCluster, name: str) -> dict:
+    return c.store.peek(RESOURCECLAIMS, f"team-a/{name}-gpus").get("status") or {}
+
+
+def devices(c: MemoryCluster, name: str) -> list[tuple[str, str]]:
+    results = ((claim(c, name).get("allocation") or {}).get("devices") or {}).get("results") or ()
+    return [(r["pool"], r["device"]) for r in results]
+
+
+def test_each_claim_is_allocated_on_its_pods_node_and_reserved_for_it_before_the_binding():
+    c = dra_cluster(8)
+    create_claiming(c, *[claiming(f"g-{i}", "g", 2, i) for i in range(2)])
+    c.settle(3)
+    for name in ("g-0", "g-1"):
+        node = stored(c, name)["spec"].get("nodeName")
+        assert node, scheduled(c, name)
+        assert {pool for pool, _ in devices(c, name)} == {node} and len(devices(c, name)) == 8
+        uid = stored(c, name)["metadata"]["uid"]
+        assert claim(c, name)["reservedFor"] == [{"resource": "pods", "name": name, "uid": uid}]
+
+
+def test_a_claim_written_for_a_binding_that_failed_is_released_and_allocated_again_where_the_pod_goes():
+    c = dra_cluster(8)
+    failed = fail_binding_once(c, "team-a/g-1")
+    create_claiming(c, *[claiming(f"g-{i}", "g", 2, i) for i in range(2)])
+    c.cycle()
+    assert failed and not stored(c, "g-1")["spec"].get("nodeName")
+    assert claim(c, "g-1").get("allocation"), "the dangerous moment: a claim allocated for a pod left unbound"
+    c.settle(4)
+    node = stored(c, "g-1")["spec"].get("nodeName")
+    assert node, scheduled(c, "g-1")
+    assert {pool for pool, _ in devices(c, "g-1")} == {node}, "allocated where the pod is bound"
+    assert not set(devices(c, "g-0")) & set(devices(c, "g-1"))
+
+
+def test_a_gang_that_loses_its_claims_on_the_way_waits_and_binds_nothing():
+    c = dra_cluster(4)
+    bodies = [claiming(f"w-{i}", "w", 2, i) for i in range(2)]
+    create(c, *bodies)  # the claims are not made yet
+    c.settle(2)
+    assert not any(stored(c, f"w-{i}")["spec"].get("nodeName") for i in range(2))
+    assert "ResourceClaim" in scheduled(c, "w-0")[2], scheduled(c, "w-0")
+    assert c.store.peek(PODS, "team-a/w-0")
