@@ -27,8 +27,11 @@ class Cluster:
     local: LocalCluster | None
 
     def kubectl(self, *args: str, check: bool = True, input: str | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run([self.kubectl_path, f"--kubeconfig={self.kubeconfig}", *args], capture_output=True,
-                              text=True, check=check, input=input, timeout=120)
+        out = subprocess.run([self.kubectl_path, f"--kubeconfig={self.kubeconfig}", *args], capture_output=True,
+                             text=True, input=input, timeout=120)
+        if check and out.returncode:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {out.stderr.strip()}")
+        return out
 
     def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         helm = shutil.which("helm") if self.local is None else str(Path(self.kubectl_path).parent / "helm")

@@ -11,7 +11,7 @@ from kubernetes import client
 
 from superpod.api.podgang import GANG_SIZE, TOPOLOGY
 from superpod.hardware.presets import SIM_LABEL
-from tests.integration.operator_env import sim_cluster
+from tests.integration.operator_env import sim_cluster, training_job
 from tests.integration.test_pod_gangs import SCHEDULER, Pods, indexed_job
 from tests.integration.wait import wait_for
 
@@ -84,3 +84,30 @@ def test_a_gang_whose_claims_cannot_all_be_satisfied_binds_nothing_and_says_why(
     assert not pods.bound("job-name=three") and not pods.bound("job-name=other"), "nothing bound"
     claims = claims_of(custom, pods, "job-name=three")
     assert not any((c.get("status") or {}).get("allocation") for c in claims.values()), "no claim allocated"
+
+
+def test_a_trainingjob_claiming_gpus_is_placed_in_one_leaf_and_kube_scheduler_allocates_on_the_nodes_chosen(
+        cluster, operator, jobs, namespace):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 8, own_leaves=True, dra=True, nodes_per_unit=4)
+    custom, pods = client.CustomObjectsApi(cluster.api), Pods(cluster.api, namespace)
+    template = claim_template(custom, namespace, H100, 8)
+    job = training_job("claiming", sim, 3, topology={"required": "leaf"})
+    job["spec"]["resources"] = {}
+    job["spec"]["template"]["spec"].update({
+        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+        "containers": [{"name": "main", "image": "trainer", "resources": {"claims": [{"name": "gpus"}]}}]})
+    jobs.create(job)
+    status = jobs.wait_phase("claiming", "Running", 120)
+    placement = status["placement"]  # node -> its replicas
+    bound = {p.metadata.name: p.spec.node_name for p in pods.of("superpod.dev/job-name=claiming")}
+    print(f"\nTrainingJob claiming (3 x a claim of 8 H100s, leaf required): placement {placement}, bound {bound}")
+    assert len({pods.leaf(node) for node in bound.values()}) == 1, "one leaf"
+    assert set(bound.values()) == set(placement), "kube-scheduler bound each pod on the node the operator chose"
+    uids = {p.metadata.name: p.metadata.uid for p in pods.of("superpod.dev/job-name=claiming")}
+    seen = set()
+    for name, claim in claims_of(custom, pods, "superpod.dev/job-name=claiming").items():
+        results = claim["status"]["allocation"]["devices"]["results"]
+        assert len(results) == 8 and {r["pool"] for r in results} == {bound[name]}, "allocated on its pod's node"
+        assert [r["uid"] for r in claim["status"]["reservedFor"]] == [uids[name]]
+        seen.update((r["pool"], r["device"]) for r in results)
+    assert len(seen) == 24

@@ -7,10 +7,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from superpod.api.claims import Templates, claims_of
 from superpod.api.manifests import replica_requests
 from superpod.api.models import API_VERSION, ClusterTopology, GPUQueue, GPUUsage, TrainingJob
 from superpod.api.resources import ConvertError, pod_requests, quantity
 from superpod.api.times import rfc3339, timestamp
+from superpod.core.dra.allocate import claimed_gpus
 from superpod.core.model import Level, Node, Pod, Topology
 from superpod.core.phases import POD_FINISHED
 from superpod.core.queues import Budget, Queue, Quota
@@ -98,9 +100,10 @@ def topology_from_k8s(obj: dict) -> Topology:
     return Topology(tuple(Level(lv.name, lv.nodeLabel) for lv in ct.spec.levels))
 
 
-def job_from_k8s(obj: dict) -> JobRequest:
+def job_from_k8s(obj: dict, templates: Templates | None = None) -> JobRequest:
     """The core request of a TrainingJob, from its metadata and spec (the status is the operator's own and is read
-    elsewhere: a damaged status never makes a spec invalid)."""
+    elsewhere: a damaged status never makes a spec invalid); `templates`: the ResourceClaimTemplates its pods' DRA
+    claims are made from."""
     if _deeper_than(obj.get("spec"), SPEC_DEPTH):
         raise ConvertError(describe(obj), "spec", f"nests deeper than {SPEC_DEPTH} levels (no field of a pod "
                            "template is that deep)")
@@ -113,9 +116,12 @@ def job_from_k8s(obj: dict) -> JobRequest:
     reqs = replica_requests(obj)
     pod = _field(name, spec.template, "spec", dict, {}, "spec.template")
     selector = _field(name, pod, "nodeSelector", dict, {}, "spec.template.spec")
-    if pod.get("resourceClaims"):  # bound at creation, its pods would start with their claims unallocated
-        raise ConvertError(name, "spec.template.spec.resourceClaims", "DRA claims are placed for pod gangs only so "
-                           "far: run these pods as an Indexed Job with schedulerName superpod-scheduler")
+    claims = ()
+    if pod.get("resourceClaims"):
+        if templates is None:
+            raise ConvertError(name, "spec.template.spec.resourceClaims", "its claims are read from the cluster's "
+                               "ResourceClaimTemplates, which this reading does not have")
+        claims = claims_of(name, tj.metadata.namespace or "default", pod, "spec.template.spec", templates)
     return JobRequest(
         namespace=tj.metadata.namespace or "default",
         name=tj.metadata.name,
@@ -133,6 +139,8 @@ def job_from_k8s(obj: dict) -> JobRequest:
         submitted=submitted_at(obj),
         queue=spec.queue,
         service_class=spec.serviceClass,
+        claims=claims,
+        claimed_gpus=claimed_gpus(claims),
     )
 
 

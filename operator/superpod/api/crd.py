@@ -68,8 +68,10 @@ RULES: dict[str, list[dict]] = {
          "message": "metadata.name must be a DNS label starting with a letter (it names the job's Service)"},
     ],
     "TrainingJob.spec": [
-        {"rule": "has(self.resources.gpus) != has(self.resources.migProfile)",
-         "message": "set exactly one of resources.gpus (whole GPUs) and resources.migProfile (one MIG slice)"},
+        {"rule": "has(self.resources.gpus) != has(self.resources.migProfile) || (!has(self.resources.gpus) && "
+                 f"has({_POD_SPEC}) && has({_POD_SPEC}.resourceClaims))",
+         "message": "set exactly one of resources.gpus (whole GPUs) and resources.migProfile (one MIG slice), or "
+                    "neither when the template's pods claim their devices (resourceClaims)"},
         {"rule": "!has(self.topology.sliceSize) || self.replicas % self.topology.sliceSize == 0",
          "message": "replicas must be a multiple of topology.sliceSize"},
         {"rule": "has(self.template.spec) && has(self.template.spec.containers) && "
@@ -151,6 +153,7 @@ TEMPLATE = {
                 "schedulerName": {"type": "string", "maxLength": 253},
                 "restartPolicy": {"type": "string", "maxLength": 16},
                 "schedulingGates": {"type": "array", "maxItems": 16, "items": _KEEP},
+                "resourceClaims": {"type": "array", "maxItems": 16, "items": _KEEP},
                 "containers": _CONTAINERS,
                 "initContainers": _CONTAINERS,
             },

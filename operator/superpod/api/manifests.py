@@ -20,6 +20,7 @@ WRITER_ANNOTATION = "superpod.dev/written-by"  # the operator replica (and its L
 GANG_ANNOTATION = "superpod.dev/gang-spec"  # digest of the fields that define the gang, on each of its pods
 GANG_FIELDS = ("replicas", "resources", "topology", "template")  # what a gang's pods are made of (fixed while placed)
 MASTER_PORT = 29500
+CLAIMS_SCHEDULER = "default-scheduler"  # binds a TrainingJob's pods that claim devices (DRA), on the node chosen
 
 
 def owner_reference(job: dict) -> dict:
@@ -108,12 +109,30 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
             res["requests"] = {**_mapping(res.get("requests"), where, f"{field}.resources.requests"), **wanted}
     pspec.update({"nodeName": node, "schedulerName": scheduler_name, "hostname": pod_name(name, attempt, index),
                   "restartPolicy": "Never", "containers": containers})
+    if pspec.get("resourceClaims"):  # kube-scheduler allocates its claims (PreBind) on the node chosen, then binds
+        del pspec["nodeName"]
+        pspec["schedulerName"] = CLAIMS_SCHEDULER
+        pspec["affinity"] = pinned(_mapping(pspec.get("affinity"), where, "spec.template.spec.affinity"), node)
     if has_service(job):
         pspec["subdomain"] = name
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": pod_name(name, attempt, index), "namespace": meta["namespace"], "labels": labels,
                          "annotations": annotations, "ownerReferences": [owner_reference(job)]},
             "spec": pspec}
+
+
+def pinned(affinity: dict, node: str) -> dict:
+    """`affinity` with every required node selector term also requiring the node named `node` (a term of its own when
+    there is none), as a DaemonSet pins its pods."""
+    here = {"key": "metadata.name", "operator": "In", "values": [node]}
+    node_affinity = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(term) for term in required.get("nodeSelectorTerms") or ()] or [{}]
+    for term in terms:
+        term["matchFields"] = [*(term.get("matchFields") or ()), here]
+    required["nodeSelectorTerms"] = terms
+    node_affinity["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    return {**affinity, "nodeAffinity": node_affinity}
 
 
 def replica_requests(job: dict) -> dict[str, int]:

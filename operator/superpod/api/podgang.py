@@ -10,14 +10,13 @@ limit a gang asks for: the annotation superpod.dev/max-runtime-seconds, whole se
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from superpod.api.claims import Templates, claims_of
 from superpod.api.convert import affinity_of, describe, resources_of, submitted_at, tolerations_of
 from superpod.api.manifests import MAX_RUNTIME
 from superpod.api.resources import ConvertError, pod_requests
 from superpod.core.dra.allocate import claimed_gpus
-from superpod.core.dra.model import ClaimSpec, DraError, pod_claims
 from superpod.core.gang_key import POD, POD_GANG, GangKey
 from superpod.core.request import PRODUCT_LABEL, JobRequest, Requests, gpu_units
 
@@ -170,34 +169,16 @@ def gang_request(key: GangKey, pods: list[dict], extra_selector: tuple[tuple[str
         submitted=min(submitted_at(pod) for pod in pods), queue=labels.get(QUEUE_LABEL) or None)
 
 
-Templates = Callable[[str, str], ClaimSpec]  # (namespace, name) -> the claim spec a ResourceClaimTemplate makes
-
-
 def with_claims(request: JobRequest, pods: list[dict], template: Templates) -> JobRequest:
     """`request` with the DRA claims its pods make from ResourceClaimTemplates (each pod its own, all alike). Raises
     ConvertError: pods that differ, a claim shared by name, a template that is missing or does not read."""
-    shapes = {_claims_of(pod, template) for pod in pods}
+    shapes = {claims_of(describe(pod), (pod.get("metadata") or {}).get("namespace") or "", pod.get("spec") or {},
+                        "spec", template) for pod in pods}
     if len(shapes) > 1:
         raise ConvertError(f"gang {request.key}", "spec.resourceClaims",
                            "its pods differ: a gang's pods must claim alike")
     claims = shapes.pop() if shapes else ()
     return replace(request, claims=claims, claimed_gpus=claimed_gpus(claims)) if claims else request
-
-
-def _claims_of(pod: dict, template: Templates) -> tuple[ClaimSpec, ...]:
-    namespace = (pod.get("metadata") or {}).get("namespace") or ""
-    out = []
-    for claim in pod_claims(pod.get("spec") or {}):
-        if not claim.template:
-            raise ConvertError(describe(pod), f"spec.resourceClaims[{claim.name}]",
-                               "a ResourceClaim shared by name is not placed by superpod-scheduler yet; give each "
-                               "pod its own through resourceClaimTemplateName")
-        try:
-            out.append(template(namespace, claim.template))
-        except (LookupError, DraError) as error:
-            raise ConvertError(describe(pod), f"spec.resourceClaims[{claim.name}]", str(error).strip("'\"")) \
-                from None
-    return tuple(out)
 
 
 def in_slot_order(pods: list[dict]) -> list[dict]:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import ChainMap
+from collections import ChainMap, Counter
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field, replace
 
@@ -220,23 +220,32 @@ class Controller:
         """5. The snapshot of capacity, the queues' policy over it, the predicted ends of what runs."""
         placed, gangs = turn.placed, self.room.gangs
         turn.snap = self.snapshots.build(self.state, placed, gangs.holdings(), turn.touched)
-        turn.snap.set_devices(self._devices(turn.snap))
+        turn.snap.set_devices(self._devices(turn.snap, placed))
         holding = lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state) + self.bills.foreign() + \
             self._unrecorded_holdings(placed)  # noqa: E731 - asked only when GPUQueues exist
         turn.fair, turn.closed = self._queue_policy(turn.snap, holding, turn.now)
         turn.plans += gangs.tell_relabelled(self.state)
         turn.snap.horizon = self.estimator.horizon_at(self.reader, turn.now)
 
-    def _devices(self, snap: Snapshot) -> DeviceBook | None:
+    def _devices(self, snap: Snapshot, placed: dict) -> DeviceBook | None:
         """The DRA devices to place on: the snapshot's book while nothing changed (no claim, slice or class, no
-        allocation in flight, nothing booked on it), else one built anew."""
+        allocation in flight, nothing booked on it), else one built anew, with the claims of the placed
+        TrainingJobs' replicas that kube-scheduler has not allocated yet booked on their nodes."""
         in_flight = self.room.gangs.claims.observe(self.state)
         key = (self.state.dra.generation, frozenset(in_flight))
         if snap.devices is not None and key == self._devices_key and not snap.devices.booked:
             return snap.devices
         self._devices_key = key
-        return self.state.dra.book({name: entry.node.labels for name, entry in self.state.nodes.items() if entry.node},
-                                   in_flight)
+        book = self.state.dra.book({name: entry.node.labels for name, entry in self.state.nodes.items()
+                                    if entry.node}, in_flight)
+        for job_key, (request, uid, attempt, nodes) in placed.items() if book is not None else ():
+            if request.claims:
+                done = {p.index for p in self.state.pods_of(job_key) if p.owner == uid and p.attempt == attempt
+                        and p.node == nodes.get(p.index) and self.state.dra.allocated_for(p.uid, len(request.claims))}
+                waiting = Counter(node for index, node in nodes.items() if index not in done)
+                for node, count in sorted(waiting.items()):
+                    book.book(job_key.text, node, request.claims, count)
+        return book
 
     def _release_spares(self, turn: Turn) -> None:
         """5a. The spares freed for this cycle's replacements (steps 5b and 5c; 5d books those left again)."""

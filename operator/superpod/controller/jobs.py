@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from superpod.api.claims import Templates
 from superpod.api.convert import job_from_k8s, submitted_at
 from superpod.api.crd import ADMITTED_FIELDS
 from superpod.api.models import TrainingJobSpec, TrainingJobStatus
@@ -17,6 +18,7 @@ from superpod.controller import job_status
 from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
+from superpod.core.dra.model import pod_claims
 from superpod.core.gang_key import GangKey
 from superpod.core.phases import ACTIVE, Cause, Phase, Reason
 from superpod.core.request import JobRequest
@@ -159,6 +161,8 @@ class JobReader:
         self.deleted_placed: list[JobView] = []  # the last views of placed jobs deleted since the caller took them
         self.phases: Counter = Counter()  # phase (a job without one counts as Queued) -> how many jobs are in it
         self._whole = True  # the next read reads every job (the first: the cache may hold jobs it kept no edit of)
+        self.claiming: set[GangKey] = set()  # the jobs whose pods claim DRA devices: read again when a template changes
+        self._template_edits = -1
 
     def lowest_priority(self) -> int | None:
         """The lowest priority of a placed gang (None when none is placed)."""
@@ -169,28 +173,36 @@ class JobReader:
         edited, state.edited_jobs = state.edited_jobs, set()
         if self._whole:
             edited |= state.jobs.keys()
+        forced = set()
+        if state.dra.template_edits != self._template_edits:
+            self._template_edits, forced = state.dra.template_edits, set(self.claiming)
         try:
-            self._read(state, edited)
+            self._read(state, edited | forced, forced)
         except BaseException:
             state.edited_jobs |= edited  # read them again next time (a bug must not lose an edit)
             raise
         self._whole = False
 
-    def _read(self, state: ClusterState, edited: set[str]) -> None:
+    def _read(self, state: ClusterState, edited: set[str], forced: set[GangKey]) -> None:
         for key in sorted(edited):
             obj = state.jobs.get(key)
             cached = self.by_key.get(key)
-            if cached is not None and cached.obj is obj:
+            if cached is not None and cached.obj is obj and key not in forced:
                 continue
             if cached is not None:
                 self.by_uid.pop(cached.uid, None)
                 self.phases[cached.phase or Phase.QUEUED] -= 1
             if obj is None:
                 self.by_key.pop(key, None)
+                self.claiming.discard(key)
                 if cached is not None and key in self.active:
                     self.deleted_placed.append(cached)
             else:
-                view = self.by_key[key] = _view(key, obj, cached)  # in place: the order of first sight is kept
+                view = self.by_key[key] = _view(key, obj, cached, state.dra.template)  # (the order of first sight)
+                if claims_in(obj):
+                    self.claiming.add(key)
+                else:
+                    self.claiming.discard(key)
                 self.by_uid[view.uid] = view
                 self.phases[view.phase or Phase.QUEUED] += 1
             view = self.by_key.get(key)
@@ -226,9 +238,9 @@ class JobReader:
         return changed
 
 
-def _view(key: GangKey, obj: dict, previous: JobView | None = None) -> JobView:
+def _view(key: GangKey, obj: dict, previous: JobView | None = None, templates: Templates | None = None) -> JobView:
     status, raw, problems = read_status(obj)
-    parsed = _parsed(obj, raw, previous)
+    parsed = _parsed(obj, raw, previous, templates)
     same = previous is not None and parsed is previous.parsed
     admitted = _admission(raw)
     if same and admitted == _admission(previous.raw):
@@ -254,12 +266,19 @@ def _admitted(request: JobRequest, status: TrainingJobStatus) -> JobRequest:
     return replace(request, queue=admitted.queue, service_class=admitted.serviceClass, priority=admitted.priority)
 
 
-def _parsed(obj: dict, raw: dict, previous: JobView | None) -> JobRequest | ConvertError:
+def claims_in(obj: dict) -> bool:
+    """Whether the job's pod template claims DRA devices (spec.template.spec.resourceClaims)."""
+    template = (obj.get("spec") or {}).get("template")
+    spec = template.get("spec") if isinstance(template, dict) else None
+    return isinstance(spec, dict) and bool(spec.get("resourceClaims"))
+
+
+def _parsed(obj: dict, raw: dict, previous: JobView | None, templates: Templates | None) -> JobRequest | ConvertError:
     """The request `obj` makes: the previous one while what job_from_k8s reads did not change (most versions are the
     operator's own status writes), or it with its new submit time when only status.queuedAt moved."""
     if previous is not None:
         try:
-            before, after = _request_inputs(previous.obj, previous.raw), _request_inputs(obj, raw)
+            before, after = _request_inputs(previous.obj, previous.raw, templates), _request_inputs(obj, raw, templates)
             if before == after:
                 return previous.parsed
             if before[:2] == after[:2] and isinstance(previous.parsed, JobRequest):
@@ -267,13 +286,26 @@ def _parsed(obj: dict, raw: dict, previous: JobView | None) -> JobRequest | Conv
         except RecursionError:  # a spec nested a thousand levels: job_from_k8s says why it is Invalid
             pass
     try:
-        return job_from_k8s({**obj, "status": raw})
+        return job_from_k8s({**obj, "status": raw}, templates)
     except ConvertError as e:
         return e
 
 
-def _request_inputs(obj: dict, raw: dict) -> tuple:
-    """What job_from_k8s reads: the metadata (but its version and field ownership), the spec, and of the status only
-    status.queuedAt (through submitted_at)."""
+def _request_inputs(obj: dict, raw: dict, templates: Templates | None) -> tuple:
+    """What job_from_k8s reads: the metadata (but its version and field ownership), the spec, of the status only
+    status.queuedAt (through submitted_at), and the templates its pods' claims are made from."""
     meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields", "generation")}
-    return meta, obj.get("spec"), raw.get("queuedAt")
+    return meta, obj.get("spec"), raw.get("queuedAt"), _templates_read(obj, templates)
+
+
+def _templates_read(obj: dict, templates: Templates | None) -> tuple:
+    if templates is None or not claims_in(obj):
+        return ()
+    namespace = obj["metadata"].get("namespace") or "default"
+    out = []
+    for claim in pod_claims(obj["spec"]["template"]["spec"]):
+        try:
+            out.append(templates(namespace, claim.template) if claim.template else None)
+        except (LookupError, ValueError) as error:
+            out.append(str(error))
+    return tuple(out)

@@ -190,7 +190,8 @@ def test_a_jobs_request_is_parsed_again_only_when_what_it_reads_changed(monkeypa
     from superpod.controller import jobs
 
     parsed = []
-    monkeypatch.setattr(jobs, "job_from_k8s", lambda obj: parsed.append(obj["metadata"]["resourceVersion"]) or rv)
+    monkeypatch.setattr(jobs, "job_from_k8s",
+                        lambda obj, templates=None: parsed.append(obj["metadata"]["resourceVersion"]) or rv)
     state, reader = ClusterState(), jobs.JobReader()
 
     def store(version: int, phase: str | None = None, spec: dict | None = None, queued: str | None = None, **labels):
@@ -226,7 +227,7 @@ def test_a_new_queue_time_alone_moves_the_request_parsed_before_to_it(monkeypatc
     reader.read(state)
     queued = {**obj, "metadata": {**obj["metadata"], "resourceVersion": "2"},
               "status": {"phase": "Queued", "queuedAt": "2026-01-01T00:05:00Z"}}
-    monkeypatch.setattr(jobs, "job_from_k8s", lambda obj: pytest.fail("parsed again"))
+    monkeypatch.setattr(jobs, "job_from_k8s", lambda obj, templates=None: pytest.fail("parsed again"))
     state.apply(TRAININGJOBS, "MODIFIED", queued, 0.0)
     reader.read(state)
     request = reader.by_key[GangKey("ns", "j")].request

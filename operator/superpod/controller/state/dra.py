@@ -32,14 +32,27 @@ class DraStore:
         self.templates: dict[str, ClaimSpec | str] = {}  # namespace/name -> its claim spec, or why it does not read
         self.unreadable: dict[str, str] = {}  # slice or class key -> why it is left out
         self.generation = 0
+        self.template_edits = 0  # bumped on every stored or deleted ResourceClaimTemplate
         self._taken: set[DeviceID] | None = None
+        self._by_pod: dict[str, list[dict]] | None = None
 
     def kind_store(self, plural: str) -> _KindStore:
         return _KindStore(self, plural)
 
     def changed(self) -> None:
         self.generation += 1
-        self._taken = None
+        self._taken = self._by_pod = None
+
+    def allocated_for(self, pod_uid: str, count: int) -> bool:
+        """Whether the pod owns `count` claims (made from its templates) and each is allocated."""
+        if self._by_pod is None:
+            self._by_pod = {}
+            for claim in self.claims.values():
+                for owner in claim["metadata"].get("ownerReferences") or ():
+                    if owner.get("kind") == "Pod" and owner.get("uid"):
+                        self._by_pod.setdefault(owner["uid"], []).append(claim)
+        owned = self._by_pod.get(pod_uid, ())
+        return len(owned) >= count and all((c.get("status") or {}).get("allocation") for c in owned)
 
     @property
     def taken(self) -> set[DeviceID]:
@@ -82,17 +95,20 @@ class _KindStore:
                 dra.claims[key] = obj
             else:
                 dra.templates[key] = read_template(obj)
+                dra.template_edits += 1
             dra.unreadable.pop(key, None)
         except DraError as error:
             self._drop(key)
             if self.plural == "resourceclaimtemplates":
                 dra.templates[key] = str(error)
+                dra.template_edits += 1
             else:
                 dra.unreadable[key] = str(error)
         dra.changed()
 
     def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
         self._drop(key)
+        self.dra.template_edits += self.plural == "resourceclaimtemplates"
         self.dra.unreadable.pop(key, None)
         self.dra.changed()
 

@@ -1,0 +1,26 @@
+"""The DRA claims a pod spec makes from ResourceClaimTemplates, read as claim shapes (core/dra/model.ClaimSpec)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from superpod.api.resources import ConvertError
+from superpod.core.dra.model import ClaimSpec, DraError, pod_claims
+
+Templates = Callable[[str, str], ClaimSpec]  # (namespace, name) -> the claim spec a ResourceClaimTemplate makes
+
+
+def claims_of(obj: str, namespace: str, pod_spec: dict, at: str, template: Templates) -> tuple[ClaimSpec, ...]:
+    """Each entry of `pod_spec`'s resourceClaims as the claim its template makes. Raises ConvertError naming `obj`
+    and the field under `at`: a claim shared by name, a template that is missing or does not read."""
+    out = []
+    for claim in pod_claims(pod_spec):
+        field = f"{at}.resourceClaims[{claim.name}]"
+        if not claim.template:
+            raise ConvertError(obj, field, "a ResourceClaim shared by name is not placed by superpod-scheduler yet; "
+                               "give each pod its own through resourceClaimTemplateName")
+        try:
+            out.append(template(namespace, claim.template))
+        except (LookupError, DraError) as error:
+            raise ConvertError(obj, field, str(error).strip("'\"")) from None
+    return tuple(out)
