@@ -3,7 +3,8 @@
 #   kube-apiserver, kube-controller-manager, kube-scheduler, kubectl (k8s.io/kubernetes), etcd, kwok, helm, and
 #   the JobSet, Kubeflow Trainer (v2) and Training Operator (v1) controllers (their CRDs and webhook configurations
 #   in <name>-config/, with the coscheduling PodGroup CRD);
-#   with --kind also what a kind node runs: kubelet, kubeadm, kube-proxy, crictl, coredns, and kind itself;
+#   with --kind also what a kind node runs: kubelet, kubeadm, kube-proxy, crictl, coredns, containerd (in kind-node/,
+#   off PATH: the host's Docker engine runs its own), the DRA example driver's kubelet plugin, and kind itself;
 #   with --kueue also Kueue, the peer the fleet benchmark compares with (its CRDs and webhooks in kueue-config/);
 #   with --control-plane only what the local control plane runs (the Kubernetes components, etcd, kwok): the demo.
 # A second run with the same versions does nothing. Prints the folder with the binaries on its last line.
@@ -19,7 +20,7 @@ tools=(etcd kwok)
 for_tests=(helm jobset trainer training-operator)  # what the tests run besides the control plane
 for flag in "$@"; do
   case $flag in
-    --kind) k8s_bins+=(kubelet kubeadm kube-proxy); tools+=(coredns kind crictl) ;;
+    --kind) k8s_bins+=(kubelet kubeadm kube-proxy); tools+=(coredns kind crictl containerd dra-example-kubeletplugin) ;;
     --kueue) tools+=(kueue) ;;
     --control-plane) for_tests=() ;;
     *) echo "build.sh: unknown flag $flag (--kind, --kueue, --control-plane)" >&2; exit 2 ;;
@@ -31,10 +32,12 @@ all=("${k8s_bins[@]}" "${tools[@]}")
 log() { printf '[build %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 declare -A tool_version=([kwok]=$KWOK_VERSION [helm]=$HELM_VERSION [jobset]=$JOBSET_VERSION [trainer]=$TRAINER_VERSION
   [training-operator]=$TRAINING_OPERATOR_VERSION [kueue]=${KUEUE_VERSION:-} [coredns]=${COREDNS_VERSION:-}
-  [kind]=${KIND_VERSION:-} [crictl]=${CRICTL_VERSION:-})
+  [kind]=${KIND_VERSION:-} [crictl]=${CRICTL_VERSION:-} [containerd]=${CONTAINERD_VERSION:-}
+  [dra-example-kubeletplugin]=${DRA_EXAMPLE_DRIVER_VERSION:-})
+declare -A tool_file=([containerd]=kind-node/containerd)  # where a tool is when not $bin/<name>
 have_all() {
   local b
-  for b in "${all[@]}"; do [ -x "$bin/$b" ] || return 1; done
+  for b in "${all[@]}"; do [ -x "$bin/${tool_file[$b]:-$b}" ] || return 1; done
   [[ " ${tools[*]} " != *" kueue "* ]] || [ -d "$bin/kueue-config" ] || return 1
   for b in "${tools[@]}"; do  # a tool built before its version was recorded counts as current
     [ -z "${tool_version[$b]:-}" ] || [ "$(cat "$bin/.$b.version" 2>/dev/null || echo "${tool_version[$b]}")" = "${tool_version[$b]}" ] ||
@@ -123,9 +126,10 @@ install_tool() {
   echo "$ver" >"$bin/.$name.version"
 }
 
-# JobSet and Kubeflow's controllers: `go install module@version` fails only because the proxy refuses their version
-# lists; a wrapper module that requires the exact version builds them. Their CRDs and webhook configurations come
-# from the same modules (the Trainer's coscheduling PodGroup CRD from the scheduler-plugins version it requires).
+# JobSet, Kubeflow's controllers and the DRA example driver: `go install module@version` fails only because the
+# proxy refuses their version lists; a wrapper module that requires the exact version builds them. Their CRDs and
+# webhook configurations come from the same modules (the Trainer's coscheduling PodGroup CRD from the
+# scheduler-plugins version it requires).
 # build_wrapped <name> <module> <version> <package> then the files to copy into <name>-config/, relative to a
 # module's folder as "<module>:<path>".
 build_wrapped() {
@@ -133,16 +137,44 @@ build_wrapped() {
   shift 4
   [ -x "$bin/$name" ] && [ "$(cat "$bin/.$name.version" 2>/dev/null)" = "$version" ] && { log "have $name"; return; }
   log "building $name $version"
-  mkdir -p "$w" "$bin/$name-config"
-  printf 'module superpod.dev/hack/%s\n\ngo 1.26\n\nrequire %s %s\n' "$name" "$module" "$version" >"$w/go.mod"
-  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$pkg" >"$w/tools.go"
-  (cd "$w" && go mod tidy -e >/dev/null 2>"$w/tidy.log") || { cat "$w/tidy.log" >&2; exit 1; }
+  wrapper_module "$w" "$module" "$version" "$pkg"
   (cd "$w" && go build -ldflags "-s -w" -o "$bin/$name.tmp" "$pkg") && mv "$bin/$name.tmp" "$bin/$name"
+  [ $# -eq 0 ] || mkdir -p "$bin/$name-config"
   for entry in "$@"; do
     dir=$(cd "$w" && go list -m -f '{{.Dir}}' "${entry%%:*}")
     install -m 0644 "$dir/${entry#*:}" "$bin/$name-config/"
   done
   echo "$version" >"$bin/.$name.version"
+}
+
+# wrapper_module <folder> <module> <version> <package>...: a module that requires exactly <module>@<version> and
+# imports the packages, its requirements resolved.
+wrapper_module() {
+  local w=$1 module=$2 version=$3 pkg
+  shift 3
+  mkdir -p "$w"
+  printf 'module superpod.dev/hack/%s\n\ngo 1.26\n\nrequire %s %s\n' "${w##*/}" "$module" "$version" >"$w/go.mod"
+  { printf '//go:build tools\n\npackage tools\n\nimport (\n'; for pkg in "$@"; do printf '\t_ "%s"\n' "$pkg"; done
+    printf ')\n'; } >"$w/tools.go"
+  (cd "$w" && go mod tidy -e >/dev/null 2>"$w/tidy.log") || { cat "$w/tidy.log" >&2; exit 1; }
+}
+
+# containerd 2 for the kind node (Debian bookworm's 1.6 has no CDI, which DRA drivers hand devices to containers
+# through), with its runc shim and ctr, as kind builds it: without the snapshotters a node never selects.
+build_containerd() {
+  local module=github.com/containerd/containerd/v2 w="$work/containerd" name
+  local version="-X $module/version.Version=$CONTAINERD_VERSION"
+  [ -x "$bin/kind-node/containerd" ] && [ "$(cat "$bin/.containerd.version" 2>/dev/null)" = "$CONTAINERD_VERSION" ] &&
+    { log "have containerd"; return; }
+  log "building containerd $CONTAINERD_VERSION"
+  wrapper_module "$w" "$module" "$CONTAINERD_VERSION" "$module/cmd/containerd" "$module/cmd/containerd-shim-runc-v2" \
+    "$module/cmd/ctr"
+  mkdir -p "$bin/kind-node"
+  for name in containerd containerd-shim-runc-v2 ctr; do
+    (cd "$w" && go build -tags "no_btrfs no_zfs no_devmapper no_aufs" -ldflags "-s -w $version" \
+      -o "$bin/kind-node/$name.tmp" "$module/cmd/$name") && mv "$bin/kind-node/$name.tmp" "$bin/kind-node/$name"
+  done
+  echo "$CONTAINERD_VERSION" >"$bin/.containerd.version"
 }
 
 start=$(date +%s)
@@ -174,8 +206,11 @@ if wants kind; then
   install_tool coredns github.com/coredns/coredns "$COREDNS_VERSION"
   install_tool kind sigs.k8s.io/kind "$KIND_VERSION"
   install_tool crictl sigs.k8s.io/cri-tools/cmd/crictl "$CRICTL_VERSION"
+  build_containerd
+  build_wrapped dra-example-kubeletplugin sigs.k8s.io/dra-example-driver "$DRA_EXAMPLE_DRIVER_VERSION" \
+    sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin
 fi
 have_all || { log "some binaries are missing in $bin"; exit 1; }
 log "built in $(( $(date +%s) - start ))s; cache size $(du -sh "$cache/$key" | cut -f1) (binaries $(du -sh "$bin" | cut -f1))"
-for b in "${all[@]}"; do log "  $bin/$b"; done
+for b in "${all[@]}"; do log "  $bin/${tool_file[$b]:-$b}"; done
 echo "$bin"

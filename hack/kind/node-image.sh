@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Builds a kind node image for K8S_VERSION with no registry: Debian packages (mmdebstrap) for the node's operating
-# system, containerd and CNI plugins; the Kubernetes binaries hack/build.sh --kind builds from Go modules; and every
-# image the cluster runs (pause, etcd, kube-*, CoreDNS, the pod network agent), built here and imported by each
-# node at boot. Cached by a key of the versions and of the files that go into it: a second run prints the tag and
-# does nothing else.
+# system, runc and CNI plugins; the Kubernetes binaries and containerd hack/build.sh --kind builds from Go modules;
+# and every image the cluster runs (pause, etcd, kube-*, CoreDNS, the pod network agent, the DRA example driver),
+# built here and imported by each node at boot. Cached by a key of the versions and of the files that go into it: a
+# second run prints the tag and does nothing else.
 # Needs DOCKER_HOST from hack/docker.sh. Prints the node image's tag on its last line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -11,10 +11,10 @@ source "$here/../versions.env"
 log() { printf '[node-image %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 has_image() { docker image inspect "$1" >/dev/null 2>&1; }
 
-image_files=(runc-wrapper entrypoint containerd.toml kubelet.service kubelet.slice superpod-images.service network.yaml
-  pause.c node-image.sh)
-key=$(cd "$here" && { grep -E '^(K8S|ETCD|COREDNS|CRICTL|PAUSE)_VERSION=' ../versions.env; cat "${image_files[@]}"; } |
-  sha256sum | cut -c1-10)
+image_files=(runc-wrapper entrypoint containerd.toml containerd.service kubelet.service kubelet.slice
+  superpod-images.service network.yaml pause.c node-image.sh)
+key=$(cd "$here" && { grep -E '^(K8S|ETCD|COREDNS|CRICTL|PAUSE|CONTAINERD|DRA_EXAMPLE_DRIVER)_VERSION=' ../versions.env
+  cat "${image_files[@]}"; } | sha256sum | cut -c1-10)
 node_tag="superpod.local/kind-node:${K8S_VERSION}-$key"
 if has_image "$node_tag"; then log "cached: $node_tag"; echo "$node_tag"; exit 0; fi
 
@@ -38,7 +38,7 @@ debian_image() {  # $1 name, $2 variant, $3 packages
   fi
   echo "$tag"
 }
-node_os=$(debian_image debian-node apt systemd,systemd-sysv,dbus,containerd,runc,containernetworking-plugins,iptables,iproute2,conntrack,ethtool,socat,ebtables,kmod,mount,util-linux,procps,ca-certificates,jq)
+node_os=$(debian_image debian-node apt systemd,systemd-sysv,dbus,runc,containernetworking-plugins,iptables,iproute2,conntrack,ethtool,socat,ebtables,kmod,mount,util-linux,procps,ca-certificates,jq)
 net_os=$(debian_image debian-net minbase iptables,iproute2,conntrack,ca-certificates)
 
 # Images from a Dockerfile given on stdin, in a context holding the named files; each joins `images`, the ones the
@@ -64,6 +64,8 @@ for component in kube-apiserver kube-controller-manager kube-scheduler; do
   static_image "registry.k8s.io/$component:$K8S_VERSION" "$bin/$component" ""
 done
 static_image "registry.k8s.io/coredns/coredns:$COREDNS_VERSION" "$bin/coredns" /usr/local/bin/coredns
+static_image "superpod.local/dra-example-driver:$DRA_EXAMPLE_DRIVER_VERSION" "$bin/dra-example-kubeletplugin" \
+  /usr/local/bin/dra-example-kubeletplugin
 build "registry.k8s.io/kube-proxy:$K8S_VERSION" "$bin/kube-proxy" < <(printf 'FROM %s\nCOPY kube-proxy /usr/local/bin/\n' "$net_os")
 build superpod.local/kind-network:latest "$bin/kubectl" < <(printf 'FROM %s\nCOPY kubectl /usr/local/bin/\n' "$net_os")
 for image in "${images[@]}"; do
@@ -73,16 +75,17 @@ log "component images: ${#images[@]} ($(du -sh "$work/images" | cut -f1))"
 
 context="$work/node"
 mkdir -p "$context"
-cp "$bin/kubelet" "$bin/kubeadm" "$bin/kubectl" "$bin/crictl" "$here"/{runc-wrapper,entrypoint} "$context/"
+cp "$bin/kubelet" "$bin/kubeadm" "$bin/kubectl" "$bin/crictl" "$bin"/kind-node/* "$here"/{runc-wrapper,entrypoint} \
+  "$context/"
 sed "s/PAUSE_VERSION/$PAUSE_VERSION/" "$here/containerd.toml" >"$context/containerd.toml"
-cp "$here"/{kubelet.service,kubelet.slice,superpod-images.service,network.yaml} "$context/"
+cp "$here"/{containerd.service,kubelet.service,kubelet.slice,superpod-images.service,network.yaml} "$context/"
 mv "$work/images" "$context/images"
 cat >"$context/Dockerfile" <<DOCKERFILE
 FROM $node_os
-COPY kubelet kubeadm kubectl crictl entrypoint /usr/local/bin/
+COPY kubelet kubeadm kubectl crictl containerd containerd-shim-runc-v2 ctr entrypoint /usr/local/bin/
 COPY runc-wrapper /usr/local/sbin/runc
 COPY containerd.toml /etc/containerd/config.toml
-COPY kubelet.service kubelet.slice superpod-images.service /etc/systemd/system/
+COPY containerd.service kubelet.service kubelet.slice superpod-images.service /etc/systemd/system/
 COPY network.yaml /kind/manifests/default-cni.yaml
 COPY images/ /kind/images/
 RUN echo "$K8S_VERSION" >/kind/version \

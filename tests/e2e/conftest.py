@@ -76,7 +76,7 @@ def timed(what: str, *command: str, env: dict | None = None, timeout: float = 18
         process.communicate()
         raise AssertionError(f"{what} took longer than {timeout:.0f}s") from None
     for line in stderr.splitlines():
-        if re.match(r"\[(docker|node-image|kind-up) ", line):
+        if re.match(r"\[(docker|node-image|kind-up|dra-example-driver) ", line):
             report(line)
     report(f"{what}: {time.monotonic() - started:.0f}s")
     if process.returncode != 0:
@@ -102,6 +102,18 @@ def kind():
                 timed("kind cluster deleted", "bash", "hack/kind-up.sh", "down", env=env)
             finally:
                 timed("Docker engine stopped", "bash", "hack/docker.sh", "down", env=env)
+
+
+DRA_DRIVER = "gpu.example.com"
+
+
+@pytest.fixture(scope="package")
+def dra_example_driver(kind) -> dict[str, list[str]]:
+    """The DRA example driver's kubelet plugin on every kind worker (hack/kind/dra-example-driver.sh), its
+    ResourceSlices published: each worker's gpu.example.com device names. Package scope, as `kind` is."""
+    timed("DRA example driver installed", "bash", "hack/kind/dra-example-driver.sh", env=kind.env, timeout=300)
+    slices = client.ResourceV1Api(kind.api).list_resource_slice(field_selector=f"spec.driver={DRA_DRIVER}").items
+    return {item.spec.node_name: sorted(device.name for device in item.spec.devices) for item in slices}
 
 
 @dataclass
