@@ -10,7 +10,9 @@ import time
 from kubernetes import client
 
 from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL
-from tests.e2e.conftest import OPERATOR_NAMESPACE, RELEASE, report
+from superpod.api.podgang import GANG_LABEL, GANG_SIZE
+from tests.e2e.conftest import DRA_DRIVER, OPERATOR_NAMESPACE, RELEASE, report
+from tests.e2e.test_kind_dra import PRINT_DEVICES
 from tests.integration.operator_env import GROUP, VERSION
 from tests.integration.wait import wait_for
 
@@ -160,6 +162,51 @@ def test_describe_and_metrics_from_inside_the_cluster(kind, jobs, namespace):
     running = [line for line in metrics.splitlines() if line.startswith('superpod_jobs{phase="Running"}')]
     report(f"metrics from inside the cluster: {running} {len(metrics.splitlines())} lines")
     assert running and float(running[0].split()[-1]) >= 1, metrics[:2000]
+
+
+def test_pods_whose_claims_the_operator_allocated_start_under_the_real_dra_driver(kind, dra_example_driver, jobs,
+                                                                                   namespace):
+    """A pod gang (an Indexed Job) whose claims the operator allocates and reserves before it binds, and a
+    TrainingJob whose claims kube-scheduler allocates on the nodes the operator chose: the example driver's kubelet
+    plugin prepares each claim, and each container sees exactly the devices of its claim's allocation."""
+    resource, batch = client.ResourceV1Api(kind.api), client.BatchV1Api(kind.api)
+    resource.create_namespaced_resource_claim_template(namespace, {"metadata": {"name": "two-gpus"}, "spec": {"spec": {
+        "devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": DRA_DRIVER, "count": 2}}]}}}})
+    container = {"name": "main", "image": kind.operator_image, "imagePullPolicy": "Never",
+                 "command": ["sh", "-c", PRINT_DEVICES], "resources": {
+                     "requests": {"cpu": "10m", "memory": "16Mi"}, "claims": [{"name": "gpus"}]}}
+    claims = [{"name": "gpus", "resourceClaimTemplateName": "two-gpus"}]
+    started = time.monotonic()
+    batch.create_namespaced_job(namespace, {"metadata": {"name": "gang"}, "spec": {
+        "completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0, "template": {
+            "metadata": {"labels": {GANG_LABEL: "gang"}, "annotations": {GANG_SIZE: "2"}},
+            "spec": {"schedulerName": "superpod-scheduler", "restartPolicy": "Never", "resourceClaims": claims,
+                     "terminationGracePeriodSeconds": 1, "containers": [container]}}}})
+    body = training_job("claims", 2, 0, {"resourceClaims": claims, "containers": [container],
+                                          "terminationGracePeriodSeconds": 1})
+    body["spec"]["resources"] = {}
+    jobs.create(body)
+    core = client.CoreV1Api(kind.api)
+
+    def running(selector: str) -> list:
+        pods = [p for p in core.list_namespaced_pod(namespace, label_selector=selector).items
+                if p.status.phase == "Running"]
+        return pods if len(pods) == 2 else []
+    for selector in ("job-name=gang", f"{JOB_LABEL}=claims"):
+        pods = wait_for(lambda s=selector: running(s), 120, f"2 pods of {selector} Running")
+        report(f"{selector}: 2 pods with 2 gpu.example.com devices each Running {time.monotonic() - started:.1f}s "
+               "after creation")
+        for pod in pods:
+            claim = resource.read_namespaced_resource_claim(pod.status.resource_claim_statuses[0].resource_claim_name,
+                                                            namespace)
+            devices = sorted(r.device for r in claim.status.allocation.devices.results)
+            assert {r.pool for r in claim.status.allocation.devices.results} == {pod.spec.node_name}
+            assert [ref.uid for ref in claim.status.reserved_for] == [pod.metadata.uid]
+            logs = wait_for(lambda p=pod: core.read_namespaced_pod_log(p.metadata.name, namespace), 30, "env")
+            seen = sorted(value for name, value in (line.split("=", 1) for line in logs.splitlines())
+                          if re.fullmatch(r"GPU_DEVICE_\d+", name))
+            report(f"  {pod.metadata.name} on {pod.spec.node_name}: allocated {devices}, the container sees {seen}")
+            assert seen == devices
 
 
 def test_helm_upgrade_keeps_the_gang_and_uninstall_removes_the_operator(kind, jobs):
