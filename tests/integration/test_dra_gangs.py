@@ -111,3 +111,30 @@ def test_a_trainingjob_claiming_gpus_is_placed_in_one_leaf_and_kube_scheduler_al
         assert [r["uid"] for r in claim["status"]["reservedFor"]] == [uids[name]]
         seen.update((r["pool"], r["device"]) for r in results)
     assert len(seen) == 24
+
+
+def claiming_job(name: str, sim: str, replicas: int, template: str, **spec) -> dict:
+    job = training_job(name, sim, replicas, **spec)
+    job["spec"]["resources"] = {}
+    job["spec"]["template"]["spec"].update({
+        "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+        "containers": [{"name": "main", "image": "trainer", "resources": {"claims": [{"name": "gpus"}]}}]})
+    return job
+
+
+def test_preemption_frees_the_devices_its_victims_claimed(cluster, operator, jobs, namespace):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 2, own_leaves=True, dra=True)
+    custom, pods = client.CustomObjectsApi(cluster.api), Pods(cluster.api, namespace)
+    template = claim_template(custom, namespace, H100, 8)
+    jobs.create(claiming_job("low", sim, 2, template))
+    jobs.wait_phase("low", "Running", 120)
+    held = {(r["pool"], r["device"]) for claim in claims_of(custom, pods, "superpod.dev/job-name=low").values()
+            for r in claim["status"]["allocation"]["devices"]["results"]}
+    assert len(held) == 16, "every device of the two nodes claimed"
+    jobs.create(claiming_job("urgent", sim, 2, template, priority=100))
+    status = jobs.wait_phase("urgent", "Running", 180)
+    print(f"\nurgent Running on {sorted(status['placement'])}; low: {jobs.status('low').get('message')}")
+    got = {(r["pool"], r["device"]) for claim in claims_of(custom, pods, "superpod.dev/job-name=urgent").values()
+           for r in claim["status"]["allocation"]["devices"]["results"]}
+    assert got == held, "the preemptor's claims hold the devices its victims' claims held"
+    assert jobs.phase("low") != "Running"

@@ -341,7 +341,9 @@ class PodGangs:
             gpus = request.total_units
             least, ran = min_runtime(request), now - started
             protected = f"it has run {ran:.0f}s of its queue's minRuntimeSeconds {least}" if ran < least else ""
-            out.append(Running(request, gpus, gpus * max(0.0, ran), tuple(pods), protected))
+            devices = state.dra.devices_of(state.pods[k].uid for k in pods if k in state.pods) if request.claims \
+                else frozenset()
+            out.append(Running(request, gpus, gpus * max(0.0, ran), tuple(pods), protected, devices))
         return out
 
     def nominated(self, state: ClusterState, ready: dict) -> dict[GangKey, GangNominee]:

@@ -49,13 +49,14 @@ def running(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: 
         view = reader.active.get(key)
         if view is None or key in evicting or not allowed(request):
             continue
-        pods = [pod.key for pod in state.pods_of(key) if pod.owner == uid and pod.attempt == attempt
-                and pod.key in snap.pods]
+        mine = [pod for pod in state.pods_of(key) if pod.owner == uid and pod.attempt == attempt]
+        devices = state.dra.devices_of(pod.uid for pod in mine) if request.claims else frozenset()
+        pods = [pod.key for pod in mine if pod.key in snap.pods]
         pods += [assumed for index in nodes if (assumed := assumed_key(key, index)) in snap.pods]
         gpus = view.units * view.replicas
         started = view.time(view.status.attemptStartTime) or now
         out.append(Running(request, gpus, gpus * max(0.0, now - started), tuple(pods),
-                           _protected(view, now, min_runtime(view))))
+                           _protected(view, now, min_runtime(view)), devices))
     return out + gangs.running(state, snap, now, allowed, evicting, min_runtime_of)
 
 

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from superpod.core.cycle import Decision, Reservation
+from superpod.core.dra.model import DeviceID
 from superpod.core.gang_key import GangKey
 from superpod.core.model import Snapshot
 from superpod.core.phases import Cause, Reason
@@ -52,6 +53,7 @@ class Victim:
     lost: float  # GPU-seconds of work lost if it is evicted now (since its attempt started)
     pods: tuple[str, ...]  # keys of its pods in the snapshot
     group: str = ""  # victims of one group give back at most `limits[group]` GPUs together ("" : no bound)
+    devices: frozenset[DeviceID] = frozenset()  # the DRA devices its pods' claims hold
 
 
 @dataclass(frozen=True)
@@ -195,9 +197,14 @@ def _place_without(snap: Snapshot, job: JobRequest, victims: list[Victim], exclu
     pods = [snap.pods[key] for victim in victims for key in victim.pods if key in snap.pods]
     for pod in pods:
         snap.remove_pod(pod.key)
+    freed = frozenset().union(*(victim.devices for victim in victims)) if snap.devices is not None else frozenset()
+    if freed:
+        snap.devices.free(freed)
     try:
         return place(Solver(snap, job, exclude_nodes=exclude_nodes))
     finally:
+        if freed:
+            snap.devices.take(freed)
         for pod in pods:
             snap.add_pod(pod)
 
@@ -231,6 +238,7 @@ class Room:
                 self.freed[victim.key].append((i, requests))
                 self.units[victim.key] += amount
         self.slots = {i: sv.slots(i) for i in usable}
+        self.devices_freed: dict[int, set[DeviceID]] = {}  # node -> the devices evicted victims there free
         self.per_group: Counter = Counter()
         for i, k in self.slots.items():
             if k:
@@ -251,6 +259,10 @@ class Room:
         free, k = self.free[node], self.solver.replicas
         for r, v in self.requests:
             k = min(k, max(free.get(r, 0), 0) // v)
+        book = self.solver.snap.devices
+        if self.solver.claims and k and book is not None:
+            k = book.slots_freeing(self.solver.snap.nodes[node].name, self.solver.claims, k,
+                                   self.devices_freed.get(node, set()))
         return k
 
     def room(self) -> int:
@@ -274,6 +286,9 @@ class Room:
             for r, amount in requests:
                 if r in free:
                     free[r] += sign * amount
+            if victim.devices:
+                freed = self.devices_freed.setdefault(node, set())
+                (freed.update if sign > 0 else freed.difference_update)(victim.devices)
             before, self.slots[node] = self.slots[node], self._slots(node)
             if self.slots[node] != before:
                 self.per_group[self._group(node)] += self.slots[node] - before
@@ -370,6 +385,7 @@ class Running:
     lost: float  # GPU-seconds of work lost if it is evicted now
     pods: tuple[str, ...]  # keys of what it holds in the snapshot
     protected: str = ""  # why it may not be preempted now (e.g. it started less than minRuntimeSeconds ago)
+    devices: frozenset[DeviceID] = frozenset()  # the DRA devices its pods' claims hold
 
 
 @dataclass(frozen=True)
@@ -394,7 +410,8 @@ def victims(job: JobRequest, running: list[Running],
         group, most = bound(job, gang.request) or ("", 0.0)
         if group:
             limits[group] = most - given.get(group, 0.0)
-        candidates.append(Victim(gang.request.key, gang.request.priority, gang.gpus, gang.lost, gang.pods, group))
+        candidates.append(Victim(gang.request.key, gang.request.priority, gang.gpus, gang.lost, gang.pods, group,
+                                 gang.devices))
     return candidates, limits, protected
 
 

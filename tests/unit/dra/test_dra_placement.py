@@ -12,6 +12,7 @@ from superpod.core.dra.model import read_claim_spec, read_classes, read_slices
 from superpod.core.explain import explain
 from superpod.core.model import Snapshot
 from superpod.core.placement import place
+from superpod.core.preempt import Victim, choose
 from superpod.core.request import make_request
 from superpod.hardware import dra_slices, presets
 from tests.unit.builders import TOPO
@@ -66,3 +67,21 @@ def test_a_claim_no_node_can_serve_says_so_even_when_idle():
     why = explain(snap, gang("b200", 1, product="NVIDIA B200", count=1)).message
     assert "2 nodes lack the devices its claims need, even when idle" in why, why
     assert place(snap, gang("nine", 1, count=9)) is None, "9 GPUs on nodes of 8"
+
+
+def test_preemption_counts_the_devices_its_victims_free():
+    snap, _ = cluster(2)  # one leaf of two nodes
+    low = replace(gang("low", 2), priority=0)
+    placed = place(snap, low)
+    snap.assume(low, placed.assignments)
+    held = frozenset(d for pods in snap.devices.booked["ns/low"].values() for allocations in pods
+                     for allocation in allocations for d in allocation.devices)
+    urgent = replace(gang("urgent", 2), priority=100)
+    assert place(snap, urgent) is None
+    pods = tuple(key for key in snap.pods if key.startswith("ns/low#"))
+    blind = Victim(low.key, 0, 16, 0.0, pods)
+    assert choose(snap, urgent, [blind]) is None, "without its devices, evicting the gang frees nothing it needs"
+    found = choose(snap, urgent, [replace(blind, devices=held)])
+    assert found is not None and [v.key for v in found.victims] == [low.key]
+    assert sorted(found.placement.assignments) == sorted(placed.assignments)
+    assert snap.devices.taken >= held, "the snapshot's devices given back after the search"

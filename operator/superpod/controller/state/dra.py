@@ -3,7 +3,7 @@ ResourceClaimTemplates, kept read (core/dra/model) as they come, so a cycle's De
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from superpod.core.dra.book import DeviceBook
 from superpod.core.dra.model import (
@@ -43,16 +43,24 @@ class DraStore:
         self.generation += 1
         self._taken = self._by_pod = None
 
-    def allocated_for(self, pod_uid: str, count: int) -> bool:
-        """Whether the pod owns `count` claims (made from its templates) and each is allocated."""
+    def owned_by(self, pod_uid: str) -> list[dict]:
+        """The claims a pod owns (made from its templates)."""
         if self._by_pod is None:
             self._by_pod = {}
             for claim in self.claims.values():
                 for owner in claim["metadata"].get("ownerReferences") or ():
                     if owner.get("kind") == "Pod" and owner.get("uid"):
                         self._by_pod.setdefault(owner["uid"], []).append(claim)
-        owned = self._by_pod.get(pod_uid, ())
+        return self._by_pod.get(pod_uid, [])
+
+    def allocated_for(self, pod_uid: str, count: int) -> bool:
+        """Whether the pod owns `count` claims and each is allocated."""
+        owned = self.owned_by(pod_uid)
         return len(owned) >= count and all((c.get("status") or {}).get("allocation") for c in owned)
+
+    def devices_of(self, pod_uids: Iterable[str]) -> frozenset[DeviceID]:
+        """The devices the pods' own claims hold: what evicting them frees."""
+        return frozenset(allocated_devices(claim for uid in pod_uids for claim in self.owned_by(uid)))
 
     @property
     def taken(self) -> set[DeviceID]:

@@ -63,6 +63,24 @@ class DeviceBook:
         found = self.fits(node, claims, limit, idle)
         return 0 if isinstance(found, Shortfall) else found
 
+    def slots_freeing(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, freed: set[DeviceID]) -> int:
+        """`slots`, were the `freed` devices free (a preemption's victims'), not memoised."""
+        if not freed:
+            return self.slots(node, claims, limit)
+        if not self.has_devices(node):
+            return 0
+        found = self.allocator.count(node, self.pools(node), self.taken - freed, claims, limit)
+        return 0 if isinstance(found, Shortfall) else found
+
+    def free(self, devices: frozenset[DeviceID]) -> None:
+        """Count `devices` as free until `take` (a trial placement without a preemption's victims)."""
+        self.taken.difference_update(devices)
+        self._counts.clear()
+
+    def take(self, devices: frozenset[DeviceID]) -> None:
+        self.taken.update(devices)
+        self._counts.clear()
+
     def book(self, gang: str, node: str, claims: tuple[ClaimSpec, ...], pods: int) -> list[PodAllocations] | Shortfall:
         """Allocate `pods` pods' claims on `node` at once and hold their devices for `gang`; or why not."""
         found = self.allocator.allocate(node, self.pools(node), self.taken, list(claims) * pods)
