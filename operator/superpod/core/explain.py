@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from superpod.core.dra.allocate import describe
+from superpod.core.dra.allocate import Shortfall, describe
 from superpod.core.model import Snapshot
 from superpod.core.phases import Cause, Reason
 from superpod.core.placement import DEVICES, Solver, validate
@@ -105,6 +105,17 @@ def _full_nodes(sv: Solver) -> str:
     return ", ".join(out)
 
 
+def _claims_refused(sv: Solver) -> str:
+    """Why no node can ever allocate the job's claims as written (a DeviceClass missing, a selector failing, a claim
+    too large), or "" when some node may."""
+    snap, devices = sv.snap, sv.snap.devices
+    if devices is None:
+        return "no node publishes DRA devices"
+    node = next((n.name for i, n in enumerate(snap.nodes) if sv.is_open(i) and devices.has_devices(n.name)), None)
+    found = devices.fits(node, sv.job.claims, 1, idle=True) if node is not None else None
+    return found.message if isinstance(found, Shortfall) and found.fatal else ""
+
+
 def _nodes(n: int) -> str:
     return f"{n} node{'s' if n != 1 else ''}"
 
@@ -135,6 +146,8 @@ def explain_solver(sv: Solver) -> Cause:
     tail = [t for t in (_full_nodes(sv), why_filtered, spare) if t]
     if not any(snap.view(job).eligible):
         return Cause(Reason.NO_NODE_QUALIFIES, f"{head}; no node qualifies: {why_filtered}")
+    if job.claims and (refused := _claims_refused(sv)):
+        return Cause(Reason.NO_NODE_QUALIFIES, f"{head}; no node can allocate its claims as written: {refused}")
     level = job.required
     nodes = range(len(snap.nodes))
     if sv.required_level == sv.node_level:  # required: one node

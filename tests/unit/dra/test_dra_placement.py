@@ -85,3 +85,13 @@ def test_preemption_counts_the_devices_its_victims_free():
     assert found is not None and [v.key for v in found.victims] == [low.key]
     assert sorted(found.placement.assignments) == sorted(placed.assignments)
     assert snap.devices.taken >= held, "the snapshot's devices given back after the search"
+
+
+def test_a_claim_naming_a_class_that_does_not_exist_says_so():
+    snap, _ = cluster(2)
+    claim = read_claim_spec({"devices": {"requests": [{"name": "gpus", "exactly": {
+        "deviceClassName": "gpu.example.org", "count": 1}}]}}, "template")
+    job = make_request("ns", "typo", 1, {"pods": 1}, claims=(claim,))
+    cause = explain(snap, job)
+    assert cause.code == "NoNodeQualifies" and "DeviceClass gpu.example.org, which does not exist" in cause.message, \
+        cause.message
