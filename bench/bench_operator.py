@@ -9,6 +9,11 @@ scheduler and its gang, and the operator binds them: the scheduler's own cost ov
 leaves the same pods to kube-scheduler (no gangs): what a scheduler that binds costs here.
 
     .venv/bin/python bench/bench_operator.py [--nodes 1000] [--jobs 500] [--repeat 3] [--runs ...] [--profile DIR]
+        [--dra]
+
+--dra publishes the nodes' GPUs as NVIDIA-style ResourceSlices only and has every pod claim its GPUs from a
+ResourceClaimTemplate: TrainingJobs' claims are allocated by kube-scheduler on the nodes the operator chose, Indexed
+Jobs' by the operator before it binds.
 
 Each run also prints the CPU seconds every process used (where the 2 cores went); --profile samples the operator
 with py-spy and the API server with pprof during each run and prints their hottest functions.
@@ -364,12 +369,33 @@ def floor_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple[i
     return watching.result(), "job, Service, pods and one status write each"
 
 
+DRA = {"on": False}  # --dra: the nodes' GPUs are ResourceSlices and every pod claims its GPUs from a template
+
+
+def claim_templates(api: client.ApiClient, ns: str, shapes: list[tuple[int, int]]) -> None:
+    """A ResourceClaimTemplate per GPU count of the workload (`gpus-<n>`: n devices of class gpu.nvidia.com)."""
+    for gpus in sorted({g for _, g in shapes}):
+        client.ResourceV1Api(api).create_namespaced_resource_claim_template(ns, {
+            "metadata": {"name": f"gpus-{gpus}"}, "spec": {"spec": {"devices": {"requests": [
+                {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": gpus}}]}}}})
+
+
+def pod_gpus(gpus: int) -> tuple[dict, dict]:
+    """(the pod spec's claims, its container's resources) for `gpus` GPUs: claimed (--dra) or nvidia.com/gpu."""
+    if DRA["on"]:
+        return ({"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": f"gpus-{gpus}"}]},
+                {"claims": [{"name": "gpus"}]})
+    return {}, {"limits": {"nvidia.com/gpu": str(gpus)}}
+
+
 def training_job(j: int, shape: tuple[int, int]) -> dict:
     replicas, gpus = shape
+    claims, resources = pod_gpus(gpus)
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "TrainingJob", "metadata": {"name": f"j{j}"},
-            "spec": {"replicas": replicas, "resources": {"gpus": gpus},
+            "spec": {"replicas": replicas, "resources": {} if claims else {"gpus": gpus},
                      "topology": {"required": "leaf"} if replicas > 1 else {},
-                     "template": {"spec": {"containers": [{"name": "main", "image": "trainer"}]}}}}
+                     "template": {"spec": {**claims, "containers": [
+                         {"name": "main", "image": "trainer", **({"resources": resources} if claims else {})}]}}}}
 
 
 def paced(job: int, started: float, rate: float, submitted: dict[int, float], submit) -> None:
@@ -386,6 +412,8 @@ def operator_run(api: client.ApiClient, shapes: list[tuple[int, int]], rate: flo
     custom = client.CustomObjectsApi(api)
     core = client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
+    if DRA["on"]:
+        claim_templates(api, ns, shapes)
     submitted = {} if submitted is None else submitted
     running = {} if running is None else running
 
@@ -414,17 +442,20 @@ def indexed_run(api: client.ApiClient, node_names: list[str], shapes: list[tuple
     """The same gangs as Indexed Jobs whose pods name this scheduler: the gang label and size on the pod template."""
     batch, core = client.BatchV1Api(api), client.CoreV1Api(api)
     core.create_namespace({"metadata": {"name": ns}})
+    if DRA["on"]:
+        claim_templates(api, ns, shapes)
 
     def submit(j: int) -> None:
         replicas, gpus = shapes[j]
+        claims, resources = pod_gpus(gpus)
         notes = {"superpod.dev/gang-size": str(replicas)}
         if replicas > 1:
             notes["superpod.dev/topology-required"] = "leaf"
         batch.create_namespaced_job(ns, {"metadata": {"name": f"j{j}"}, "spec": {
             "completionMode": "Indexed", "completions": replicas, "parallelism": replicas, "template": {
                 "metadata": {"labels": {"superpod.dev/gang": f"j{j}"}, "annotations": notes},
-                "spec": {"schedulerName": "superpod-scheduler", "restartPolicy": "Never", "containers": [
-                    {"name": "main", "image": "trainer", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}}},
+                "spec": {"schedulerName": "superpod-scheduler", "restartPolicy": "Never", **claims, "containers": [
+                    {"name": "main", "image": "trainer", "resources": resources}]}}}},
             _preload_content=False)
 
     total = sum(r for r, _ in shapes)
@@ -498,7 +529,11 @@ def simulated_fleet(local: LocalCluster, count: int) -> tuple[client.ApiClient, 
     node objects, and a kubectl command line."""
     api = load(local.kubeconfig, pool_size=WORKERS)
     objs = presets.preset_nodes("dgx-h100", count)
-    nodes.create_nodes(api, objs)
+    if DRA["on"]:  # the GPUs are published through DRA only, as with NVIDIA's DRA driver
+        for obj in objs:
+            obj["status"]["allocatable"].pop("nvidia.com/gpu", None)
+            obj["status"]["capacity"].pop("nvidia.com/gpu", None)
+    nodes.create_nodes(api, objs, dra=DRA["on"])
     wait_all_ready(client.CoreV1Api(api), presets.SIM_LABEL, len(objs))  # KWOK ignores pods of unready nodes
     kubectl = [str(local.build(quiet=True) / "kubectl"), f"--kubeconfig={local.kubeconfig}"]
     for step in (["apply", "-f", str(REPO / "crds")], ["wait", "--for=condition=Established", "crd", "--all"],
@@ -526,7 +561,10 @@ def main() -> None:
                     "the bare client's is the ceiling every ratio is taken to)")
     ap.add_argument("--baseline", type=Path, help="a checkout of other code: the run `baseline` makes the "
                     "TrainingJob run with its operator (e.g. `git worktree add /tmp/base HEAD~1`)")
+    ap.add_argument("--dra", action="store_true", help="the GPUs published as ResourceSlices and claimed from "
+                    "ResourceClaimTemplates (runs trainingjobs and indexed; bare for the ceiling)")
     args = ap.parse_args()
+    DRA["on"] = args.dra
     chosen = [run for run in args.runs.split(",") if run]
     unknown = set(chosen) - set(RUNS)
     if unknown or "bare" not in chosen:

@@ -132,7 +132,8 @@ Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | 
 class Plan:
     key: GangKey | str  # what the plan is about: a gang (its writes), or e.g. "node:<name>", "mig-config"
     steps: list[Action] = field(default_factory=list)
-    # After a step fails past a status write: the writes that take the object back (given the error).
+    # After a step fails past a status write, or a claim write fails: the writes that take the object back (given
+    # the error).
     undo: Callable[[ApiError], list[Action]] | None = None
 
     def then(self, *actions: Action) -> Plan:

@@ -142,7 +142,7 @@ class Applier:
                         continue
                     outcome.failed[plan.key] = str(e)
                     self._count("failed", step)
-                    if wrote_status and plan.undo is not None:
+                    if (wrote_status or isinstance(step, WriteClaims)) and plan.undo is not None:
                         for undo in plan.undo(e):
                             await self._best_effort(undo)
                     return

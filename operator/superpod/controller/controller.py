@@ -231,6 +231,8 @@ class Controller:
         """The DRA devices to place on: the snapshot's book while nothing changed (no claim, slice or class, no
         allocation in flight, nothing booked on it), else one built anew, with the claims of the placed
         TrainingJobs' replicas that kube-scheduler has not allocated yet booked on their nodes."""
+        if not self.state.dra.slices:
+            return None
         in_flight = self.room.gangs.claims.observe(self.state)
         key = (self.state.dra.generation, frozenset(in_flight))
         if snap.devices is not None and key == self._devices_key and not snap.devices.booked:

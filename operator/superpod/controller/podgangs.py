@@ -313,6 +313,8 @@ class PodGangs:
                 return view.wait("", why, now) or Plan(view.key, [])
             plan.steps.insert(0, self.claims.allocate(state, view.key, list(view.members),
                                                       [allocated[i] for i in range(len(view.members))]))
+            plan.undo = lambda error: (view.wait("", f"allocating its pods' ResourceClaims failed: {error.message}",
+                                                 now) or Plan(view.key)).steps
         if isinstance(view.request, JobRequest):
             self.admitted.setdefault(view.key, view.request.queue)  # (the rest of a gang keeps its first queue)
             if view.request.claimed_gpus:

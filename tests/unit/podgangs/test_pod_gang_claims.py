@@ -5,7 +5,15 @@ bound again with its claim allocated anew on its new node, never two claims on o
 from __future__ import annotations
 
 from superpod.hardware import dra_slices
-from superpod.k8s.api import DEVICECLASSES, NODES, PODS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES, RESOURCESLICES
+from superpod.k8s.api import (
+    DEVICECLASSES,
+    NODES,
+    PODS,
+    RESOURCECLAIMS,
+    RESOURCECLAIMTEMPLATES,
+    RESOURCESLICES,
+    ApiError,
+)
 from tests.unit.memory_cluster import MemoryCluster, run
 from tests.unit.podgangs.test_pod_gangs import create, fail_binding_once, pod, scheduled, stored
 
@@ -93,3 +101,19 @@ def test_a_gang_that_loses_its_claims_on_the_way_waits_and_binds_nothing():
     assert not any(stored(c, f"w-{i}")["spec"].get("nodeName") for i in range(2))
     assert "ResourceClaim" in scheduled(c, "w-0")[2], scheduled(c, "w-0")
     assert c.store.peek(PODS, "team-a/w-0")
+
+
+def test_a_claim_write_the_api_server_refuses_binds_nothing_and_the_pods_say_why():
+    c = dra_cluster(4)
+    refusal = 'changing status.allocation or status.reservedFor requires resource="resourceclaims/binding"'
+
+    def fault(verb, kind, what, writer):
+        if verb == "patch" and kind == RESOURCECLAIMS:
+            raise ApiError(422, "Invalid", refusal)
+    c.store.fault = fault
+    create_claiming(c, *[claiming(f"r-{i}", "r", 2, i) for i in range(2)])
+    c.settle(2)
+    assert not any(stored(c, f"r-{i}")["spec"].get("nodeName") for i in range(2))
+    said = scheduled(c, "r-0")
+    assert said and "allocating its pods' ResourceClaims failed" in said[2], said
+    assert "resourceclaims/binding" in said[2], said

@@ -7,7 +7,7 @@ from collections.abc import Iterable
 
 from superpod.core.dra.allocate import Allocation, Allocator, Shortfall
 from superpod.core.dra.model import ClaimSpec, DeviceClass, DeviceID, Pool, Slice, node_pools
-from superpod.core.dra.selectors import Selectors
+from superpod.core.dra.selectors import Selectors, references
 
 PodAllocations = list[Allocation]  # one pod's claims, in the order of its spec.resourceClaims
 
@@ -30,6 +30,9 @@ class DeviceBook:
             self._by_pool.setdefault((s.driver, s.pool), []).append(s)
         self._pools: dict[str, list[Pool]] = {}
         self._counts: dict[str, dict[tuple[tuple[ClaimSpec, ...], int], int | Shortfall]] = {}
+        # nodes whose devices look alike to a claim shape count alike: (shape, limit, idle, what it sees) -> pods
+        self._alike: dict[tuple, int] = {}
+        self._reads: dict[tuple[ClaimSpec, ...], tuple | None] = {}
         self.booked: dict[str, dict[str, list[PodAllocations]]] = {}  # gang -> node -> its pods' allocations there
         self.refused: dict[str, Shortfall] = {}  # gang -> why a node it was placed on could not allocate its claims
 
@@ -55,9 +58,49 @@ class DeviceBook:
         key = (claims, limit if not idle else -limit)
         found = memo.get(key)
         if found is None:
-            found = memo[key] = self.allocator.count(node, self.pools(node), set() if idle else self.taken, claims,
-                                                     limit)
+            seen = self._seen(node, claims, idle)
+            found = self._alike.get((key, seen)) if seen is not None else None
+            if found is None:
+                found = self.allocator.count(node, self.pools(node), set() if idle else self.taken, claims, limit)
+                if seen is not None and not isinstance(found, Shortfall):  # (a Shortfall names its node)
+                    self._alike[(key, seen)] = found
+            memo[key] = found
         return found
+
+    def _seen(self, node: str, claims: tuple[ClaimSpec, ...], idle: bool) -> tuple | None:
+        """What of the node's devices the claims can tell apart (the values their selectors and constraints read,
+        taints, and which are taken), or None when a selector may read more than literal lookups."""
+        reads = self._reads.get(claims, self)
+        if reads is self:
+            reads = self._reads[claims] = self._read_by(claims)
+        if reads is None:
+            return None
+        attributes, capacities = reads
+        taken = set() if idle else self.taken
+        return tuple((pool.driver, pool.usable, tuple(
+            (d.driver, d.taints, d.consumes_counters, d.id in taken,
+             tuple(d.attribute(domain or d.driver, name) for domain, name in attributes),
+             tuple(d.capacity_of(domain or d.driver, name) for domain, name in capacities))
+            for d in pool.devices)) for pool in self.pools(node))
+
+    def _read_by(self, claims: tuple[ClaimSpec, ...]) -> tuple | None:
+        """(attributes, capacities) as (domain, id) that the claims' selectors, their classes' and their constraints
+        read; None when some expression may read more."""
+        attributes, capacities = set(), set()
+        for claim in claims:
+            for constraint in claim.constraints:
+                domain, _, name = constraint.attribute.partition("/")
+                attributes.add((domain, name))
+            for device_request in claim.requests:
+                for request in device_request.alternatives:
+                    device_class = self.allocator.classes.get(request.class_name)
+                    for expression in (*request.selectors, *(device_class.selectors if device_class else ())):
+                        refs = references(expression)
+                        if not refs.complete:
+                            return None
+                        for kind, domain, name in refs.lookups:
+                            (attributes if kind == "attributes" else capacities).add((domain, name))
+        return tuple(sorted(attributes)), tuple(sorted(capacities))
 
     def slots(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, idle: bool = False) -> int:
         found = self.fits(node, claims, limit, idle)
