@@ -53,8 +53,9 @@ class JobView:
 
     @property
     def units(self) -> float:
-        """GPUs per replica (MIG slices as g/7)."""
-        return gpu_units(self.request.requests) if isinstance(self.request, JobRequest) else 0.0
+        """GPUs per replica (MIG slices as g/7; GPUs its pods claim through DRA counted as nvidia.com/gpu)."""
+        request = self.request
+        return gpu_units(request.requests) + request.claimed_gpus if isinstance(request, JobRequest) else 0.0
 
     @property
     def gang_units(self) -> float:
@@ -122,7 +123,7 @@ class JobView:
         res, n = self.obj["spec"].get("resources") or {}, self.replicas
         if res.get("migProfile"):
             return f"{n} x mig-{res['migProfile']}"
-        return f"{n * int(res.get('gpus') or 0)} GPUs"
+        return f"{round(n * self.units)} GPUs"
 
     def invalid(self, why: str, now: float, reason: Reason = Reason.INVALID) -> Plan | None:
         if self.phase == Phase.INVALID and self.status.message == why and not self.problems:

@@ -95,3 +95,23 @@ def test_a_claim_naming_a_class_that_does_not_exist_says_so():
     cause = explain(snap, job)
     assert cause.code == "NoNodeQualifies" and "DeviceClass gpu.example.org, which does not exist" in cause.message, \
         cause.message
+
+
+def test_a_trainingjob_claiming_gpus_counts_and_bills_them_as_gpus():
+    from superpod.controller.jobs import _view
+    from superpod.core.gang_key import GangKey
+
+    template = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com",
+                                                                     "count": 8}}]}}
+    job = {"apiVersion": "superpod.dev/v1alpha1", "kind": "TrainingJob",
+           "metadata": {"name": "llm", "namespace": "ns", "uid": "u1", "creationTimestamp": "2026-12-05T00:00:00Z"},
+           "spec": {"replicas": 4, "resources": {}, "template": {"spec": {
+               "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "eight"}],
+               "containers": [{"name": "main", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}]}}}}
+    view = _view(GangKey("ns", "llm"), job, None, lambda namespace, name: read_claim_spec(template, name))
+    assert view.request.claimed_gpus == 8 and view.request.total_units == 32
+    assert view.units == 8 and view.gang_units == 32, "its usage records bill 32 GPUs"
+    assert view.holdings() == "32 GPUs"
+    missing = _view(GangKey("ns", "llm"), job, None, lambda namespace, name: (_ for _ in ()).throw(
+        LookupError(f"ResourceClaimTemplate {namespace}/{name} does not exist")))
+    assert "ResourceClaimTemplate ns/eight does not exist" in str(missing.request)
