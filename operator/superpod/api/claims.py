@@ -14,7 +14,11 @@ def claims_of(obj: str, namespace: str, pod_spec: dict, at: str, template: Templ
     """Each entry of `pod_spec`'s resourceClaims as the claim its template makes. Raises ConvertError naming `obj`
     and the field under `at`: a claim shared by name, a template that is missing or does not read."""
     out = []
-    for claim in pod_claims(pod_spec):
+    try:
+        entries = pod_claims(pod_spec)
+    except DraError as error:
+        raise ConvertError(obj, f"{at}.resourceClaims", str(error)) from None
+    for claim in entries:
         field = f"{at}.resourceClaims[{claim.name}]"
         if not claim.template:
             raise ConvertError(obj, field, "a ResourceClaim shared by name is not placed by superpod-scheduler yet; "

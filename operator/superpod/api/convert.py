@@ -122,6 +122,10 @@ def job_from_k8s(obj: dict, templates: Templates | None = None) -> JobRequest:
             raise ConvertError(name, "spec.template.spec.resourceClaims", "its claims are read from the cluster's "
                                "ResourceClaimTemplates, which this reading does not have")
         claims = claims_of(name, tj.metadata.namespace or "default", pod, "spec.template.spec", templates)
+        if pod.get("priorityClassName") or pod.get("priority") is not None:
+            raise ConvertError(name, "spec.template.spec.priorityClassName", "not accepted with resourceClaims: these "
+                               "pods are bound by kube-scheduler, whose preemption would bypass the queues; set "
+                               "spec.priority")
     return JobRequest(
         namespace=tj.metadata.namespace or "default",
         name=tj.metadata.name,

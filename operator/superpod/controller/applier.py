@@ -86,6 +86,7 @@ class Applier:
         # Bindings sent since the pod gangs last took them: pod key -> (uid, "ok" | "unknown" (sent, no answer) |
         # "failed"). A binding decided but never sent (the Lease lost first) is not here.
         self.bindings: dict[str, tuple[str, str]] = {}
+        self.claim_writes: dict[str, str] = {}  # claim key -> ok, unknown or "failed: <why>": the last cycle's
 
     # ---- expectations ---------------------------------------------------------------------------------------------
     def settled(self, job_uid: str, now: float) -> bool:
@@ -112,6 +113,7 @@ class Applier:
         self._said.clear()
         self.expected.clear()
         self.bindings.clear()
+        self.claim_writes.clear()
 
     # ---- apply ----------------------------------------------------------------------------------------------------
     async def apply(self, plans: list[Plan]) -> Outcome:
@@ -316,7 +318,12 @@ class Applier:
             self._check()
             namespace, name = key.split("/", 1)
             patch = {"metadata": {"uid": uid, "resourceVersion": version}, "status": status}
-            self._see(RESOURCECLAIMS, await self.api.patch_status(RESOURCECLAIMS, name, patch, namespace))
+            try:
+                self._see(RESOURCECLAIMS, await self.api.patch_status(RESOURCECLAIMS, name, patch, namespace))
+                self.claim_writes[key] = "ok"
+            except ApiError as e:
+                self.claim_writes[key] = "unknown" if e.unknown_outcome else f"failed: {e.message}"
+                raise
 
         results = await asyncio.gather(*(write(*claim) for claim in step.claims), return_exceptions=True)
         _fail_on_any(results, f"ResourceClaim writes of gang {step.gang}")

@@ -16,6 +16,7 @@ from superpod.core.dra.model import DeviceID, pod_claims
 from superpod.core.gang_key import GangKey
 
 RELEASED = {"allocation": None, "reservedFor": None}
+BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # seconds a gang whose claim write failed waits, doubling each time
 
 
 @dataclass(frozen=True)
@@ -40,28 +41,62 @@ def claims_of(pod: dict) -> PodClaims:
     return PodClaims(tuple(keys))
 
 
+@dataclass
+class InFlight:
+    """An allocation decided and maybe written, not seen yet."""
+
+    version: str  # the claim's resourceVersion it was decided on
+    devices: tuple[DeviceID, ...]
+    since: float
+    gang: GangKey
+    sent: bool = False  # its write went out and did not fail (its answer may be lost)
+
+
 class Claims:
-    """What this operator allocated and has not seen yet (claim key -> (the claim's version before, its devices))."""
+    """What this operator allocated and has not seen yet (claim key -> InFlight)."""
 
     def __init__(self) -> None:
-        self.in_flight: dict[str, tuple[str, tuple[DeviceID, ...]]] = {}
+        self.in_flight: dict[str, InFlight] = {}
+        self.backoff: dict[GangKey, tuple[float, int, str]] = {}  # gang -> (not before, failures in a row, why)
+
+    def settle(self, writes: dict[str, str], now: float, ttl: float) -> None:
+        """After the last cycle's writes (`writes`: claim key -> ok, unknown or "failed: why"): an allocation stays in
+        flight only if its write was sent and did not fail, for at most `ttl` seconds; a gang whose claim write failed
+        is held back, longer each time, so a gang whose writes always fail never keeps devices from the others."""
+        for key, held in list(self.in_flight.items()):
+            if not held.sent:
+                outcome = writes.get(key, "failed: not sent")
+                held.sent = not outcome.startswith("failed")
+                if held.sent:
+                    self.backoff.pop(held.gang, None)
+                else:
+                    failures = self.backoff.get(held.gang, (0.0, 0, ""))[1] + 1
+                    self.backoff[held.gang] = (now + min(BACKOFF_MAX, BACKOFF_FIRST * 2 ** (failures - 1)), failures,
+                                               outcome.removeprefix("failed: "))
+            if not held.sent or now - held.since > ttl:
+                del self.in_flight[key]
+        writes.clear()
 
     def observe(self, state: ClusterState) -> set[DeviceID]:
         """Drop what the cache now shows (the claim changed or is gone); the devices still in flight."""
         claims = state.dra.claims
-        for key, (version, _) in list(self.in_flight.items()):
+        for key, held in list(self.in_flight.items()):
             claim = claims.get(key)
-            if claim is None or claim["metadata"].get("resourceVersion") != version:
+            if claim is None or claim["metadata"].get("resourceVersion") != held.version:
                 del self.in_flight[key]
-        return {device for _, devices in self.in_flight.values() for device in devices}
+        return {device for held in self.in_flight.values() for device in held.devices}
 
     def _unseen(self, key: str, claim: dict) -> bool:
         """Whether this operator's write of the claim is in flight (the cache still has the claim as it was)."""
-        return key in self.in_flight and self.in_flight[key][0] == claim["metadata"].get("resourceVersion")
+        return key in self.in_flight and self.in_flight[key].version == claim["metadata"].get("resourceVersion")
 
-    def waiting(self, state: ClusterState, gang: GangKey, pods: list[dict]) -> tuple[str, WriteClaims | None]:
+    def waiting(self, state: ClusterState, gang: GangKey, pods: list[dict],
+                now: float) -> tuple[str, WriteClaims | None]:
         """Why the gang's pods cannot be bound yet as far as claims go ("" if they can), and the release of the claims
         allocated for them that no binding in flight holds (allocated by a plan that did not finish)."""
+        if (held := self.backoff.get(gang)) is not None and held[0] > now:
+            return (f"allocating its pods' ResourceClaims failed {held[1]} time(s) in a row, tried again in "
+                    f"{held[0] - now:.0f}s: {held[2]}"), None
         claims, stale = state.dra.claims, []
         for pod in pods:
             found = claims_of(pod)
@@ -80,7 +115,7 @@ class Claims:
         return "", None
 
     def allocate(self, state: ClusterState, gang: GangKey, pods: list[dict],
-                 allocations: list[PodAllocations]) -> WriteClaims:
+                 allocations: list[PodAllocations], now: float) -> WriteClaims:
         """The claim writes of `pods` (each with its allocations, in its claims' order), held in flight."""
         writes = []
         for pod, allocated in zip(pods, allocations, strict=True):
@@ -89,7 +124,8 @@ class Claims:
             for key, allocation in zip(claims_of(pod).keys, allocated, strict=True):
                 claim = state.dra.claims[key]
                 writes.append((key, claim, {"allocation": allocation.to_dict(), "reservedFor": reserved}))
-                self.in_flight[key] = (claim["metadata"].get("resourceVersion") or "", allocation.devices)
+                self.in_flight[key] = InFlight(claim["metadata"].get("resourceVersion") or "", allocation.devices, now,
+                                               gang)
         return self._write(gang, writes)
 
     @staticmethod

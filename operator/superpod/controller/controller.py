@@ -190,7 +190,7 @@ class Controller:
     def _observe(self, turn: Turn) -> None:
         """1. Read what changed: jobs, pod gangs' bindings, objects that cannot be read, MIG layouts."""
         self.reader.read(self.state)
-        self.room.gangs.settle(self.state, self.applier.bindings, turn.now)
+        self.room.gangs.settle(self.state, self.applier.bindings, turn.now, self.applier.claim_writes)
         turn.placed = self.reader.gangs
         turn.plans += self._unreadable()
         if self.mig:

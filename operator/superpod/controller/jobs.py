@@ -33,6 +33,7 @@ class JobView:
     problems: list[str]  # the status fields that did not (a write drops them)
     request: JobRequest | ConvertError  # what the cycle reads: `parsed`, counted where it was admitted if placed
     parsed: JobRequest | ConvertError  # the request its metadata and spec make
+    templates: tuple = ()  # the ResourceClaimTemplates its claims were read from, as read (or why not)
 
     # A view is read once per version of its object and kept (JobReader): its derived fields are computed once.
     @cached_property
@@ -200,6 +201,8 @@ class JobReader:
                     self.deleted_placed.append(cached)
             else:
                 view = self.by_key[key] = _view(key, obj, cached, state.dra.template)  # (the order of first sight)
+                if key in forced and cached is not None and view.parsed is not cached.parsed:
+                    state.touch(key)  # a template it names changed what it asks for: decided again
                 if claims_in(obj):
                     self.claiming.add(key)
                 else:
@@ -241,7 +244,11 @@ class JobReader:
 
 def _view(key: GangKey, obj: dict, previous: JobView | None = None, templates: Templates | None = None) -> JobView:
     status, raw, problems = read_status(obj)
-    parsed = _parsed(obj, raw, previous, templates)
+    read = _templates_read(obj, templates)
+    if previous is not None and read != previous.templates and raw.get("phase") in ACTIVE and \
+            isinstance(previous.parsed, JobRequest) and previous.parsed.claims:
+        read = previous.templates  # a placed gang keeps the claims it was placed with
+    parsed = _parsed(obj, raw, previous, templates, read)
     same = previous is not None and parsed is previous.parsed
     admitted = _admission(raw)
     if same and admitted == _admission(previous.raw):
@@ -250,7 +257,7 @@ def _view(key: GangKey, obj: dict, previous: JobView | None = None, templates: T
         request = parsed
     else:
         request = _admitted(parsed, status)
-    return JobView(key, obj, status, raw, problems, request, parsed)
+    return JobView(key, obj, status, raw, problems, request, parsed, read)
 
 
 def _admission(raw: dict) -> dict | None:
@@ -274,15 +281,18 @@ def claims_in(obj: dict) -> bool:
     return isinstance(spec, dict) and bool(spec.get("resourceClaims"))
 
 
-def _parsed(obj: dict, raw: dict, previous: JobView | None, templates: Templates | None) -> JobRequest | ConvertError:
+def _parsed(obj: dict, raw: dict, previous: JobView | None, templates: Templates | None,
+            read: tuple) -> JobRequest | ConvertError:
     """The request `obj` makes: the previous one while what job_from_k8s reads did not change (most versions are the
-    operator's own status writes), or it with its new submit time when only status.queuedAt moved."""
+    operator's own status writes; `read`: the templates as read now), or it with its new submit time when only
+    status.queuedAt moved."""
     if previous is not None:
         try:
-            before, after = _request_inputs(previous.obj, previous.raw, templates), _request_inputs(obj, raw, templates)
+            before = (*_request_inputs(previous.obj, previous.raw), previous.templates)
+            after = (*_request_inputs(obj, raw), read)
             if before == after:
                 return previous.parsed
-            if before[:2] == after[:2] and isinstance(previous.parsed, JobRequest):
+            if before[:2] == after[:2] and before[3] == after[3] and isinstance(previous.parsed, JobRequest):
                 return replace(previous.parsed, submitted=submitted_at({**obj, "status": raw}))
         except RecursionError:  # a spec nested a thousand levels: job_from_k8s says why it is Invalid
             pass
@@ -292,21 +302,24 @@ def _parsed(obj: dict, raw: dict, previous: JobView | None, templates: Templates
         return e
 
 
-def _request_inputs(obj: dict, raw: dict, templates: Templates | None) -> tuple:
-    """What job_from_k8s reads: the metadata (but its version and field ownership), the spec, of the status only
-    status.queuedAt (through submitted_at), and the templates its pods' claims are made from."""
+def _request_inputs(obj: dict, raw: dict) -> tuple:
+    """What job_from_k8s reads of the job: the metadata (but its version and field ownership), the spec, and of the
+    status only status.queuedAt (through submitted_at)."""
     meta = {k: v for k, v in obj["metadata"].items() if k not in ("resourceVersion", "managedFields", "generation")}
-    return meta, obj.get("spec"), raw.get("queuedAt"), _templates_read(obj, templates)
+    return meta, obj.get("spec"), raw.get("queuedAt")
 
 
 def _templates_read(obj: dict, templates: Templates | None) -> tuple:
     if templates is None or not claims_in(obj):
         return ()
     namespace = obj["metadata"].get("namespace") or "default"
-    out = []
-    for claim in pod_claims(obj["spec"]["template"]["spec"]):
-        try:
-            out.append(templates(namespace, claim.template) if claim.template else None)
-        except (LookupError, ValueError) as error:
-            out.append(str(error))
+    out: list = []
+    try:
+        for claim in pod_claims(obj["spec"]["template"]["spec"]):
+            try:
+                out.append(templates(namespace, claim.template) if claim.template else None)
+            except (LookupError, ValueError) as error:
+                out.append(str(error))
+    except ValueError as error:  # an entry that does not read: job_from_k8s says so
+        out.append(str(error))
     return tuple(out)

@@ -14,7 +14,6 @@ TrainingJob's placement is."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import Callable, Collection
@@ -235,7 +234,7 @@ class PodGangs:
     def _claims_waiting(self, state: ClusterState, view: GangView, now: float) -> tuple[Plan | None, str] | None:
         """Why the gang's claims keep it from being placed now (not made yet, or allocated for a binding that did
         not happen: released first), as a plan and the words; None when they do not."""
-        why, release = self.claims.waiting(state, view.key, list(view.members))
+        why, release = self.claims.waiting(state, view.key, list(view.members), now)
         if not why:
             return None
         plan = view.wait("", why, now)
@@ -312,7 +311,7 @@ class PodGangs:
                 why = refused.message if refused else "its claims could not be allocated on the nodes chosen"
                 return view.wait("", why, now) or Plan(view.key, [])
             plan.steps.insert(0, self.claims.allocate(state, view.key, list(view.members),
-                                                      [allocated[i] for i in range(len(view.members))]))
+                                                      [allocated[i] for i in range(len(view.members))], now))
             plan.undo = lambda error: (view.wait("", f"allocating its pods' ResourceClaims failed: {error.message}",
                                                  now) or Plan(view.key)).steps
         if isinstance(view.request, JobRequest):
@@ -437,7 +436,8 @@ class PodGangs:
         return [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
                 and state.pods[k].holds is not None and not state.pods[k].deleting]
 
-    def settle(self, state: ClusterState, bindings: dict[str, tuple[str, str]], now: float) -> None:
+    def settle(self, state: ClusterState, bindings: dict[str, tuple[str, str]], now: float,
+               claim_writes: dict[str, str] | None = None) -> None:
         """After the last cycle's writes: an assumption stays only for a binding that was sent and did not fail (its
         answer may be lost: kept up to ASSUME_TTL, as kube-scheduler's assumed pods) and is not observed yet (a pod
         seen bound holds what its own state says: nothing once it finished); the others' gangs are looked at again."""
@@ -455,6 +455,7 @@ class PodGangs:
             if not held:
                 del self.assumed[key]
         bindings.clear()
+        self.claims.settle(claim_writes if claim_writes is not None else {}, now, ASSUME_TTL)
 
     def holdings(self) -> dict[str, Pod]:
         return {pod_key: self._held[pod_key] for held in self.assumed.values() for pod_key in held
@@ -494,13 +495,11 @@ class PodGangs:
         """A bound gang's request, in the queue it was bound under (remembered from the binding, else as its pods say:
         a new leader takes what the labels say then), with the GPUs its pods claim (remembered from the binding, else
         as their templates say now)."""
-        claimed = self.claimed_gpus.get(request.key)
-        if claimed is None and any((pod.get("spec") or {}).get("resourceClaims") for pod in bound):
-            with contextlib.suppress(ConvertError):
-                claimed = self.claimed_gpus[request.key] = with_claims(request, bound[:1],
-                                                                       state.dra.template).claimed_gpus
-        if claimed:
-            request = replace(request, claimed_gpus=claimed)
+        if any((pod.get("spec") or {}).get("resourceClaims") for pod in bound):
+            held = state.dra.gpus_of(pod["metadata"].get("uid") or "" for pod in bound)  # what their claims hold
+            claimed = max(held / len(bound), self.claimed_gpus.get(request.key, 0))
+            if claimed:
+                request = replace(request, claimed_gpus=claimed)
         if request.key not in self.admitted:
             self.admitted[request.key] = request.queue
         admitted = self.admitted[request.key]

@@ -14,7 +14,7 @@ from superpod.k8s.api import (
     RESOURCESLICES,
     ApiError,
 )
-from tests.unit.memory_cluster import MemoryCluster, run
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.podgangs.test_pod_gangs import create, fail_binding_once, pod, scheduled, stored
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -117,3 +117,76 @@ def test_a_claim_write_the_api_server_refuses_binds_nothing_and_the_pods_say_why
     said = scheduled(c, "r-0")
     assert said and "allocating its pods' ResourceClaims failed" in said[2], said
     assert "resourceclaims/binding" in said[2], said
+
+
+def test_a_claim_write_that_failed_once_does_not_keep_its_devices_and_the_gang_binds_after_its_backoff():
+    c = dra_cluster(2)  # 16 GPUs: the gang needs every one
+    failed: list[str] = []
+
+    def fault(verb, kind, what, writer):
+        if verb == "patch" and kind == RESOURCECLAIMS and not failed:
+            failed.append(what)
+            raise ApiError(500, "InternalError", "etcd hiccup")
+    c.store.fault = fault
+    create_claiming(c, claiming("g-0", "g", 2, 0), claiming("g-1", "g", 2, 1))
+    c.cycle()
+    assert failed, "the dangerous moment: a claim write failed after its devices were booked"
+    c.settle(15)
+    assert all(stored(c, f"g-{i}")["spec"].get("nodeName") for i in range(2)), scheduled(c, "g-0")
+    assert not c.controller.room.gangs.claims.in_flight
+
+
+def test_gangs_whose_claim_writes_always_fail_do_not_starve_a_gang_whose_writes_land():
+    c = dra_cluster(2)
+    refusal = "status.allocation.devices.results[0].request: must be the name of a request in the claim"
+
+    def fault(verb, kind, what, writer):
+        if verb == "patch" and kind == RESOURCECLAIMS and what.split("/")[1].startswith(("r1", "r2")):
+            raise ApiError(422, "Invalid", refusal)
+    c.store.fault = fault
+    create_claiming(c, claiming("r1-0", "r1", 1, 0), claiming("r2-0", "r2", 1, 0))
+    c.settle(3)
+    create_claiming(c, claiming("v-0", "v", 1, 0))
+    c.settle(20)
+    assert stored(c, "v-0")["spec"].get("nodeName"), scheduled(c, "v-0")
+    said = scheduled(c, "r1-0")
+    assert said and "failed" in said[2] and "must be the name of a request" in said[2], said
+
+
+def test_a_trainingjob_whose_claim_entry_does_not_read_is_invalid_and_nothing_else_stops():
+    c = dra_cluster(2)
+    c.submit(training_job("ok", 1))
+    body = training_job("bad", 1, gpus=None)
+    body["spec"]["resources"] = {}
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"resourceClaimTemplateName": "eight"}]  # no name
+    c.submit(body)
+    c.settle(3)
+    assert c.status("ok").get("phase") == "Running"
+    assert c.status("bad").get("phase") == "Invalid" and "every entry needs a name" in c.status("bad")["message"]
+
+
+def test_a_trainingjob_submitted_before_its_claim_template_is_placed_once_the_template_exists():
+    c = dra_cluster(4)
+    body = training_job("late", 2, gpus=None)
+    body["spec"]["resources"] = {}
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "later"}]
+    c.submit(body)
+    c.settle(2)
+    assert "ResourceClaimTemplate team-a/later does not exist" in c.status("late")["message"]
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                                                "metadata": {"name": "later", "namespace": "team-a"},
+                                                "spec": {"spec": CLAIM_SPEC}}))
+    c.settle(8)
+    pods = [p for p in c.store.items(PODS) if p["metadata"]["name"].startswith("late-")]
+    assert len(pods) == 2 and all(p["spec"]["schedulerName"] == "default-scheduler" for p in pods), \
+        c.status("late")
+
+
+def test_a_bound_gang_counts_the_gpus_its_claims_hold():
+    c = dra_cluster(4)
+    create_claiming(c, *[claiming(f"q-{i}", "q", 2, i) for i in range(2)])
+    c.settle(3)
+    [placed] = [r for r in c.controller.room.gangs.placed(c.state) if r.name == "q"]
+    assert placed.total_units == 16, placed
+    gpus = sum(len(devices(c, f"q-{i}")) for i in range(2))
+    assert gpus == 16

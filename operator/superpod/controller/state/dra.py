@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
+from superpod.core.dra.allocate import GPU_CLASS_PREFIX
 from superpod.core.dra.book import DeviceBook
 from superpod.core.dra.model import (
     ClaimSpec,
@@ -13,6 +14,7 @@ from superpod.core.dra.model import (
     DraError,
     Slice,
     allocated_devices,
+    read_claim,
     read_class,
     read_slice,
     read_template,
@@ -57,6 +59,19 @@ class DraStore:
         """Whether the pod owns `count` claims and each is allocated."""
         owned = self.owned_by(pod_uid)
         return len(owned) >= count and all((c.get("status") or {}).get("allocation") for c in owned)
+
+    def gpus_of(self, pod_uids: Iterable[str]) -> int:
+        """GPUs the pods' own claims hold: devices allocated for requests of a `gpu.*` class."""
+        count = 0
+        for claim in (claim for uid in pod_uids for claim in self.owned_by(uid)):
+            try:
+                classes = {alternative.name: alternative.class_name for request in read_claim(claim).requests
+                           for alternative in request.alternatives}
+            except DraError:
+                continue  # (the API server would not have it)
+            results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+            count += sum(classes.get(r.get("request"), "").startswith(GPU_CLASS_PREFIX) for r in results or ())
+        return count
 
     def devices_of(self, pod_uids: Iterable[str]) -> frozenset[DeviceID]:
         """The devices the pods' own claims hold: what evicting them frees."""

@@ -431,5 +431,16 @@ class PodClaim:
 
 
 def pod_claims(pod_spec: dict) -> tuple[PodClaim, ...]:
-    return tuple(PodClaim(c["name"], c.get("resourceClaimName") or "", c.get("resourceClaimTemplateName") or "")
-                 for c in pod_spec.get("resourceClaims") or ())
+    """The entries of a pod spec's resourceClaims; raises DraError on one that does not read."""
+    entries = pod_spec.get("resourceClaims") or ()
+    if not isinstance(entries, list | tuple):
+        raise DraError("resourceClaims: expected a list")
+    out = []
+    for entry in entries:
+        if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+            raise DraError("resourceClaims: every entry needs a name")
+        claim, template = entry.get("resourceClaimName") or "", entry.get("resourceClaimTemplateName") or ""
+        if not isinstance(claim, str) or not isinstance(template, str):
+            raise DraError(f"resourceClaims[{entry['name']}]: names must be strings")
+        out.append(PodClaim(entry["name"], claim, template))
+    return tuple(out)
