@@ -42,8 +42,13 @@ class DraStore:
         return _KindStore(self, plural)
 
     def changed(self) -> None:
+        """Devices, classes or what the claims hold changed: a book built before no longer stands."""
         self.generation += 1
         self._taken = self._by_pod = None
+
+    def claim_edits(self) -> None:
+        """A claim changed but not what it holds (its owners, its reservation): only the index by pod is stale."""
+        self._by_pod = None
 
     def owned_by(self, pod_uid: str) -> list[dict]:
         """The claims a pod owns (made from its templates)."""
@@ -109,31 +114,49 @@ class _KindStore:
 
     def store(self, key: str, obj: dict, now: float) -> None:
         dra = self.dra
-        try:
-            if self.plural == "resourceslices":
-                dra.slices[key] = read_slice(obj)
-            elif self.plural == "deviceclasses":
-                dra.classes[key] = read_class(obj)
-            elif self.plural == "resourceclaims":
-                dra.claims[key] = obj
-            else:
+        if self.plural == "resourceclaims":
+            before = dra.claims.get(key)
+            dra.claims[key] = obj
+            self._claim_changed(before, obj)
+        elif self.plural == "resourceclaimtemplates":
+            try:
                 dra.templates[key] = read_template(obj)
-                dra.template_edits += 1
-            dra.unreadable.pop(key, None)
-        except DraError as error:
-            self._drop(key)
-            if self.plural == "resourceclaimtemplates":
+            except DraError as error:
                 dra.templates[key] = str(error)
-                dra.template_edits += 1
-            else:
+            dra.template_edits += 1
+        else:
+            try:
+                if self.plural == "resourceslices":
+                    dra.slices[key] = read_slice(obj)
+                else:
+                    dra.classes[key] = read_class(obj)
+                dra.unreadable.pop(key, None)
+            except DraError as error:
+                self._drop(key)
                 dra.unreadable[key] = str(error)
-        dra.changed()
+            dra.changed()
 
     def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
-        self._drop(key)
-        self.dra.template_edits += self.plural == "resourceclaimtemplates"
-        self.dra.unreadable.pop(key, None)
-        self.dra.changed()
+        dra = self.dra
+        if self.plural == "resourceclaims":
+            self._claim_changed(dra.claims.pop(key, None), None)
+        elif self.plural == "resourceclaimtemplates":
+            dra.templates.pop(key, None)
+            dra.template_edits += 1
+        else:
+            self._drop(key)
+            dra.unreadable.pop(key, None)
+            dra.changed()
+
+    def _claim_changed(self, before: dict | None, after: dict | None) -> None:
+        """A claim stored or gone: the book stands unless what it holds changed (a tenant's churn of claims that
+        hold nothing costs no re-search)."""
+        held = [claim for claim in (before, after) if claim is not None]
+        if len(held) == 2 and allocated_devices(held[:1]) == allocated_devices(held[1:]) or \
+                len(held) == 1 and not allocated_devices(held):
+            self.dra.claim_edits()
+        else:
+            self.dra.changed()
 
     def _drop(self, key: str) -> None:
         dra = self.dra

@@ -161,8 +161,11 @@ class Allocator:
         return fits
 
     def _why_none(self, node_name, pools, taken, claims) -> Shortfall:
-        found = self._allocate(node_name, pools, taken, list(claims), " per pod")
-        return found if isinstance(found, Shortfall) else Shortfall(Code.TOO_FEW_DEVICES, "internal: counted none")
+        """Why not one pod fits, once the exact count said none: in words, without searching again."""
+        try:
+            return self._explain(node_name, pools, self._prepare(pools, taken, list(claims)), " per pod")
+        except _Refused as refused:
+            return refused.shortfall
 
     # --- preparing: candidates per request ---------------------------------------------------------------------
 
