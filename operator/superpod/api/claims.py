@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from superpod.api.resources import ConvertError
+from superpod.core.dra.allocate import uncounted
 from superpod.core.dra.model import ClaimSpec, DraError, pod_claims
 
 Templates = Callable[[str, str], ClaimSpec]  # (namespace, name) -> the claim spec a ResourceClaimTemplate makes
@@ -27,4 +28,6 @@ def claims_of(obj: str, namespace: str, pod_spec: dict, at: str, template: Templ
             out.append(template(namespace, claim.template))
         except (LookupError, DraError) as error:
             raise ConvertError(obj, field, str(error).strip("'\"")) from None
+        if why := uncounted(out[-1:]):
+            raise ConvertError(obj, field, why)
     return tuple(out)

@@ -115,3 +115,22 @@ def test_a_trainingjob_claiming_gpus_counts_and_bills_them_as_gpus():
     missing = _view(GangKey("ns", "llm"), job, None, lambda namespace, name: (_ for _ in ()).throw(
         LookupError(f"ResourceClaimTemplate {namespace}/{name} does not exist")))
     assert "ResourceClaimTemplate ns/eight does not exist" in str(missing.request)
+
+
+def test_gpus_are_counted_at_the_most_an_alternative_asks_and_all_of_a_gpu_class_is_refused():
+    from superpod.api.claims import claims_of
+    from superpod.api.resources import ConvertError
+    from superpod.core.dra.allocate import claimed_gpus
+
+    first_available = read_claim_spec({"devices": {"requests": [{"name": "gpus", "firstAvailable": [
+        {"name": "one", "deviceClassName": "gpu.nvidia.com", "count": 1},
+        {"name": "eight", "deviceClassName": "gpu.nvidia.com", "count": 8}]}]}}, "t")
+    assert claimed_gpus((first_available,)) == 8
+    every = read_claim_spec({"devices": {"requests": [{"name": "gpus", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}]}}, "t")
+    spec = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "all"}]}
+    try:
+        claims_of("pod ns/p", "ns", spec, "spec", lambda namespace, name: every)
+        raise AssertionError("a claim for every GPU was accepted")
+    except ConvertError as error:
+        assert "asks for all devices of class gpu.nvidia.com" in str(error)
