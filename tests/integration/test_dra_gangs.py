@@ -64,6 +64,7 @@ def test_an_indexed_job_claiming_gpus_is_bound_in_one_leaf_with_every_claim_allo
         assert len(results) == 8 and {(r["driver"], r["pool"]) for r in results} == {("gpu.nvidia.com", bound[name])}
         assert [(r["resource"], r["name"], r["uid"]) for r in claim["status"]["reservedFor"]] == [
             ("pods", name, uids[name])], "reserved for its own pod"
+        assert "resource.kubernetes.io/delete-protection" in claim["metadata"]["finalizers"]
         seen.update((r["pool"], r["device"]) for r in results)
     assert len(seen) == 24, "no device given twice"
     wait_for(lambda: all(p.status.phase == "Running" for p in pods.of("job-name=claims")), 60, "all 3 Running")

@@ -77,10 +77,13 @@ class BindPods:
 @dataclass(frozen=True)
 class WriteClaims:
     """Write ResourceClaims' status (allocation and reservedFor, or neither: released), all in parallel, each only
-    while the claim is at the version decided on; the step fails if any write does (the bindings after it wait)."""
+    while the claim is at the version decided on; the step fails if any write does (the bindings after it wait). A
+    claim allocated gets kube-scheduler's delete-protection finalizer first (deleted while in use, its devices would
+    be handed out again); a claim released loses it after."""
 
     gang: GangKey
-    claims: tuple[tuple[str, str, str, dict], ...]  # (namespace/name, uid, resourceVersion, status)
+    # (namespace/name, uid, resourceVersion, status, finalizers)
+    claims: tuple[tuple[str, str, str, dict, tuple[str, ...]], ...]
 
 
 @dataclass(frozen=True)

@@ -60,6 +60,7 @@ from superpod.k8s.api import (
 log = logging.getLogger(__name__)
 EXPECTATION_TTL = 300.0
 COMPONENT = SCHEDULER_NAME  # the Events' reporting component
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"  # kube-scheduler's finalizer on the claims it allocates
 
 
 @dataclass
@@ -314,12 +315,19 @@ class Applier:
     async def _write_claims(self, step: WriteClaims) -> None:
         """Every claim's status in parallel, each with its uid and version as preconditions; the step fails after
         them if any did."""
-        async def write(key: str, uid: str, version: str, status: dict) -> None:
+        async def write(key: str, uid: str, version: str, status: dict, finalizers: tuple[str, ...]) -> None:
             self._check()
             namespace, name = key.split("/", 1)
-            patch = {"metadata": {"uid": uid, "resourceVersion": version}, "status": status}
             try:
-                self._see(RESOURCECLAIMS, await self.api.patch_status(RESOURCECLAIMS, name, patch, namespace))
+                if status.get("allocation") and DELETE_PROTECTION not in finalizers:
+                    version = await self._claim_finalizers(name, namespace, uid, version,
+                                                           [*finalizers, DELETE_PROTECTION])
+                patch = {"metadata": {"uid": uid, "resourceVersion": version}, "status": status}
+                answer = await self.api.patch_status(RESOURCECLAIMS, name, patch, namespace)
+                self._see(RESOURCECLAIMS, answer)
+                if not status.get("allocation") and DELETE_PROTECTION in finalizers:
+                    await self._claim_finalizers(name, namespace, uid, answer["metadata"]["resourceVersion"],
+                                                 [f for f in finalizers if f != DELETE_PROTECTION])
                 self.claim_writes[key] = "ok"
             except ApiError as e:
                 self.claim_writes[key] = "unknown" if e.unknown_outcome else f"failed: {e.message}"
@@ -327,6 +335,13 @@ class Applier:
 
         results = await asyncio.gather(*(write(*claim) for claim in step.claims), return_exceptions=True)
         _fail_on_any(results, f"ResourceClaim writes of gang {step.gang}")
+
+    async def _claim_finalizers(self, name: str, namespace: str, uid: str, version: str, finalizers: list[str]) -> str:
+        """Set a claim's finalizers if it is still at `version`; its new version."""
+        patch = {"metadata": {"uid": uid, "resourceVersion": version, "finalizers": finalizers}}
+        answer = await self.api.patch(RESOURCECLAIMS, name, patch, namespace)
+        self._see(RESOURCECLAIMS, answer)
+        return answer["metadata"]["resourceVersion"]
 
     async def _set_pod_condition(self, step: SetPodCondition) -> None:
         await self._patch_pod(step.pod, step.uid, {"status": {"conditions": [step.condition]}}, status=True,

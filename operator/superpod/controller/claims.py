@@ -106,6 +106,8 @@ class Claims:
                 claim = claims.get(key)
                 if claim is None:
                     return f"waiting for ResourceClaim {key} to be seen", None
+                if claim["metadata"].get("deletionTimestamp"):
+                    return f"ResourceClaim {key} of its pods is being deleted", None
                 status = claim.get("status") or {}
                 if not self._unseen(key, claim) and (status.get("allocation") or status.get("reservedFor")):
                     stale.append((key, claim))
@@ -131,5 +133,6 @@ class Claims:
     @staticmethod
     def _write(gang: GangKey, writes: list[tuple[str, dict, dict]]) -> WriteClaims:
         return WriteClaims(gang, tuple((key, claim["metadata"].get("uid") or "",
-                                        claim["metadata"].get("resourceVersion") or "", status)
+                                        claim["metadata"].get("resourceVersion") or "", status,
+                                        tuple(claim["metadata"].get("finalizers") or ()))
                                        for key, claim, status in writes))

@@ -77,6 +77,8 @@ def test_each_claim_is_allocated_on_its_pods_node_and_reserved_for_it_before_the
         assert {pool for pool, _ in devices(c, name)} == {node} and len(devices(c, name)) == 8
         uid = stored(c, name)["metadata"]["uid"]
         assert claim(c, name)["reservedFor"] == [{"resource": "pods", "name": name, "uid": uid}]
+        assert c.store.peek(RESOURCECLAIMS, f"team-a/{name}-gpus")["metadata"]["finalizers"] == [
+            "resource.kubernetes.io/delete-protection"], "not deleted while its pod may use it"
 
 
 def test_a_claim_written_for_a_binding_that_failed_is_released_and_allocated_again_where_the_pod_goes():
@@ -91,6 +93,10 @@ def test_a_claim_written_for_a_binding_that_failed_is_released_and_allocated_aga
     assert node, scheduled(c, "g-1")
     assert {pool for pool, _ in devices(c, "g-1")} == {node}, "allocated where the pod is bound"
     assert not set(devices(c, "g-0")) & set(devices(c, "g-1"))
+    seen = [e.obj for e in c.store.events if e.kind == RESOURCECLAIMS and e.obj["metadata"]["name"] == "g-1-gpus"]
+    first = next(i for i, obj in enumerate(seen) if (obj.get("status") or {}).get("allocation"))
+    assert any(not (obj.get("status") or {}).get("allocation") and not obj["metadata"].get("finalizers")
+               for obj in seen[first:]), "released, its finalizer removed too"
 
 
 def test_a_gang_that_loses_its_claims_on_the_way_waits_and_binds_nothing():
