@@ -27,7 +27,7 @@ class PodClaims:
     waiting: str = ""
 
 
-def claim_keys(pod: dict) -> PodClaims:
+def claims_of(pod: dict) -> PodClaims:
     """The claims kube-controller-manager made for the pod from its templates (pod.status.resourceClaimStatuses)."""
     meta = pod.get("metadata") or {}
     made = {s.get("name"): s.get("resourceClaimName") for s in (pod.get("status") or {}).get(
@@ -99,7 +99,7 @@ class Claims:
                     f"{held[0] - now:.0f}s: {held[2]}"), None
         claims, stale = state.dra.claims, []
         for pod in pods:
-            found = claim_keys(pod)
+            found = claims_of(pod)
             if found.waiting:
                 return found.waiting, None
             for key in found.keys:
@@ -123,7 +123,7 @@ class Claims:
         for pod, allocated in zip(pods, allocations, strict=True):
             meta = pod["metadata"]
             reserved = [{"resource": "pods", "name": meta["name"], "uid": meta.get("uid") or ""}]
-            for key, allocation in zip(claim_keys(pod).keys, allocated, strict=True):
+            for key, allocation in zip(claims_of(pod).keys, allocated, strict=True):
                 claim = state.dra.claims[key]
                 writes.append((key, claim, {"allocation": allocation.to_dict(), "reservedFor": reserved}))
                 self.in_flight[key] = InFlight(claim["metadata"].get("resourceVersion") or "", allocation.devices, now,

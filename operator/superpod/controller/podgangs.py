@@ -493,8 +493,8 @@ class PodGangs:
 
     def _as_admitted(self, state: ClusterState, request: JobRequest, bound: list[dict]) -> JobRequest:
         """A bound gang's request, in the queue it was bound under (remembered from the binding, else as its pods say:
-        a new leader takes what the labels say then), with the GPUs its pods' claims hold (at least what it was bound
-        with)."""
+        a new leader takes what the labels say then), with the GPUs its pods claim (remembered from the binding, else
+        as their templates say now)."""
         if any((pod.get("spec") or {}).get("resourceClaims") for pod in bound):
             held = state.dra.gpus_of(pod["metadata"].get("uid") or "" for pod in bound)  # what their claims hold
             claimed = max(held / len(bound), self.claimed_gpus.get(request.key, 0))

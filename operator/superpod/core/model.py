@@ -327,7 +327,7 @@ class Snapshot:
     def assume(self, job: JobRequest, assignments: dict[str, list[int]]) -> None:
         """Reserve capacity for a placed gang (pod keys `<its key's text>#<rank>`: a TrainingJob's and a pod gang's of
         one name never meet), each member's own requests, before the pods exist; and its claims' devices, allocated
-        node by node (`devices.booked`; why a node's allocation failed in `devices.refused`)."""
+        node by node (`devices.booked`; a node whose allocation fails is booked as its Shortfall)."""
         if job.claims and self.devices is not None:
             for node, ranks in assignments.items():
                 self.devices.book(job.key.text, node, job.claims, len(ranks))

@@ -3,7 +3,6 @@ ResourceClaimTemplates, kept read (core/dra/model) as they come, so a cycle's De
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable
 
 from superpod.core.dra.allocate import GPU_CLASS_PREFIX
@@ -22,12 +21,10 @@ from superpod.core.dra.model import (
 )
 from superpod.core.gang_key import GangKey
 
-log = logging.getLogger(__name__)
-
 
 class DraStore:
-    """One store for the four kinds, told apart by the plural it was made for (`kind_store`); `generation` moves when
-    slices, classes or what the claims hold change, so a book built at one generation is kept until the next."""
+    """One store for the four kinds, told apart by the plural it was made for (`kind_store`); `generation` moves on
+    every change, so a book built at one generation is kept until the next."""
 
     def __init__(self, gang_of_pod: Callable[[str], GangKey | None]) -> None:
         self.gang_of_pod = gang_of_pod  # pod key -> its gang: a claim's change is its pod's gang's
@@ -35,6 +32,7 @@ class DraStore:
         self.classes: dict[str, DeviceClass] = {}
         self.claims: dict[str, dict] = {}  # namespace/name -> the claim as served
         self.templates: dict[str, ClaimSpec | str] = {}  # namespace/name -> its claim spec, or why it does not read
+        self.unreadable: dict[str, str] = {}  # slice or class key -> why it is left out
         self.generation = 0
         self.template_edits = 0  # bumped on every stored or deleted ResourceClaimTemplate
         self._taken: set[DeviceID] | None = None
@@ -132,9 +130,10 @@ class _KindStore:
                     dra.slices[key] = read_slice(obj)
                 else:
                     dra.classes[key] = read_class(obj)
+                dra.unreadable.pop(key, None)
             except DraError as error:
                 self._drop(key)
-                log.warning("%s %s left out: %s", self.plural, key, error)
+                dra.unreadable[key] = str(error)
             dra.changed()
 
     def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
@@ -146,6 +145,7 @@ class _KindStore:
             dra.template_edits += 1
         else:
             self._drop(key)
+            dra.unreadable.pop(key, None)
             dra.changed()
 
     def _claim_changed(self, before: dict | None, after: dict | None) -> None:
