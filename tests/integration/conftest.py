@@ -140,3 +140,28 @@ def mig_manager(crds, tmp_path_factory):
     sim.start()
     yield sim
     sim.stop()
+
+
+@pytest.fixture(scope="session")
+def compute_domains(crds, tmp_path_factory):
+    """The simulated ComputeDomain controller of NVIDIA's DRA driver (a stand-in from superpod.hardware), as its own
+    process; the ComputeDomain kind is served once it returns."""
+    from kubernetes import client
+
+    from tests.integration.operator_env import OperatorProcess
+    from tests.integration.wait import wait_for
+
+    sim = OperatorProcess(crds.kubeconfig, tmp_path_factory.mktemp("compute-domains") / "compute-domains.log",
+                          args=("hardware", "compute-domains"))
+    sim.start()
+    extensions = client.ApiextensionsV1Api(crds.api)
+
+    def served() -> bool:
+        try:
+            crd = extensions.read_custom_resource_definition("computedomains.resource.nvidia.com")
+        except client.ApiException:
+            return False
+        return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or ())
+    wait_for(served, 60, "the ComputeDomain kind served")
+    yield sim
+    sim.stop()

@@ -64,19 +64,22 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-LEAF_LABEL = "superpod.dev/leaf"
+LEAF_LABEL, CLIQUE_LABEL = "superpod.dev/leaf", "nvidia.com/gpu.clique"
 
 
 def sim_cluster(api: client.ApiClient, preset: str, count: int, own_leaves: bool = False, dra: bool = False,
                 **shape: int) -> tuple[str, list[dict]]:
-    """A simulated cluster of its own (unique node names), all nodes Ready; `own_leaves`: its leaves' names its own
-    too (otherwise every test's cluster shares the preset's leaf names, so a domain spans them all); `dra`: its
-    nodes publish their ResourceSlices."""
+    """A simulated cluster of its own (unique node names), all nodes Ready; `own_leaves`: its leaves' and NVLink
+    cliques' names its own too (otherwise every test's cluster shares the preset's, so a domain spans them all);
+    `dra`: its nodes publish their ResourceSlices."""
     name = f"t{uuid.uuid4().hex[:6]}"
     objs = presets.preset_nodes(preset, count, name, **shape)
     if own_leaves:
         for obj in objs:
-            obj["metadata"]["labels"][LEAF_LABEL] = f"{name}-{obj['metadata']['labels'][LEAF_LABEL]}"
+            labels = obj["metadata"]["labels"]
+            for label in (LEAF_LABEL, CLIQUE_LABEL):
+                if label in labels:
+                    labels[label] = f"{name}-{labels[label]}"
     nodes.create_nodes(api, objs, dra=dra)
     core = client.CoreV1Api(api)
 

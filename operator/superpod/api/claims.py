@@ -8,6 +8,11 @@ from superpod.api.resources import ConvertError
 from superpod.core.dra.allocate import uncounted
 from superpod.core.dra.model import ClaimSpec, DraError, pod_claims
 
+
+class TemplateMissing(ConvertError):
+    """A claim's ResourceClaimTemplate does not exist (yet)."""
+
+
 Templates = Callable[[str, str], ClaimSpec]  # (namespace, name) -> the claim spec a ResourceClaimTemplate makes
 
 
@@ -26,7 +31,9 @@ def claims_of(obj: str, namespace: str, pod_spec: dict, at: str, template: Templ
                                "give each pod its own through resourceClaimTemplateName")
         try:
             out.append(template(namespace, claim.template))
-        except (LookupError, DraError) as error:
+        except LookupError as error:
+            raise TemplateMissing(obj, field, str(error).strip("'\"")) from None
+        except DraError as error:
             raise ConvertError(obj, field, str(error).strip("'\"")) from None
         if why := uncounted(out[-1:]):
             raise ConvertError(obj, field, why)

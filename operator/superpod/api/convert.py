@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from superpod.api.claims import Templates, claims_of
+from superpod.api.compute_domain import with_channel
 from superpod.api.manifests import replica_requests
 from superpod.api.models import API_VERSION, ClusterTopology, GPUQueue, GPUUsage, TrainingJob
 from superpod.api.resources import ConvertError, pod_requests, quantity
@@ -114,7 +115,7 @@ def job_from_k8s(obj: dict, templates: Templates | None = None) -> JobRequest:
         if (value := getattr(res, resource)) is not None:
             quantity(value, resource, name, f"spec.resources.{resource}")
     reqs = replica_requests(obj)
-    pod = _field(name, spec.template, "spec", dict, {}, "spec.template")
+    pod = with_channel(obj, _field(name, spec.template, "spec", dict, {}, "spec.template"), name)
     selector = _field(name, pod, "nodeSelector", dict, {}, "spec.template.spec")
     claims = ()
     if pod.get("resourceClaims"):

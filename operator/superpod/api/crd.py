@@ -61,7 +61,7 @@ RULES: dict[str, list[dict]] = {
          "fieldPath": ".spec",
          "message": "replicas, resources, topology and template define the gang and cannot change while it is "
                     "Starting or Running: delete and recreate the job, or wait until it ends"},
-        *(_fixed_while_placed(field) for field in ADMITTED_FIELDS),
+        *(_fixed_while_placed(field) for field in (*ADMITTED_FIELDS, "computeDomain")),
         {"rule": "self.metadata.name.size() <= 50",
          "message": "metadata.name must be at most 50 characters (replica hostnames are <name>-<index>)"},
         {"rule": "self.metadata.name.matches('^[a-z]([-a-z0-9]*[a-z0-9])?$')",
@@ -72,6 +72,9 @@ RULES: dict[str, list[dict]] = {
                  f"has({_POD_SPEC}) && has({_POD_SPEC}.resourceClaims))",
          "message": "set exactly one of resources.gpus (whole GPUs) and resources.migProfile (one MIG slice), or "
                     "neither when the template's pods claim their devices (resourceClaims)"},
+        {"rule": "!has(self.computeDomain) || has(self.topology.required)",
+         "message": "computeDomain needs topology.required, the level of NVLink cliques (nvlink in the presets): an "
+                    "IMEX domain joins the GPUs of one clique"},
         {"rule": "!has(self.topology.sliceSize) || self.replicas % self.topology.sliceSize == 0",
          "message": "replicas must be a multiple of topology.sliceSize"},
         {"rule": "has(self.template.spec) && has(self.template.spec.containers) && "

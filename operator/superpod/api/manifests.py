@@ -8,6 +8,7 @@ import copy
 import hashlib
 import json
 
+from superpod.api.compute_domain import with_channel
 from superpod.api.models import GROUP, VERSION
 from superpod.api.resources import ConvertError, pod_requests, quantity
 
@@ -46,8 +47,11 @@ def is_replica(name: str, labels: dict) -> bool:
 def gang_digest(spec: dict) -> str:
     """A digest of the spec fields that define the gang: pods whose digest is the job's were made from its spec as
     it is (a spec edited since, its priority aside, makes other pods)."""
-    fields = json.dumps({f: spec.get(f) for f in GANG_FIELDS}, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(fields.encode()).hexdigest()[:16]
+    fields = {f: spec.get(f) for f in GANG_FIELDS}
+    if spec.get("computeDomain") is not None:  # (only then: the digests of gangs without one stay what they were)
+        fields["computeDomain"] = spec["computeDomain"]
+    text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def replica_resources(spec: dict) -> dict[str, str]:
@@ -70,7 +74,7 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
     name, replicas = meta["name"], int(spec["replicas"])
     template = copy.deepcopy(spec.get("template") or {})
     tmeta = _mapping(template.get("metadata"), where, "spec.template.metadata")
-    pspec = _mapping(template.get("spec"), where, "spec.template.spec")
+    pspec = with_channel(job, _mapping(template.get("spec"), where, "spec.template.spec"), where)
     labels = {**_strings(tmeta.get("labels"), where, "spec.template.metadata.labels"),
               JOB_LABEL: name, INDEX_LABEL: str(index), ATTEMPT_LABEL: str(attempt)}
     annotations = {**_strings(tmeta.get("annotations"), where, "spec.template.metadata.annotations"),

@@ -85,6 +85,12 @@ class TopologySpec(_Spec):
         return self
 
 
+class ComputeDomainSpec(_Spec):
+    allocationMode: Literal["Single", "All"] = Field(
+        "Single", description="IMEX channels each pod gets: Single (one) or All (the most an IMEX domain has)."
+    )
+
+
 class TrainingJobSpec(_Spec):
     replicas: int = Field(ge=1, le=100_000, description="Pods in the gang; all are placed at once or none is.")
     resources: Resources = Field(description="What each replica needs.")
@@ -131,6 +137,20 @@ class TrainingJobSpec(_Spec):
         "GPUQueue's defaultMaxRuntimeSeconds; never more than the queue's maxRuntimeSeconds. Fixed while the job "
         "is Starting or Running.",
     )
+
+    computeDomain: ComputeDomainSpec | None = Field(
+        None, description="Multi-node NVLink (GB200 NVL72): the operator creates a ComputeDomain of NVIDIA's DRA "
+        "driver named as the job, and each replica claims its IMEX channel (entry compute-domain-channel, on the pod "
+        "and every container). Needs topology.required: the level of NVLink cliques (nvlink in the presets). Fixed "
+        "while the job is Starting or Running.",
+    )
+
+    @model_validator(mode="after")
+    def _domain_in_one_clique(self) -> TrainingJobSpec:
+        if self.computeDomain is not None and not self.topology.required:
+            raise ValueError("computeDomain needs topology.required, the level of NVLink cliques (nvlink in the "
+                             "presets): an IMEX domain joins the GPUs of one clique")
+        return self
 
     @model_validator(mode="after")
     def _slices_divide(self) -> TrainingJobSpec:

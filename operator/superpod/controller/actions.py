@@ -47,6 +47,13 @@ class CreateService:
 
 
 @dataclass(frozen=True)
+class CreateComputeDomain:
+    """A job's ComputeDomain (api/compute_domain.py). Written once: if it exists, the earlier write stands."""
+
+    domain: dict
+
+
+@dataclass(frozen=True)
 class CreatePods:
     """A gang's pods, already bound to their nodes: all are written or, on any failure, none stays."""
 
@@ -127,8 +134,8 @@ class Emit:
     message: str
 
 
-Action = (WriteStatus | RecordUsage | CreateService | CreatePods | DeletePods | BindPods | WriteClaims
-          | SetPodCondition | PatchNode | MergeMigConfigs | Emit)
+Action = (WriteStatus | RecordUsage | CreateService | CreateComputeDomain | CreatePods | DeletePods | BindPods
+          | WriteClaims | SetPodCondition | PatchNode | MergeMigConfigs | Emit)
 
 
 @dataclass

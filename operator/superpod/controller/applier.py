@@ -26,6 +26,7 @@ from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339
 from superpod.controller.actions import (
     BindPods,
+    CreateComputeDomain,
     CreatePods,
     CreateService,
     DeletePods,
@@ -43,6 +44,7 @@ from superpod.controller.state import ClusterState
 from superpod.core.gang_key import GangKey
 from superpod.core.mig_render import CONFIG_PREFIX as MIG_CONFIG_PREFIX
 from superpod.k8s.api import (
+    COMPUTEDOMAINS,
     CONFIGMAPS,
     EVENTS,
     GPUQUEUES,
@@ -73,7 +75,7 @@ class Outcome:
 WRITES = {Emit: "_emit", WriteStatus: "_write_status", WriteQueueStatus: "_write_queue_status",
           CreatePods: "_create_pods", RecordUsage: "_record_usage", DeletePods: "_delete_pods",
           BindPods: "_bind_pods", WriteClaims: "_write_claims", SetPodCondition: "_set_pod_condition",
-          CreateService: "_create_service",
+          CreateService: "_create_service", CreateComputeDomain: "_create_compute_domain",
           PatchNode: "_patch_node", MergeMigConfigs: "_merge_configs"}  # each step's write, by the step's type
 
 
@@ -379,6 +381,13 @@ class Applier:
     async def _create_service(self, step: CreateService) -> None:
         try:
             self._see(SERVICES, await self.api.create(SERVICES, step.service), "ADDED")
+        except ApiError as e:
+            if not e.conflict:
+                raise
+
+    async def _create_compute_domain(self, step: CreateComputeDomain) -> None:
+        try:
+            await self.api.create(COMPUTEDOMAINS, step.domain)
         except ApiError as e:
             if not e.conflict:
                 raise

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field, replace
 from superpod.controller import preemption
 from superpod.controller.actions import Emit, Plan, node_ref
 from superpod.controller.applier import Applier, Outcome
+from superpod.controller.compute_domains import ComputeDomains
 from superpod.controller.deadlines import Deadlines
 from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, Pending, wait_plans
 from superpod.controller.estimates import Estimator
@@ -85,6 +86,7 @@ class Controller:
         self.queues = QueueBook(state, self.settings.usage_half_life, metrics)
         self.estimator = Estimator(state, self.policy.ordering, self.queues.max_runtime)
         self.meter = Meter(metrics.gpu_seconds if metrics else None, self.queues.labels)
+        self.domains = ComputeDomains()  # the ComputeDomains asked for (TrainingJobs with spec.computeDomain)
         self.bills = PodBills(self.queues)  # pods billed on their own (pod gangs, orphans, others' GPU pods, tails)
         # The last cycle's findings on the waiting jobs (for `superpod plan`, explanations and tests):
         self.visited: list[Decision] = []  # the jobs the cycle decided one by one, in queue order
@@ -193,6 +195,8 @@ class Controller:
         self.room.gangs.settle(self.state, self.applier.bindings, turn.now, self.applier.claim_writes)
         turn.placed = self.reader.gangs
         turn.plans += self._unreadable()
+        claiming = [self.reader.by_key[key] for key in sorted(self.reader.claiming) if key in self.reader.by_key]
+        turn.plans += self._guarded("compute-domains", lambda: self.domains.plans(claiming, turn.now), [])
         if self.mig:
             turn.plans += self._guarded("mig", lambda: self.mig.check(turn.now), [])
 

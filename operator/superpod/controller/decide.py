@@ -15,6 +15,7 @@ from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller import job_status
 from superpod.controller.actions import Action, CreatePods, CreateService, DeletePods, Plan, WriteStatus
+from superpod.controller.compute_domains import channel_missing
 from superpod.controller.job_status import NO_DETAILS, cause_details
 from superpod.controller.jobs import JobView
 from superpod.controller.judge import Settings, abandoned, describe_domains
@@ -82,6 +83,10 @@ def _pending(state: ClusterState, view: JobView, now: float, out: Pending, label
         return
     if not settled(view.uid):  # a pod create's answer was lost: what the gang is must be seen first
         out.reasons[view.key] = "waiting to see the pods whose create answer was lost"
+        return
+    if cause := channel_missing(view):  # (the job does not read without that template: it is not Invalid)
+        out.reasons[view.key] = cause.message
+        _add(out.plans, view.wait(cause.code, cause.message, now))
         return
     if isinstance(view.request, ConvertError):
         _add(out.plans, view.invalid(str(view.request), now))

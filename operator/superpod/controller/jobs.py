@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from functools import cached_property
 
+from superpod.api import compute_domain
 from superpod.api.claims import Templates
 from superpod.api.convert import job_from_k8s, submitted_at
 from superpod.api.crd import ADMITTED_FIELDS
@@ -275,10 +276,10 @@ def _admitted(request: JobRequest, status: TrainingJobStatus) -> JobRequest:
 
 
 def claims_in(obj: dict) -> bool:
-    """Whether the job's pod template claims DRA devices (spec.template.spec.resourceClaims)."""
+    """Whether the job's pods claim DRA devices (spec.template.spec.resourceClaims, or a ComputeDomain's channel)."""
     template = (obj.get("spec") or {}).get("template")
     spec = template.get("spec") if isinstance(template, dict) else None
-    return isinstance(spec, dict) and bool(spec.get("resourceClaims"))
+    return compute_domain.wanted(obj) or isinstance(spec, dict) and bool(spec.get("resourceClaims"))
 
 
 def _parsed(obj: dict, raw: dict, previous: JobView | None, templates: Templates | None,
@@ -315,7 +316,10 @@ def _templates_read(obj: dict, templates: Templates | None) -> tuple:
     namespace = obj["metadata"].get("namespace") or "default"
     out: list = []
     try:
-        for claim in pod_claims(obj["spec"]["template"]["spec"]):
+        template = obj["spec"].get("template")
+        pod_spec = template.get("spec") if isinstance(template, dict) else None
+        pod_spec = compute_domain.with_channel(obj, pod_spec if isinstance(pod_spec, dict) else {}, "")
+        for claim in pod_claims(pod_spec):
             try:
                 out.append(templates(namespace, claim.template) if claim.template else None)
             except (LookupError, ValueError) as error:

@@ -34,6 +34,7 @@ class Reason(StrEnum):
     BORROWING_LIMITED = "BorrowingLimited"
     MIG_RECONFIGURING = "MigReconfiguring"
     MIG_FAILED = "MigFailed"
+    COMPUTE_DOMAIN_PENDING = "ComputeDomainPending"
     INVALID = "Invalid"  # the spec cannot work on this cluster (the operator's check)
     POD_REFUSED = "PodRefused"  # the API server refused the replica pod as written: fixed only by a spec change
     # placed and running
@@ -97,6 +98,8 @@ WAITING_CAUSES = {
     Reason.QUEUES_HELD: "the queue policy could not be computed: nothing is admitted until it can",
     Reason.PREEMPTING: "it preempted lower-priority or borrowing gangs and waits for them to stop (status.nomination)",
     Reason.MIG_RECONFIGURING: "the MIG layout of its nodes is being changed for it",
+    Reason.COMPUTE_DOMAIN_PENDING: "its ComputeDomain is asked for, and NVIDIA's DRA driver has not yet made the "
+                                   "template of its IMEX channels",
 }
 WAITING = frozenset(WAITING_CAUSES)
 

@@ -10,6 +10,7 @@ import threading
 import time
 
 from superpod.hardware import nodes, presets
+from superpod.hardware.compute_domains import SimComputeDomains
 from superpod.hardware.mig_manager import SimMigManager
 from superpod.k8s.client import load
 
@@ -37,6 +38,11 @@ def register(sub) -> None:
     m.add_argument("--delay", type=float, default=2.0, help="seconds a reconfiguration takes")
     m.add_argument("--kubeconfig")
     m.set_defaults(func=_mig_manager)
+    cd = simsub.add_parser("compute-domains", help="play the ComputeDomain controller of NVIDIA's DRA driver for "
+                                                   "simulated nodes (serves the kind; makes each domain's channel "
+                                                   "template; lists the nodes that joined)")
+    cd.add_argument("--kubeconfig")
+    cd.set_defaults(func=_compute_domains)
     plugin = simsub.add_parser("device-plugin", help="a SIMULATED NVIDIA device plugin for real kubelets (kind): "
                                                      "fake nvidia.com/gpu devices, no GPU touched")
     plugin.add_argument("--gpus", type=int, default=8, help="number of fake GPUs to advertise (default: 8)")
@@ -72,12 +78,25 @@ def _delete(args) -> int:
 
 def _mig_manager(args) -> int:
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = _stopped_by_signals()
     print("simulated MIG manager running (a stand-in for NVIDIA's, for simulated nodes)", file=sys.stderr)
     SimMigManager(load(args.kubeconfig), args.namespace, args.configmap, args.delay).run(stop)
     return 0
+
+
+def _compute_domains(args) -> int:
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    stop = _stopped_by_signals()
+    print("simulated ComputeDomain controller running (a stand-in for NVIDIA's DRA driver)", file=sys.stderr)
+    SimComputeDomains(load(args.kubeconfig)).run(stop)
+    return 0
+
+
+def _stopped_by_signals() -> threading.Event:
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    return stop
 
 
 def _device_plugin(args) -> int:
@@ -87,9 +106,7 @@ def _device_plugin(args) -> int:
     from superpod.hardware import deviceplugin  # needs grpc: the `sim` extra
 
     logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    stop = threading.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+    stop = _stopped_by_signals()
     plugin = deviceplugin.SimDevicePlugin(args.gpus, args.node_name, args.plugin_dir or deviceplugin.PLUGIN_DIR,
                                           args.resource or deviceplugin.RESOURCE)
     plugin.run(stop)

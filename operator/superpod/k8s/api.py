@@ -36,6 +36,7 @@ RESOURCESLICES = Kind("resource.k8s.io", "v1", "resourceslices", False, "Resourc
 DEVICECLASSES = Kind("resource.k8s.io", "v1", "deviceclasses", False, "DeviceClass")
 RESOURCECLAIMS = Kind("resource.k8s.io", "v1", "resourceclaims", True, "ResourceClaim")
 RESOURCECLAIMTEMPLATES = Kind("resource.k8s.io", "v1", "resourceclaimtemplates", True, "ResourceClaimTemplate")
+COMPUTEDOMAINS = Kind("resource.nvidia.com", "v1beta1", "computedomains", True, "ComputeDomain")  # NVIDIA's driver
 DRA = (RESOURCESLICES, DEVICECLASSES, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES)
 # what the operator keeps in its cache (and PodGroups and the DRA kinds, where those APIs are served)
 WATCHED = (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES, GPUQUEUES, GPUUSAGES)

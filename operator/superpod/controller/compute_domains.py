@@ -1,0 +1,46 @@
+"""The ComputeDomains of TrainingJobs with spec.computeDomain (api/compute_domain.py): asked for while the job
+waits and the driver has not made the domain's channel template yet; the job waits for that template, in words."""
+
+from __future__ import annotations
+
+from superpod.api import compute_domain, manifests
+from superpod.api.claims import TemplateMissing
+from superpod.api.compute_domain import CHANNEL_FIELD
+from superpod.controller.actions import CreateComputeDomain, Plan
+from superpod.controller.jobs import JobView
+from superpod.core.phases import ACTIVE, FINISHED, Cause, Reason
+
+ASK_AGAIN = 30.0  # seconds before a job whose template is still missing asks for its ComputeDomain again
+
+
+def channel_missing(view: JobView) -> Cause | None:
+    """Why the job waits for its ComputeDomain (the driver has not made its channel template yet: all else of the
+    job reads), or None."""
+    missing = view.request
+    if not isinstance(missing, TemplateMissing) or missing.field != CHANNEL_FIELD:
+        return None
+    namespace, name = view.key.namespace, view.key.name
+    template = compute_domain.channel_template(name)
+    return Cause(Reason.COMPUTE_DOMAIN_PENDING, f"waiting for ComputeDomain {namespace}/{name}: NVIDIA's DRA driver "
+                 f"makes its IMEX channel template {template} (is the driver, with its ComputeDomain controller, "
+                 "installed?)")
+
+
+class ComputeDomains:
+    def __init__(self) -> None:
+        self.asked: dict[str, float] = {}  # job uid -> when its ComputeDomain was last asked for
+
+    def plans(self, views: list[JobView], now: float) -> list[Plan]:
+        """A create for each waiting job (of `views`: the jobs whose pods claim devices) whose channel template is
+        missing, at most every ASK_AGAIN seconds a job. Creating an existing domain is a no-op (AlreadyExists)."""
+        out, asking = [], {}
+        for view in views:
+            if view.phase in ACTIVE or view.phase in FINISHED or not channel_missing(view):
+                continue
+            asked = asking[view.uid] = self.asked.get(view.uid, -ASK_AGAIN)
+            if now - asked >= ASK_AGAIN:
+                asking[view.uid] = now
+                domain = compute_domain.compute_domain(view.obj, manifests.owner_reference(view.obj))
+                out.append(Plan(f"compute-domain:{view.key.text}", [CreateComputeDomain(domain)]))
+        self.asked = asking
+        return out

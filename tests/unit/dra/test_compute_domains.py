@@ -1,0 +1,99 @@
+"""TrainingJobs with spec.computeDomain on the in-memory API: the operator asks for the job's ComputeDomain, the job
+waits in words until the driver made the domain's channel template, then every replica claims its IMEX channel and
+the gang is placed inside one NVLink clique."""
+
+from __future__ import annotations
+
+from superpod.api.compute_domain import CHANNEL_CLAIM, channel_template
+from superpod.hardware import dra_slices
+from superpod.k8s.api import COMPUTEDOMAINS, DEVICECLASSES, NODES, PODS, RESOURCECLAIMTEMPLATES, RESOURCESLICES
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
+
+CLIQUE = "nvidia.com/gpu.clique"
+
+
+def gb200(trays: int = 6, trays_per_rack: int = 3) -> MemoryCluster:
+    """Racks of GB200 trays (4 GPUs each, one clique a rack) that publish their slices, and the driver's classes."""
+    c = MemoryCluster("gb200-nvl72", trays, trays_per_rack=trays_per_rack)
+    for body in dra_slices.device_classes():
+        run(c.admin.create(DEVICECLASSES, body))
+    for node in c.store.items(NODES):
+        for body in dra_slices.node_slices(node):
+            run(c.admin.create(RESOURCESLICES, body))
+    return c
+
+
+def nvl_job(name: str, replicas: int, **spec) -> dict:
+    return training_job(name, replicas, gpus=4, topology={"required": "nvlink"}, computeDomain={}, **spec)
+
+
+def play_the_driver(c: MemoryCluster, name: str) -> None:
+    """What the driver's ComputeDomain controller does with the job's domain: its channel template."""
+    domain = c.store.peek(COMPUTEDOMAINS, f"team-a/{name}")
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, dra_slices.compute_domain_claim_template(
+        "team-a", domain["spec"]["channel"]["resourceClaimTemplate"]["name"], domain["metadata"]["uid"])))
+
+
+def domain_creates(c: MemoryCluster) -> int:
+    return sum(1 for w in c.store.writes if w.verb == "create" and w.kind == COMPUTEDOMAINS.plural)
+
+
+def test_the_job_asks_for_its_compute_domain_waits_for_its_channel_and_is_placed_in_one_clique():
+    c = gb200()
+    c.submit(nvl_job("nvl", 3))
+    c.settle(5)
+    domain = c.store.peek(COMPUTEDOMAINS, "team-a/nvl")
+    assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == channel_template("nvl")
+    assert [o["uid"] for o in domain["metadata"]["ownerReferences"]] == [c.job("nvl")["metadata"]["uid"]]
+    assert domain_creates(c) == 1, "asked once, not every cycle"
+    assert c.status("nvl").get("phase") != "Invalid"
+    assert "waiting for ComputeDomain team-a/nvl" in c.status("nvl")["message"]
+    assert not c.pods("nvl")
+
+    play_the_driver(c, "nvl")
+    c.settle(8)
+    pods = c.pods("nvl")
+    assert len(pods) == 3, c.status("nvl")
+    cliques = {n["metadata"]["name"]: n["metadata"]["labels"][CLIQUE] for n in c.store.items(NODES)}
+    nodes = [p["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"][0]["matchFields"][0]["values"][0] for p in pods]
+    assert len(set(nodes)) == 3 and len({cliques[n] for n in nodes}) == 1, nodes
+    for p in pods:
+        assert {"name": CHANNEL_CLAIM, "resourceClaimTemplateName": "nvl-channel"} in p["spec"]["resourceClaims"]
+        assert p["spec"]["containers"][0]["resources"]["claims"] == [{"name": CHANNEL_CLAIM}]
+        assert p["spec"]["schedulerName"] == "default-scheduler" and "nodeName" not in p["spec"]
+    assert domain_creates(c) == 1
+
+
+def test_a_compute_domain_is_asked_for_again_while_its_channel_is_missing():
+    c = gb200()
+    c.submit(nvl_job("nvl", 2))
+    c.settle(5)
+    run(c.admin.delete(COMPUTEDOMAINS, "nvl", "team-a"))  # say, the kind was not served yet
+    c.settle(40)
+    assert c.store.peek(COMPUTEDOMAINS, "team-a/nvl") is not None and domain_creates(c) == 2
+
+
+def test_the_gang_waits_when_no_clique_holds_it_whole_even_though_the_leaf_does():
+    c = gb200(trays=6, trays_per_rack=3)
+    c.submit(nvl_job("big", 4))
+    c.settle(3)
+    play_the_driver(c, "big")
+    c.settle(5)
+    assert not c.pods("big")
+    assert "inside one nvlink" in c.status("big")["message"], c.status("big")
+
+
+def test_a_template_entry_named_as_the_channel_claim_is_invalid_and_a_domain_needs_a_required_level():
+    c = gb200()
+    body = nvl_job("taken", 1)
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": CHANNEL_CLAIM, "resourceClaimTemplateName": "x"}]
+    c.submit(body)
+    loose = training_job("loose", 2, gpus=4, computeDomain={})
+    c.submit(loose)
+    c.submit(training_job("plain", 1, gpus=4))
+    c.settle(4)
+    assert "the ComputeDomain's channel claim" in c.status("taken")["message"]
+    assert c.status("loose")["phase"] == "Invalid" and "needs topology.required" in c.status("loose")["message"]
+    assert c.status("plain")["phase"] == "Running"
+    assert not any(p for p in c.store.items(PODS) if p["metadata"]["name"].startswith(("taken", "loose")))
