@@ -4,6 +4,8 @@ applies them; the job runs. A failed reconfiguration marks the node and the job 
 
 from __future__ import annotations
 
+from collections import Counter
+
 import yaml
 from kubernetes import client
 
@@ -65,3 +67,41 @@ def test_failed_reconfiguration_marks_the_node_and_replans_elsewhere(cluster, op
     assert "superpod.dev/mig-failed" in core.read_node(victim).metadata.annotations
     jobs.wait_phase("retry", "Running", 90)
     assert victim not in {p.spec.node_name for p in jobs.pods("retry")}
+
+
+def test_a_node_that_publishes_its_devices_publishes_its_mig_devices_once_repartitioned(cluster, operator,
+                                                                                       mig_manager, jobs, namespace):
+    """With DRA, the simulated MIG manager republishes a repartitioned node's GPU slice as NVIDIA's driver does:
+    MIG devices (by profile, with their memory slices) in place of their GPU, the pool's generation one up; and
+    kube-scheduler allocates a claim for such a device on that node."""
+    sim, objs = sim_cluster(cluster.api, "rental-mixed", 12, dra=True)
+    jobs.create(mig_job("sliced", sim, 2))
+    jobs.wait_phase("sliced", "Running", 60)
+    custom, core = client.CustomObjectsApi(cluster.api), client.CoreV1Api(cluster.api)
+    used = sorted({p.spec.node_name for p in jobs.pods("sliced")})
+    for name in used:
+        served = custom.get_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", f"{name}-gpu.nvidia.com")
+        kinds = Counter(d["attributes"]["type"]["string"] for d in served["spec"]["devices"])
+        profiles = Counter(d["attributes"]["profile"]["string"] for d in served["spec"]["devices"]
+                           if d["attributes"]["type"]["string"] == "mig")
+        allocatable = core.read_node(name).status.allocatable
+        print(f"\n{name}: pool generation {served['spec']['pool']['generation']}, devices {dict(kinds)}, "
+              f"MIG {dict(profiles)}")
+        assert served["spec"]["pool"]["generation"] >= 2
+        assert kinds["gpu"] == int(allocatable.get("nvidia.com/gpu", 0))
+        assert profiles == {p.removeprefix("nvidia.com/mig-"): int(n) for p, n in allocatable.items()
+                            if p.startswith("nvidia.com/mig-")}
+    selector = {"cel": {"expression": "device.attributes['gpu.nvidia.com'].profile == '3g.40gb'"}}
+    custom.create_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": "slice"},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": {
+            "deviceClassName": "mig.nvidia.com", "selectors": [selector]}}]}}})
+    core.create_namespaced_pod(namespace, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"},
+        "spec": {"nodeSelector": {"kubernetes.io/hostname": used[0]}, "terminationGracePeriodSeconds": 0,
+                 "resourceClaims": [{"name": "mig", "resourceClaimName": "slice"}],
+                 "containers": [{"name": "main", "image": "probe", "resources": {"claims": [{"name": "mig"}]}}]}})
+    wait_for(lambda: core.read_namespaced_pod("probe", namespace).spec.node_name, 60, "the probe bound")
+    results = custom.get_namespaced_custom_object("resource.k8s.io", "v1", namespace, "resourceclaims", "slice")[
+        "status"]["allocation"]["devices"]["results"]
+    assert [(r["pool"], r["device"].split("-mig-")[1].split("-")[0]) for r in results] == [(used[0], "3g40gb")]

@@ -93,13 +93,15 @@ def node_slices(node: dict, mig: dict[int, list[tuple[str, int]]] | None = None,
     return slices
 
 
-def published_slices(node: dict, node_uid: str) -> list[dict]:
+def published_slices(node: dict, node_uid: str, mig: dict[int, list[tuple[str, int]]] | None = None,
+                     generation: int = 1) -> list[dict]:
     """`node`'s slices as the simulator publishes them: owned by the Node (as the driver's kubelet plugin makes
-    them, so they go with it) and labelled with its simulated cluster (so `hardware delete` finds them)."""
+    them, so they go with it) and labelled with its simulated cluster (so `hardware delete` finds them). `mig`,
+    `generation`: as node_slices takes them."""
     owner = {"apiVersion": "v1", "kind": "Node", "name": node["metadata"]["name"], "uid": node_uid,
              "controller": True}
     cluster = node["metadata"]["labels"].get(SIM_LABEL)
-    out = node_slices(node)
+    out = node_slices(node, mig, generation)
     for body in out:
         body["metadata"]["ownerReferences"] = [owner]
         if cluster:

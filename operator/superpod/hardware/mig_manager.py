@@ -19,7 +19,8 @@ import yaml
 from kubernetes import client
 
 from superpod.core.mig_catalog import UnknownProductError, product, resource_name
-from superpod.core.mig_geometry import fits
+from superpod.core.mig_geometry import fits, place
+from superpod.hardware import dra_slices
 
 log = logging.getLogger(__name__)
 CONFIG, STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
@@ -31,8 +32,9 @@ class GeometryError(ValueError):
     pass
 
 
-def resources_for(config: list[dict], product_name: str, gpus: int) -> dict[str, int]:
-    """What a node advertises after applying one mig-parted config (a list of entries)."""
+def layout_for(config: list[dict], product_name: str, gpus: int) -> dict[int, list[str] | None]:
+    """Each GPU's MIG instances (profile names) after applying one mig-parted config (a list of entries); None for
+    a GPU with MIG disabled."""
     prod = product(product_name)
     layout: dict[int, list[str] | None] = {i: None for i in range(gpus)}
     for entry in config:
@@ -47,6 +49,11 @@ def resources_for(config: list[dict], product_name: str, gpus: int) -> dict[str,
                 layout[int(d)] = names
             else:
                 layout[int(d)] = None
+    return layout
+
+
+def resources_of(layout: dict[int, list[str] | None]) -> dict[str, int]:
+    """What a node advertises with this layout (mixed strategy)."""
     out: Counter = Counter()
     for names in layout.values():
         if names is None:
@@ -56,9 +63,14 @@ def resources_for(config: list[dict], product_name: str, gpus: int) -> dict[str,
     return dict(out)
 
 
+def resources_for(config: list[dict], product_name: str, gpus: int) -> dict[str, int]:
+    """What a node advertises after applying one mig-parted config (a list of entries)."""
+    return resources_of(layout_for(config, product_name, gpus))
+
+
 class SimMigManager:
     def __init__(self, api: client.ApiClient, namespace: str, configmap: str, delay: float = 2.0) -> None:
-        self.core = client.CoreV1Api(api)
+        self.core, self.custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
         self.namespace, self.configmap, self.delay = namespace, configmap, delay
         self.pending_since: dict[tuple[str, str], float] = {}
 
@@ -85,22 +97,43 @@ class SimMigManager:
         try:
             if FAIL in notes:
                 raise GeometryError("failure injected by annotation")
-            resources = self._apply(node, wanted)
+            layout = self._apply(node, wanted)
         except (GeometryError, UnknownProductError, KeyError) as e:
             log.warning("node %s: MIG config %s failed: %s", name, wanted, e)
             self._annotate(name, {APPLIED: wanted})
             self._label(name, {STATE: "failed"})
             return
+        resources = resources_of(layout)
         old = {k: None for k in (node.get("status") or {}).get("allocatable", {})
                if k.startswith("nvidia.com/mig-") or k == "nvidia.com/gpu"}
         new = {**old, **{k: str(v) for k, v in resources.items()}}
         self.core.patch_node_status(name, {"status": {"allocatable": new, "capacity": new}})
+        self._publish(node, layout)
         self._annotate(name, {APPLIED: wanted})
         self._label(name, {STATE: "success"})
         self.pending_since.pop(key, None)
         log.info("node %s: MIG config %s applied: %s", name, wanted, resources)
 
-    def _apply(self, node: dict, wanted: str) -> dict[str, int]:
+    def _publish(self, node: dict, layout: dict[int, list[str] | None]) -> None:
+        """On a node that publishes its devices (DRA), its GPU slice anew: MIG devices where MIG is on, the pool's
+        generation one up, as NVIDIA's DRA driver republishes after a reconfiguration."""
+        name, product_name = node["metadata"]["name"], node["metadata"]["labels"].get("nvidia.com/gpu.product", "")
+        slice_name = f"{name}-{dra_slices.GPU_DRIVER}"
+        try:
+            served = self.custom.get_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", slice_name)
+        except client.ApiException as e:
+            if e.status == 404:
+                return  # its GPUs are not published through DRA
+            raise
+        prod = product(product_name)
+        mig = {minor: list(place(prod, names) or ()) for minor, names in layout.items() if names}
+        generation = served["spec"]["pool"]["generation"] + 1
+        [body] = [b for b in dra_slices.published_slices(node, node["metadata"]["uid"], mig, generation)
+                  if b["metadata"]["name"] == slice_name]
+        body["metadata"]["resourceVersion"] = served["metadata"]["resourceVersion"]
+        self.custom.replace_cluster_custom_object("resource.k8s.io", "v1", "resourceslices", slice_name, body)
+
+    def _apply(self, node: dict, wanted: str) -> dict[int, list[str] | None]:
         name, labels = node["metadata"]["name"], node["metadata"].get("labels") or {}
         busy = [p for p in self.core.list_pod_for_all_namespaces(
             field_selector=f"spec.nodeName={name}", _preload_content=False).json()["items"]
@@ -108,13 +141,13 @@ class SimMigManager:
         if busy:
             raise GeometryError(f"{len(busy)} pods use GPUs of this node")
         if wanted == "all-disabled":
-            return {"nvidia.com/gpu": int(labels.get("nvidia.com/gpu.count", 0))}
+            return {minor: None for minor in range(int(labels.get("nvidia.com/gpu.count", 0)))}
         cm = self.core.read_namespaced_config_map(self.configmap, self.namespace)
         doc = yaml.safe_load((cm.data or {}).get("config.yaml") or "{}") or {}
         config = (doc.get("mig-configs") or {}).get(wanted)
         if config is None:
             raise GeometryError(f"no config {wanted!r} in {self.namespace}/{self.configmap}")
-        return resources_for(config, labels.get("nvidia.com/gpu.product", ""), int(labels["nvidia.com/gpu.count"]))
+        return layout_for(config, labels.get("nvidia.com/gpu.product", ""), int(labels["nvidia.com/gpu.count"]))
 
     def _label(self, name: str, labels: dict) -> None:
         self.core.patch_node(name, {"metadata": {"labels": labels}}, _preload_content=False)
