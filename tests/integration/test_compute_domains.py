@@ -45,7 +45,7 @@ def test_a_gb200_gang_gets_its_compute_domain_and_stays_in_one_clique(cluster, o
     jobs.wait_phase("nvl", "Running", timeout=90)
     domain = custom.get_namespaced_custom_object(*DOMAINS, namespace, "computedomains", "nvl")
     assert [o["uid"] for o in domain["metadata"]["ownerReferences"]] == [job["metadata"]["uid"]]
-    assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == channel_template("nvl")
+    assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == channel_template(job)
     placed = {p.metadata.name: (p.spec.node_name, p.metadata.uid, p) for p in jobs.pods("nvl")}
     nodes = sorted(node for node, _, _ in placed.values())
     print(f"\nGB200 gang nvl (3 trays x 4 GPUs, ComputeDomain, nvlink required) with {taken} taken: "

@@ -17,7 +17,7 @@ from superpod.controller.state import ClusterState
 from superpod.core.gang_key import GangKey
 from superpod.hardware.kubelet import SimKubelet
 from superpod.hardware.presets import preset_nodes
-from superpod.k8s.api import CLUSTERTOPOLOGIES, EVENTS, NODES, PODS, TRAININGJOBS, WATCHED
+from superpod.k8s.api import CLUSTERTOPOLOGIES, DRA, EVENTS, NODES, PODS, TRAININGJOBS, WATCHED
 from superpod.k8s.memory import MemoryAPI
 
 START = 1_800_000_000.0
@@ -65,7 +65,7 @@ class MemoryCluster:
         self.controller = Controller(self.state, self.api, lambda: self.leading, self.settings,
                                      MigFlow(self.state, "superpod-system", "superpod-mig-parted-config", 60),
                                      clock=lambda: self.now)
-        for kind in WATCHED:
+        for kind in (*WATCHED, *DRA):  # (the DRA kinds: watched where served, as here)
             items, version = run(self.api.list(kind))
             self.state.resync(kind, items, version, self.now)
         self.delivered = len(self.store.events)

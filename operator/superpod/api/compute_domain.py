@@ -19,9 +19,11 @@ def wanted(job: dict) -> bool:
     return isinstance((job.get("spec") or {}).get("computeDomain"), dict)
 
 
-def channel_template(job_name: str) -> str:
-    """The ResourceClaimTemplate the job's ComputeDomain names for its channel (the driver makes it)."""
-    return f"{job_name}-channel"
+def channel_template(job: dict) -> str:
+    """The ResourceClaimTemplate the job's ComputeDomain names for its channel (the driver makes it). The job's uid
+    is in the name: a template left by an earlier job of the same name is never this one's."""
+    meta = job["metadata"]
+    return f"{meta['name']}-{(meta.get('uid') or '')[:8]}-channel"
 
 
 def compute_domain(job: dict, owner: dict) -> dict:
@@ -32,7 +34,7 @@ def compute_domain(job: dict, owner: dict) -> dict:
     return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "ComputeDomain",
             "metadata": {"name": meta["name"], "namespace": meta.get("namespace") or "default",
                          "ownerReferences": [owner]},
-            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template(meta["name"])},
+            "spec": {"numNodes": 0, "channel": {"resourceClaimTemplate": {"name": channel_template(job)},
                                                 "allocationMode": mode}}}
 
 
@@ -49,7 +51,7 @@ def with_channel(job: dict, pod_spec: dict, where: str) -> dict:
                            "this name is the ComputeDomain's channel claim (spec.computeDomain): use another")
     out = copy.deepcopy(pod_spec)
     out["resourceClaims"] = [*entries, {"name": CHANNEL_CLAIM,
-                                        "resourceClaimTemplateName": channel_template(job["metadata"]["name"])}]
+                                        "resourceClaimTemplateName": channel_template(job)}]
     for container in out.get("containers") or ():
         if isinstance(container, dict):
             resources = container.get("resources")

@@ -7,13 +7,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from superpod.api.claims import Templates, claims_of
+from superpod.api.claims import ClaimSource, claims_of
 from superpod.api.compute_domain import with_channel
 from superpod.api.manifests import replica_requests
 from superpod.api.models import API_VERSION, ClusterTopology, GPUQueue, GPUUsage, TrainingJob
 from superpod.api.resources import ConvertError, pod_requests, quantity
 from superpod.api.times import rfc3339, timestamp
-from superpod.core.dra.allocate import claimed_gpus
+from superpod.core.dra.units import claimed_gpus
 from superpod.core.model import Level, Node, Pod, Topology
 from superpod.core.phases import POD_FINISHED
 from superpod.core.queues import Budget, Queue, Quota
@@ -101,10 +101,10 @@ def topology_from_k8s(obj: dict) -> Topology:
     return Topology(tuple(Level(lv.name, lv.nodeLabel) for lv in ct.spec.levels))
 
 
-def job_from_k8s(obj: dict, templates: Templates | None = None) -> JobRequest:
+def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
     """The core request of a TrainingJob, from its metadata and spec (the status is the operator's own and is read
-    elsewhere: a damaged status never makes a spec invalid); `templates`: the ResourceClaimTemplates its pods' DRA
-    claims are made from."""
+    elsewhere: a damaged status never makes a spec invalid); `source`: the ResourceClaimTemplates its pods' DRA
+    claims are made from, and what their devices are worth."""
     if _deeper_than(obj.get("spec"), SPEC_DEPTH):
         raise ConvertError(describe(obj), "spec", f"nests deeper than {SPEC_DEPTH} levels (no field of a pod "
                            "template is that deep)")
@@ -119,10 +119,10 @@ def job_from_k8s(obj: dict, templates: Templates | None = None) -> JobRequest:
     selector = _field(name, pod, "nodeSelector", dict, {}, "spec.template.spec")
     claims = ()
     if pod.get("resourceClaims"):
-        if templates is None:
+        if source is None:
             raise ConvertError(name, "spec.template.spec.resourceClaims", "its claims are read from the cluster's "
                                "ResourceClaimTemplates, which this reading does not have")
-        claims = claims_of(name, tj.metadata.namespace or "default", pod, "spec.template.spec", templates)
+        claims = claims_of(name, tj.metadata.namespace or "default", pod, "spec.template.spec", source)
         if pod.get("priorityClassName") or pod.get("priority") is not None:
             raise ConvertError(name, "spec.template.spec.priorityClassName", "not accepted with resourceClaims: these "
                                "pods are bound by kube-scheduler, whose preemption would bypass the queues; set "
@@ -145,7 +145,7 @@ def job_from_k8s(obj: dict, templates: Templates | None = None) -> JobRequest:
         queue=spec.queue,
         service_class=spec.serviceClass,
         claims=claims,
-        claimed_gpus=claimed_gpus(claims),
+        claimed_gpus=claimed_gpus(claims, source.worth) if source is not None else 0.0,
     )
 
 

@@ -245,6 +245,10 @@ class Admission(BaseModel):
     priority: int = Field(0, description="spec.priority when placed.")
     minRuntimeSeconds: int | None = Field(None, description="spec.minRuntimeSeconds when placed.")
     maxRuntimeSeconds: int | None = Field(None, description="spec.maxRuntimeSeconds when placed.")
+    claimedGpus: float | None = Field(
+        None, ge=0, description="GPUs each replica claimed through DRA when placed: what it counts and is billed "
+        "while placed, whatever its ResourceClaimTemplates become."
+    )
 
 
 class TrainingJobStatus(BaseModel):

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from superpod.api.claims import Templates, claims_of
+from superpod.api.claims import ClaimSource, claims_of
 from superpod.api.convert import affinity_of, describe, resources_of, submitted_at, tolerations_of
 from superpod.api.manifests import MAX_RUNTIME
 from superpod.api.resources import ConvertError, pod_requests
-from superpod.core.dra.allocate import claimed_gpus
+from superpod.core.dra.units import claimed_gpus
 from superpod.core.gang_key import POD, POD_GANG, GangKey
 from superpod.core.request import PRODUCT_LABEL, JobRequest, Requests, gpu_units
 
@@ -169,16 +169,16 @@ def gang_request(key: GangKey, pods: list[dict], extra_selector: tuple[tuple[str
         submitted=min(submitted_at(pod) for pod in pods), queue=labels.get(QUEUE_LABEL) or None)
 
 
-def with_claims(request: JobRequest, pods: list[dict], template: Templates) -> JobRequest:
+def with_claims(request: JobRequest, pods: list[dict], source: ClaimSource) -> JobRequest:
     """`request` with the DRA claims its pods make from ResourceClaimTemplates (each pod its own, all alike). Raises
     ConvertError: pods that differ, a claim shared by name, a template that is missing or does not read."""
     shapes = {claims_of(describe(pod), (pod.get("metadata") or {}).get("namespace") or "", pod.get("spec") or {},
-                        "spec", template) for pod in pods}
+                        "spec", source) for pod in pods}
     if len(shapes) > 1:
         raise ConvertError(f"gang {request.key}", "spec.resourceClaims",
                            "its pods differ: a gang's pods must claim alike")
     claims = shapes.pop() if shapes else ()
-    return replace(request, claims=claims, claimed_gpus=claimed_gpus(claims)) if claims else request
+    return replace(request, claims=claims, claimed_gpus=claimed_gpus(claims, source.worth)) if claims else request
 
 
 def in_slot_order(pods: list[dict]) -> list[dict]:

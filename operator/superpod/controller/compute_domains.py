@@ -10,7 +10,7 @@ from superpod.controller.actions import CreateComputeDomain, Plan
 from superpod.controller.jobs import JobView
 from superpod.core.phases import ACTIVE, FINISHED, Cause, Reason
 
-ASK_AGAIN = 30.0  # seconds before a job whose template is still missing asks for its ComputeDomain again
+ASK_AGAIN, ASK_AT_MOST = 30.0, 900.0  # seconds before a job still without its template asks again, doubling
 
 
 def channel_missing(view: JobView) -> Cause | None:
@@ -20,7 +20,7 @@ def channel_missing(view: JobView) -> Cause | None:
     if not isinstance(missing, TemplateMissing) or missing.field != CHANNEL_FIELD:
         return None
     namespace, name = view.key.namespace, view.key.name
-    template = compute_domain.channel_template(name)
+    template = compute_domain.channel_template(view.obj)
     return Cause(Reason.COMPUTE_DOMAIN_PENDING, f"waiting for ComputeDomain {namespace}/{name}: NVIDIA's DRA driver "
                  f"makes its IMEX channel template {template} (is the driver, with its ComputeDomain controller, "
                  "installed?)")
@@ -28,18 +28,20 @@ def channel_missing(view: JobView) -> Cause | None:
 
 class ComputeDomains:
     def __init__(self) -> None:
-        self.asked: dict[str, float] = {}  # job uid -> when its ComputeDomain was last asked for
+        self.asked: dict[str, tuple[float, float]] = {}  # job uid -> (when its domain is asked for next, the wait)
 
     def plans(self, views: list[JobView], now: float) -> list[Plan]:
         """A create for each waiting job (of `views`: the jobs whose pods claim devices) whose channel template is
-        missing, at most every ASK_AGAIN seconds a job. Creating an existing domain is a no-op (AlreadyExists)."""
+        missing: at once, then after ASK_AGAIN seconds, doubling to ASK_AT_MOST (a driver installed late, a domain
+        deleted). Creating an existing domain is a no-op (AlreadyExists)."""
         out, asking = [], {}
         for view in views:
             if view.phase in ACTIVE or view.phase in FINISHED or not channel_missing(view):
                 continue
-            asked = asking[view.uid] = self.asked.get(view.uid, -ASK_AGAIN)
-            if now - asked >= ASK_AGAIN:
-                asking[view.uid] = now
+            due, wait = asking[view.uid] = self.asked.get(view.uid, (now, ASK_AGAIN / 2))
+            if now >= due:
+                wait = min(wait * 2, ASK_AT_MOST)
+                asking[view.uid] = (now + wait, wait)
                 domain = compute_domain.compute_domain(view.obj, manifests.owner_reference(view.obj))
                 out.append(Plan(f"compute-domain:{view.key.text}", [CreateComputeDomain(domain)]))
         self.asked = asking

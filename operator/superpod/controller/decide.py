@@ -84,11 +84,8 @@ def _pending(state: ClusterState, view: JobView, now: float, out: Pending, label
     if not settled(view.uid):  # a pod create's answer was lost: what the gang is must be seen first
         out.reasons[view.key] = "waiting to see the pods whose create answer was lost"
         return
-    if cause := channel_missing(view):  # (the job does not read without that template: it is not Invalid)
-        out.reasons[view.key] = cause.message
-        _add(out.plans, view.wait(cause.code, cause.message, now))
-        return
-    if isinstance(view.request, ConvertError):
+    domain_pending = channel_missing(view)  # (the job does not read without that template: it is not Invalid)
+    if isinstance(view.request, ConvertError) and not domain_pending:
         _add(out.plans, view.invalid(str(view.request), now))
         return
     if (view.phase == Phase.INVALID and view.status.reason == Reason.POD_REFUSED
@@ -116,6 +113,10 @@ def _pending(state: ClusterState, view: JobView, now: float, out: Pending, label
         if live:
             plan.then(DeletePods(live))
         out.plans.append(plan)
+        return
+    if domain_pending:
+        out.reasons[view.key] = domain_pending.message
+        _add(out.plans, view.wait(domain_pending.code, domain_pending.message, now))
         return
     if earlier:  # terminating: the new attempt keeps off their nodes (views are cached: change a copy)
         avoid = tuple(sorted({p.node for p in earlier if p.node}))

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from superpod.api import compute_domain
-from superpod.api.claims import Templates
+from superpod.api.claims import ClaimSource
 from superpod.api.convert import job_from_k8s, submitted_at
 from superpod.api.crd import ADMITTED_FIELDS
 from superpod.api.models import TrainingJobSpec, TrainingJobStatus
@@ -19,7 +19,7 @@ from superpod.controller import job_status
 from superpod.controller.actions import Emit, Plan, WriteStatus, job_ref
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import gpu_units
-from superpod.core.dra.model import pod_claims
+from superpod.core.dra.model import ClaimSpec, pod_claims
 from superpod.core.gang_key import GangKey
 from superpod.core.phases import ACTIVE, Cause, Phase, Reason
 from superpod.core.request import JobRequest
@@ -90,7 +90,10 @@ class JobView:
     def admission(self) -> dict:
         """What a gang placed now is admitted under (status.admitted): the spec's fields that decide accounting
         and protection, as they are at placement."""
-        return {field: value for field in ADMITTED_FIELDS if (value := self.spec(field)) is not None}
+        out = {field: value for field in ADMITTED_FIELDS if (value := self.spec(field)) is not None}
+        if isinstance(self.request, JobRequest) and self.request.claimed_gpus:
+            out["claimedGpus"] = self.request.claimed_gpus
+        return out
 
     @property
     def min_runtime(self) -> int | None:
@@ -177,8 +180,8 @@ class JobReader:
         if self._whole:
             edited |= state.jobs.keys()
         forced = set()
-        if state.dra.template_edits != self._template_edits:
-            self._template_edits, forced = state.dra.template_edits, set(self.claiming)
+        if (edits := state.dra.reading_edits()) != self._template_edits:
+            self._template_edits, forced = edits, set(self.claiming)
         try:
             self._read(state, edited | forced, forced)
         except BaseException:
@@ -201,7 +204,7 @@ class JobReader:
                 if cached is not None and key in self.active:
                     self.deleted_placed.append(cached)
             else:
-                view = self.by_key[key] = _view(key, obj, cached, state.dra.template)  # (the order of first sight)
+                view = self.by_key[key] = _view(key, obj, cached, state.dra)  # (the order of first sight)
                 if key in forced and cached is not None and view.parsed is not cached.parsed:
                     state.touch(key)  # a template it names changed what it asks for: decided again
                 if claims_in(obj):
@@ -243,13 +246,15 @@ class JobReader:
         return changed
 
 
-def _view(key: GangKey, obj: dict, previous: JobView | None = None, templates: Templates | None = None) -> JobView:
+def _view(key: GangKey, obj: dict, previous: JobView | None = None, source: ClaimSource | None = None) -> JobView:
     status, raw, problems = read_status(obj)
-    read = _templates_read(obj, templates)
-    if previous is not None and read != previous.templates and raw.get("phase") in ACTIVE and \
-            isinstance(previous.parsed, JobRequest) and previous.parsed.claims:
-        read = previous.templates  # a placed gang keeps the claims it was placed with
-    parsed = _parsed(obj, raw, previous, templates, read)
+    read = _templates_read(obj, source)
+    if previous is not None and raw.get("phase") in ACTIVE and isinstance(previous.parsed, JobRequest) and \
+            previous.parsed.claims:  # a placed gang keeps the claims it was placed with, whatever its templates do
+        read, source = previous.templates, _Kept(previous, source)
+    parsed = _parsed(obj, raw, previous, source, read)
+    if isinstance(parsed, ConvertError) and raw.get("phase") in ACTIVE and claims_in(obj):
+        parsed = _without_claims(obj, raw, parsed)
     same = previous is not None and parsed is previous.parsed
     admitted = _admission(raw)
     if same and admitted == _admission(previous.raw):
@@ -259,6 +264,44 @@ def _view(key: GangKey, obj: dict, previous: JobView | None = None, templates: T
     else:
         request = _admitted(parsed, status)
     return JobView(key, obj, status, raw, problems, request, parsed, read)
+
+
+class _Kept:
+    """The templates a placed job's claims were read from when it was placed (`previous`), in their order."""
+
+    def __init__(self, previous: JobView, source: ClaimSource | None) -> None:
+        entries = pod_claims(_pod_spec(previous.obj))
+        self.specs = {entry.template: claim for entry, claim in zip(entries, previous.parsed.claims, strict=False)}
+        self.source = source
+
+    def template(self, namespace: str, name: str) -> ClaimSpec:
+        found = self.specs.get(name)
+        if found is None:
+            raise LookupError(f"ResourceClaimTemplate {namespace}/{name} was not read when the job was placed")
+        return found
+
+    def worth(self, request) -> float:  # (what it counts is status.admitted's: see _admitted)
+        return self.source.worth(request) if self.source is not None else 0.0
+
+
+def _without_claims(obj: dict, raw: dict, error: ConvertError) -> JobRequest | ConvertError:
+    """A placed job whose claims no longer read (a template deleted since it was placed, and the operator started
+    since): its request without them, counted at the GPUs it claimed when admitted (status.admitted)."""
+    spec = {k: v for k, v in obj["spec"].items() if k != "computeDomain"}
+    template = spec.get("template")
+    if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+        spec["template"] = {**template, "spec": {k: v for k, v in template["spec"].items() if k != "resourceClaims"}}
+    try:
+        return job_from_k8s({**obj, "spec": spec, "status": raw})
+    except ConvertError:
+        return error
+
+
+def _pod_spec(obj: dict) -> dict:
+    """The pod spec a job's replicas are made from, with its ComputeDomain's channel claim (api/compute_domain.py)."""
+    template = obj["spec"].get("template")
+    pod_spec = template.get("spec") if isinstance(template, dict) else None
+    return compute_domain.with_channel(obj, pod_spec if isinstance(pod_spec, dict) else {}, "")
 
 
 def _admission(raw: dict) -> dict | None:
@@ -272,7 +315,9 @@ def _admitted(request: JobRequest, status: TrainingJobStatus) -> JobRequest:
     admitted = status.admitted
     if status.phase not in ACTIVE or admitted is None:
         return request
-    return replace(request, queue=admitted.queue, service_class=admitted.serviceClass, priority=admitted.priority)
+    claimed = request.claimed_gpus if admitted.claimedGpus is None else admitted.claimedGpus
+    return replace(request, queue=admitted.queue, service_class=admitted.serviceClass, priority=admitted.priority,
+                   claimed_gpus=claimed)
 
 
 def claims_in(obj: dict) -> bool:
@@ -282,7 +327,7 @@ def claims_in(obj: dict) -> bool:
     return compute_domain.wanted(obj) or isinstance(spec, dict) and bool(spec.get("resourceClaims"))
 
 
-def _parsed(obj: dict, raw: dict, previous: JobView | None, templates: Templates | None,
+def _parsed(obj: dict, raw: dict, previous: JobView | None, source: ClaimSource | None,
             read: tuple) -> JobRequest | ConvertError:
     """The request `obj` makes: the previous one while what job_from_k8s reads did not change (most versions are the
     operator's own status writes; `read`: the templates as read now), or it with its new submit time when only
@@ -298,7 +343,7 @@ def _parsed(obj: dict, raw: dict, previous: JobView | None, templates: Templates
         except RecursionError:  # a spec nested a thousand levels: job_from_k8s says why it is Invalid
             pass
     try:
-        return job_from_k8s({**obj, "status": raw}, templates)
+        return job_from_k8s({**obj, "status": raw}, source)
     except ConvertError as e:
         return e
 
@@ -310,20 +355,20 @@ def _request_inputs(obj: dict, raw: dict) -> tuple:
     return meta, obj.get("spec"), raw.get("queuedAt")
 
 
-def _templates_read(obj: dict, templates: Templates | None) -> tuple:
-    if templates is None or not claims_in(obj):
+def _templates_read(obj: dict, source: ClaimSource | None) -> tuple:
+    """What the job's claims are read from: each template (or why not), and what the classes' devices are worth."""
+    if source is None or not claims_in(obj):
         return ()
     namespace = obj["metadata"].get("namespace") or "default"
     out: list = []
     try:
-        template = obj["spec"].get("template")
-        pod_spec = template.get("spec") if isinstance(template, dict) else None
-        pod_spec = compute_domain.with_channel(obj, pod_spec if isinstance(pod_spec, dict) else {}, "")
-        for claim in pod_claims(pod_spec):
+        for claim in pod_claims(_pod_spec(obj)):
             try:
-                out.append(templates(namespace, claim.template) if claim.template else None)
+                out.append(source.template(namespace, claim.template) if claim.template else None)
             except (LookupError, ValueError) as error:
                 out.append(str(error))
     except ValueError as error:  # an entry that does not read: job_from_k8s says so
         out.append(str(error))
-    return tuple(out)
+    worth = tuple(source.worth(alternative) for spec in out if isinstance(spec, ClaimSpec)
+                  for request in spec.requests for alternative in request.alternatives)
+    return (*out, worth)  # (what the claims are worth in GPUs: a change of it is a change of the request)

@@ -184,7 +184,7 @@ class PodGangs:
         # gang key -> pod key -> node: where its pods were seen bound since it was last whole (which nodes it lost)
         self.were_on: dict[str, dict[str, str]] = {}
         self.claims = Claims()  # the DRA claims of the pods it binds: allocated before they are bound
-        self.claimed_gpus: dict[GangKey, int] = {}  # gang key -> GPUs each of its pods claimed when it was bound
+        self.claimed_gpus: dict[GangKey, float] = {}  # gang key -> GPUs each of its pods claimed when it was bound
 
     def verdict(self, state: ClusterState, key: str, now: float) -> tuple[GangView | None, Plan | None, str]:
         """A gang whose pods may have changed: ready to place (its view), or why it waits (a plan telling its pods,
@@ -215,7 +215,7 @@ class PodGangs:
                 why = f"waiting for all {size} pods of the gang to exist"
                 return None, view.wait("", why, now), f"{why} ({len(waiting)} do)"
             request = gang_request(key, waiting, extra_selector=_inside(state, list(bound.values()), waiting))
-            request = with_claims(request, waiting, state.dra.template)
+            request = with_claims(request, waiting, state.dra)
             max_runtime_of(key, waiting)  # a limit that does not read is said before the gang is bound
             if request.claims and (said := self._claims_waiting(state, view, now)) is not None:
                 return None, *said

@@ -125,7 +125,7 @@ class JobRequest:
     turn: float | None = None  # its place in the queue among equal priorities (None: `submitted`; estimates.turn)
     kind: str = TRAINING_JOB  # what the gang is (core/gang_key.py)
     claims: tuple[ClaimSpec, ...] = ()  # each identical member's ResourceClaims (DRA), in its pod's order
-    claimed_gpus: int = 0  # GPUs each identical member claims through DRA (counted like nvidia.com/gpu)
+    claimed_gpus: float = 0.0  # GPUs each identical member claims through DRA (counted like nvidia.com/gpu)
 
     @cached_property
     def key(self) -> GangKey:

@@ -5,16 +5,34 @@ the gang is placed inside one NVLink clique."""
 from __future__ import annotations
 
 from superpod.api.compute_domain import CHANNEL_CLAIM, channel_template
+from superpod.core.gang_key import GangKey
+from superpod.core.request import JobRequest
 from superpod.hardware import dra_slices
-from superpod.k8s.api import COMPUTEDOMAINS, DEVICECLASSES, NODES, PODS, RESOURCECLAIMTEMPLATES, RESOURCESLICES
+from superpod.k8s.api import (
+    COMPUTEDOMAINS,
+    DEVICECLASSES,
+    GPUQUEUES,
+    NODES,
+    PODS,
+    RESOURCECLAIMTEMPLATES,
+    RESOURCESLICES,
+    TRAININGJOBS,
+)
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 
 CLIQUE = "nvidia.com/gpu.clique"
 
 
+TRAY = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 4}}]}}
+
+
 def gb200(trays: int = 6, trays_per_rack: int = 3) -> MemoryCluster:
-    """Racks of GB200 trays (4 GPUs each, one clique a rack) that publish their slices, and the driver's classes."""
+    """Racks of GB200 trays (4 GPUs each, one clique a rack) that publish their slices, the driver's classes, and a
+    claim template `tray` of a tray's 4 GPUs."""
     c = MemoryCluster("gb200-nvl72", trays, trays_per_rack=trays_per_rack)
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                                                "metadata": {"name": "tray", "namespace": "team-a"},
+                                                "spec": {"spec": TRAY}}))
     for body in dra_slices.device_classes():
         run(c.admin.create(DEVICECLASSES, body))
     for node in c.store.items(NODES):
@@ -25,6 +43,14 @@ def gb200(trays: int = 6, trays_per_rack: int = 3) -> MemoryCluster:
 
 def nvl_job(name: str, replicas: int, **spec) -> dict:
     return training_job(name, replicas, gpus=4, topology={"required": "nvlink"}, computeDomain={}, **spec)
+
+
+def claiming_nvl_job(name: str, replicas: int) -> dict:
+    """A ComputeDomain job whose replicas claim a tray's GPUs through DRA."""
+    body = nvl_job(name, replicas)
+    body["spec"]["resources"] = {}
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "tray"}]
+    return body
 
 
 def play_the_driver(c: MemoryCluster, name: str) -> None:
@@ -43,7 +69,7 @@ def test_the_job_asks_for_its_compute_domain_waits_for_its_channel_and_is_placed
     c.submit(nvl_job("nvl", 3))
     c.settle(5)
     domain = c.store.peek(COMPUTEDOMAINS, "team-a/nvl")
-    assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == channel_template("nvl")
+    assert domain["spec"]["channel"]["resourceClaimTemplate"]["name"] == channel_template(c.job("nvl"))
     assert [o["uid"] for o in domain["metadata"]["ownerReferences"]] == [c.job("nvl")["metadata"]["uid"]]
     assert domain_creates(c) == 1, "asked once, not every cycle"
     assert c.status("nvl").get("phase") != "Invalid"
@@ -59,7 +85,8 @@ def test_the_job_asks_for_its_compute_domain_waits_for_its_channel_and_is_placed
         "nodeSelectorTerms"][0]["matchFields"][0]["values"][0] for p in pods]
     assert len(set(nodes)) == 3 and len({cliques[n] for n in nodes}) == 1, nodes
     for p in pods:
-        assert {"name": CHANNEL_CLAIM, "resourceClaimTemplateName": "nvl-channel"} in p["spec"]["resourceClaims"]
+        assert {"name": CHANNEL_CLAIM, "resourceClaimTemplateName": channel_template(c.job("nvl"))} in \
+            p["spec"]["resourceClaims"]
         assert p["spec"]["containers"][0]["resources"]["claims"] == [{"name": CHANNEL_CLAIM}]
         assert p["spec"]["schedulerName"] == "default-scheduler" and "nodeName" not in p["spec"]
     assert domain_creates(c) == 1
@@ -97,3 +124,52 @@ def test_a_template_entry_named_as_the_channel_claim_is_invalid_and_a_domain_nee
     assert c.status("loose")["phase"] == "Invalid" and "needs topology.required" in c.status("loose")["message"]
     assert c.status("plain")["phase"] == "Running"
     assert not any(p for p in c.store.items(PODS) if p["metadata"]["name"].startswith(("taken", "loose")))
+
+
+def placed_claiming_job(c: MemoryCluster, queue_limit: int = 8) -> None:
+    """A queue of `queue_limit` GPUs for team-a; job nvl (2 trays, 8 claimed GPUs) placed in it."""
+    run(c.admin.create(GPUQUEUES, {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
+                                   "spec": {"namespaces": ["team-a"], "resources": [
+                                       {"flavor": "*", "guaranteed": queue_limit, "limit": queue_limit}]}}))
+    c.submit(claiming_nvl_job("nvl", 2))
+    c.settle(3)
+    play_the_driver(c, "nvl")
+    c.settle(6)
+    assert c.status("nvl")["phase"] in ("Starting", "Running") and c.status("nvl")["admitted"]["claimedGpus"] == 4
+
+
+def test_a_placed_job_keeps_counting_its_claimed_gpus_when_its_channel_template_goes():
+    """Found by review: a tenant deleted its running job's channel template (or ComputeDomain) and touched the job's
+    labels: the job's claims no longer read, it counted 0 GPUs, and its queue let a job past its limit."""
+    c = gb200()
+    placed_claiming_job(c)
+    template = channel_template(c.job("nvl"))
+    run(c.admin.delete(RESOURCECLAIMTEMPLATES, template, "team-a"))
+    run(c.admin.patch(TRAININGJOBS, "nvl", {"metadata": {"labels": {"touched": "yes"}}}, "team-a"))
+    c.submit(training_job("plain", 1, gpus=4))
+    c.settle(4)
+    view = c.controller.reader.by_key[GangKey("team-a", "nvl")]
+    assert isinstance(view.request, JobRequest) and view.units == 4, view.request
+    assert c.status("plain").get("phase") not in ("Starting", "Running"), "the queue is full"
+
+    c.start("op-2")  # a new operator: no earlier reading of the job to keep the claims from
+    c.settle(4)
+    view = c.controller.reader.by_key[GangKey("team-a", "nvl")]
+    assert isinstance(view.request, JobRequest) and view.units == 4, "counted as admitted"
+    assert c.status("plain").get("phase") not in ("Starting", "Running")
+
+
+def test_a_job_made_again_under_its_name_gets_its_own_domain_not_the_template_left_behind():
+    c = gb200()
+    c.submit(nvl_job("nvl", 2))
+    c.settle(3)
+    play_the_driver(c, "nvl")
+    c.settle(6)
+    old = channel_template(c.job("nvl"))
+    run(c.admin.delete(TRAININGJOBS, "nvl", "team-a"))
+    run(c.admin.delete(COMPUTEDOMAINS, "nvl", "team-a"))  # (garbage collection; its template stays a while)
+    c.settle(3)
+    c.submit(nvl_job("nvl", 2))
+    c.settle(3)
+    assert channel_template(c.job("nvl")) != old and c.store.peek(RESOURCECLAIMTEMPLATES, f"team-a/{old}")
+    assert c.status("nvl")["reason"] == "ComputeDomainPending" and domain_creates(c) == 2

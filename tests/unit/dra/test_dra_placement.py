@@ -97,6 +97,16 @@ def test_a_claim_naming_a_class_that_does_not_exist_says_so():
         cause.message
 
 
+class Source:
+    """Templates by a function; a device of class gpu.nvidia.com is a GPU, of other classes none."""
+
+    def __init__(self, template) -> None:
+        self.template = template
+
+    def worth(self, request) -> float:
+        return 1.0 if request.class_name == "gpu.nvidia.com" else 0.0
+
+
 def test_a_trainingjob_claiming_gpus_counts_and_bills_them_as_gpus():
     from superpod.controller.jobs import _view
     from superpod.core.gang_key import GangKey
@@ -108,29 +118,29 @@ def test_a_trainingjob_claiming_gpus_counts_and_bills_them_as_gpus():
            "spec": {"replicas": 4, "resources": {}, "template": {"spec": {
                "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "eight"}],
                "containers": [{"name": "main", "image": "x", "resources": {"claims": [{"name": "gpus"}]}}]}}}}
-    view = _view(GangKey("ns", "llm"), job, None, lambda namespace, name: read_claim_spec(template, name))
+    view = _view(GangKey("ns", "llm"), job, None, Source(lambda namespace, name: read_claim_spec(template, name)))
     assert view.request.claimed_gpus == 8 and view.request.total_units == 32
     assert view.units == 8 and view.gang_units == 32, "its usage records bill 32 GPUs"
     assert view.holdings() == "32 GPUs"
-    missing = _view(GangKey("ns", "llm"), job, None, lambda namespace, name: (_ for _ in ()).throw(
-        LookupError(f"ResourceClaimTemplate {namespace}/{name} does not exist")))
+    missing = _view(GangKey("ns", "llm"), job, None, Source(lambda namespace, name: (_ for _ in ()).throw(
+        LookupError(f"ResourceClaimTemplate {namespace}/{name} does not exist"))))
     assert "ResourceClaimTemplate ns/eight does not exist" in str(missing.request)
 
 
 def test_gpus_are_counted_at_the_most_an_alternative_asks_and_all_of_a_gpu_class_is_refused():
     from superpod.api.claims import claims_of
     from superpod.api.resources import ConvertError
-    from superpod.core.dra.allocate import claimed_gpus
+    from superpod.core.dra.units import claimed_gpus
 
     first_available = read_claim_spec({"devices": {"requests": [{"name": "gpus", "firstAvailable": [
         {"name": "one", "deviceClassName": "gpu.nvidia.com", "count": 1},
         {"name": "eight", "deviceClassName": "gpu.nvidia.com", "count": 8}]}]}}, "t")
-    assert claimed_gpus((first_available,)) == 8
+    assert claimed_gpus((first_available,), Source(None).worth) == 8
     every = read_claim_spec({"devices": {"requests": [{"name": "gpus", "exactly": {
         "deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}}]}}, "t")
     spec = {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": "all"}]}
     try:
-        claims_of("pod ns/p", "ns", spec, "spec", lambda namespace, name: every)
+        claims_of("pod ns/p", "ns", spec, "spec", Source(lambda namespace, name: every))
         raise AssertionError("a claim for every GPU was accepted")
     except ConvertError as error:
-        assert "asks for all devices of class gpu.nvidia.com" in str(error)
+        assert "asks for all devices of class gpu.nvidia.com it selects, and they are GPUs" in str(error)

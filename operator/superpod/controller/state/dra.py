@@ -5,20 +5,22 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from superpod.core.dra.allocate import GPU_CLASS_PREFIX
 from superpod.core.dra.book import DeviceBook
 from superpod.core.dra.model import (
     ClaimSpec,
+    Device,
     DeviceClass,
     DeviceID,
     DraError,
+    Request,
     Slice,
     allocated_devices,
-    read_claim,
     read_class,
     read_slice,
     read_template,
 )
+from superpod.core.dra.selectors import Selectors
+from superpod.core.dra.units import Shape, device_units, request_units, shape
 from superpod.core.gang_key import GangKey
 
 
@@ -35,6 +37,12 @@ class DraStore:
         self.unreadable: dict[str, str] = {}  # slice or class key -> why it is left out
         self.generation = 0
         self.template_edits = 0  # bumped on every stored or deleted ResourceClaimTemplate
+        self.device_edits = 0  # bumped on every stored or deleted slice or class
+        self._shapes: dict[str, dict[Shape, Device]] = {}  # slice key -> a device of each shape it holds
+        self._worth_of: tuple[int, dict] = (-1, {})  # (device_edits, (class, selectors) -> request_units)
+        self._representatives: list[Device] = []  # a device of each shape the slices hold
+        self._selectors = Selectors()
+        self._worth: tuple[int, dict[DeviceID, float]] = (-1, {})  # (device_edits, device -> GPUs it is)
         self._taken: set[DeviceID] | None = None
         self._by_pod: dict[str, list[dict]] | None = None
 
@@ -45,6 +53,29 @@ class DraStore:
         """Devices, classes or what the claims hold changed: a book built before no longer stands."""
         self.generation += 1
         self._taken = self._by_pod = None
+
+    def devices_changed(self) -> None:
+        """A slice or a class stored or gone: what a class's devices are worth may have changed too."""
+        self.device_edits += 1
+        self.changed()
+
+    def worth(self, request: Request) -> float:
+        """GPUs one device given to `request` is, at most (core/dra/units.request_units over a device of each shape
+        the slices hold), kept until a slice or a class changes."""
+        if self._worth_of[0] != self.device_edits:
+            self._representatives = list({key: device for shapes in self._shapes.values()
+                                          for key, device in shapes.items()}.values())
+            self._worth_of = (self.device_edits, {})
+        memo = self._worth_of[1]
+        key = (request.class_name, request.selectors)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = request_units(request, self.classes, self._representatives, self._selectors)
+        return found
+
+    def reading_edits(self) -> int:
+        """Moves when what claims are read against may have changed: a template, a slice or a class."""
+        return self.template_edits + self.device_edits
 
     def claim_edits(self) -> None:
         """A claim changed but not what it holds (its owners, its reservation): only the index by pod is stale."""
@@ -65,18 +96,14 @@ class DraStore:
         owned = self.owned_by(pod_uid)
         return len(owned) >= count and all((c.get("status") or {}).get("allocation") for c in owned)
 
-    def gpus_of(self, pod_uids: Iterable[str]) -> int:
-        """GPUs the pods' own claims hold: devices allocated for requests of a `gpu.*` class."""
-        count = 0
-        for claim in (claim for uid in pod_uids for claim in self.owned_by(uid)):
-            try:
-                classes = {alternative.name: alternative.class_name for request in read_claim(claim).requests
-                           for alternative in request.alternatives}
-            except DraError:
-                continue  # (the API server would not have it)
-            results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
-            count += sum(classes.get(r.get("request"), "").startswith(GPU_CLASS_PREFIX) for r in results or ())
-        return count
+    def gpus_of(self, pod_uids: Iterable[str]) -> float:
+        """GPUs the pods' own claims hold: what the devices allocated to them are (core/dra/units.device_units)."""
+        at, worth = self._worth
+        if at != self.device_edits:
+            worth = {device.id: device_units(device) for s in self.slices.values() for device in s.devices}
+            self._worth = (self.device_edits, worth)
+        held = allocated_devices(claim for uid in pod_uids for claim in self.owned_by(uid))
+        return sum(worth.get(device, 0.0) for device in held)
 
     def devices_of(self, pod_uids: Iterable[str]) -> frozenset[DeviceID]:
         """The devices the pods' own claims hold: what evicting them frees."""
@@ -127,14 +154,15 @@ class _KindStore:
         else:
             try:
                 if self.plural == "resourceslices":
-                    dra.slices[key] = read_slice(obj)
+                    read = dra.slices[key] = read_slice(obj)
+                    dra._shapes[key] = {shape(device): device for device in read.devices}
                 else:
                     dra.classes[key] = read_class(obj)
                 dra.unreadable.pop(key, None)
             except DraError as error:
                 self._drop(key)
                 dra.unreadable[key] = str(error)
-            dra.changed()
+            dra.devices_changed()
 
     def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
         dra = self.dra
@@ -146,7 +174,7 @@ class _KindStore:
         else:
             self._drop(key)
             dra.unreadable.pop(key, None)
-            dra.changed()
+            dra.devices_changed()
 
     def _claim_changed(self, before: dict | None, after: dict | None) -> None:
         """A claim stored or gone: the book stands unless what it holds changed (a tenant's churn of claims that
@@ -160,6 +188,8 @@ class _KindStore:
 
     def _drop(self, key: str) -> None:
         dra = self.dra
+        if self.plural == "resourceslices":
+            dra._shapes.pop(key, None)
         {"resourceslices": dra.slices, "deviceclasses": dra.classes, "resourceclaims": dra.claims,
          "resourceclaimtemplates": dra.templates}[self.plural].pop(key, None)
 

@@ -573,28 +573,6 @@ def _node_selector(pools: Iterable[Pool], node_name: str) -> dict | None:
     return {"nodeSelectorTerms": [term]} if term else None
 
 
-GPU_CLASS_PREFIX = "gpu."  # a DeviceClass named gpu.<driver domain> hands out whole GPUs (gpu.nvidia.com)
-
-
-def claimed_gpus(claims: tuple[ClaimSpec, ...]) -> int:
-    """Whole GPUs one pod's claims may take, as queues and bills count nvidia.com/gpu: of each request, the most any
-    of its alternatives of a GPU class asks (a claim for all of a class's devices is refused where it is read)."""
-    return sum(max((alternative.count for alternative in request.alternatives
-                    if alternative.class_name.startswith(GPU_CLASS_PREFIX)), default=0)
-               for claim in claims for request in claim.requests)
-
-
-def uncounted(claims: tuple[ClaimSpec, ...]) -> str:
-    """Why these claims cannot be counted in GPUs ("" when they can): all of a GPU class's devices."""
-    for claim in claims:
-        for request in claim.requests:
-            for alternative in request.alternatives:
-                if alternative.mode == ALL and alternative.class_name.startswith(GPU_CLASS_PREFIX):
-                    return (f"request {alternative.name} asks for all devices of class {alternative.class_name}: "
-                            "ask for an exact count, so queues and bills can count the GPUs")
-    return ""
-
-
 def describe(claims: tuple[ClaimSpec, ...]) -> str:
     """What one pod's claims ask for, in words: "8 devices of class gpu.nvidia.com matching ..."."""
     parts = []
