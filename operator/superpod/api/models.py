@@ -370,7 +370,7 @@ class QueueResource(_Spec):
     flavor: str = Field(
         min_length=1, max_length=128,
         description="What this counts: a GPU product (nvidia.com/gpu.product value), a MIG profile (e.g. 1g.10gb), "
-        "or * for any GPU.",
+        "a DeviceClass its jobs' DRA claims name (e.g. gpu.nvidia.com), or * for any GPU.",
     )
     guaranteed: float = Field(0, ge=0, description="GPUs this queue gets whenever it has demand.")
     limit: float | None = Field(None, ge=0, description="Hard cap including borrowed GPUs (absent: no cap).")

@@ -86,7 +86,8 @@ class QueueBook:
             past[attempt.queue] += gpu_seconds(attempt.runs, attempt.units, now)
         flavors = {quota.flavor for queue in tree.queues.values() for quota in queue.quotas}
         usage = Usage(tree.running(placed()), past, spent, renews)
-        fair = FairQueues(tree, usage, capacity(snap.nodes, flavors), inner, snap.largest)
+        devices = self.state.dra.node_units if self.state.dra.slices else None
+        fair = FairQueues(tree, usage, capacity(snap.nodes, flavors, devices), inner, snap.largest)
         for name, queue in tree.queues.items():
             if queue.budget and queue.budget.on_exhausted == HOLD_AND_DRAIN and fair.exhausted(name) == name:
                 self.draining.update(tree.leaves[name])

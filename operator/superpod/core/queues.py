@@ -1,9 +1,10 @@
 """Tenant queues (GPUQueue) as a QueuePolicy on the core cycle: guarantees, limits, lending, borrowing, weighted
 fair share of the surplus, GPU-hour budgets. Pure: usage, capacity and time are passed in.
 
-A *flavor* is what a quota counts: a GPU product (an `nvidia.com/gpu.product` value), a MIG profile (`1g.10gb`), or
-"*" (any GPU). A job counts against the first of its queue's flavors that names its MIG profile or its GPU product,
-else against "*"; in GPU units (a MIG slice is g/7 of a GPU, as billed). Queues form a tree; only leaves take jobs;
+A *flavor* is what a quota counts: a GPU product (an `nvidia.com/gpu.product` value), a MIG profile (`1g.10gb`), a
+DeviceClass (DRA), or "*" (any GPU). A job counts against the first of its queue's flavors that names its MIG
+profile, its GPU product or a class its claims name, else against "*"; in GPU units (a MIG slice is g/7 of a GPU, as
+billed). Queues form a tree; only leaves take jobs;
 usage and limits count at every level, guarantees at the leaf (a child's guarantees never exceed its parent's).
 
 Admission (`admit`, on the usage at the start of the cycle plus what the cycle placed so far):
@@ -20,7 +21,7 @@ does not keep off other queues' reservations (`blocking`): one tenant's giant ga
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -168,7 +169,7 @@ class QueueTree:
     def flavor(self, name: str, job: JobRequest) -> str | None:
         """The flavor of the queue's quotas the job counts against, or None if it has none for this job."""
         flavors = [q.flavor for q in self.queues[name].quotas]
-        for wanted in (job.mig_profile, job.gpu_product, ANY):
+        for wanted in (job.mig_profile, job.gpu_product, *job.claim_classes, ANY):
             if wanted in flavors:
                 return wanted
         return None
@@ -209,19 +210,28 @@ def _problem(queue: Queue, given: dict[str, Queue]) -> str | None:
     return None
 
 
-def capacity(nodes: Iterable[Node], flavors: Iterable[str]) -> dict[str, float]:
+def capacity(nodes: Iterable[Node], flavors: Iterable[str],
+             devices: Callable[[str], dict[str, float]] | None = None) -> dict[str, float]:
     """GPU units per flavor on the nodes that take pods now (ready, not cordoned, not held): "*" every GPU, a product
-    its nodes' GPUs, a MIG profile its slices."""
+    its nodes' GPUs, a MIG profile its slices, a DeviceClass the GPUs its devices are. `devices(node)`: the GPUs the
+    node publishes through DRA, in all ("*") and per class (core/dra/units.py); a node's GPUs are the more of those
+    and its nvidia.com/gpu (a driver may serve one through the other)."""
     nodes = [node for node in nodes if node.ready and not node.unschedulable and not node.held]
+    published = {node.name: devices(node.name) for node in nodes} if devices is not None else {}
+
+    def gpus(node: Node) -> float:
+        return max(float(node.allocatable.get(GPU, 0)), published.get(node.name, {}).get(ANY, 0.0))
     out = {}
     for flavor in set(flavors):
         if flavor == ANY:
-            out[flavor] = float(sum(n.allocatable.get(GPU, 0) for n in nodes))
+            out[flavor] = sum(gpus(n) for n in nodes)
         elif "g." in flavor and flavor[0].isdigit():
             slices = sum(n.allocatable.get(MIG_PREFIX + flavor, 0) for n in nodes)
             out[flavor] = gpu_units([(MIG_PREFIX + flavor, slices)])
+        elif any(flavor in units for units in published.values()):
+            out[flavor] = sum(units.get(flavor, 0.0) for units in published.values())
         else:
-            out[flavor] = float(sum(n.allocatable.get(GPU, 0) for n in nodes if n.labels.get(PRODUCT_LABEL) == flavor))
+            out[flavor] = sum(gpus(n) for n in nodes if n.labels.get(PRODUCT_LABEL) == flavor)
     return out
 
 

@@ -176,6 +176,12 @@ class JobRequest:
         return replace(self, replicas=self.size, requests=tuple(sorted(largest.items())), others=())
 
     @property
+    def claim_classes(self) -> tuple[str, ...]:
+        """The DeviceClasses its claims name, in order (a queue's flavor may be one)."""
+        return tuple(dict.fromkeys(alternative.class_name for claim in self.claims for request in claim.requests
+                                   for alternative in request.alternatives))
+
+    @property
     def mig_profile(self) -> str | None:
         """The MIG profile of the slice each replica asks for (e.g. 3g.40gb), or None for whole GPUs."""
         return next((r[len(MIG_PREFIX):] for r, q in self.requests if r.startswith(MIG_PREFIX) and q), None)

@@ -3,6 +3,7 @@ ResourceClaimTemplates, kept read (core/dra/model) as they come, so a cycle's De
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable, Iterable
 
 from superpod.core.dra.book import DeviceBook
@@ -20,8 +21,9 @@ from superpod.core.dra.model import (
     read_template,
 )
 from superpod.core.dra.selectors import Selectors
-from superpod.core.dra.units import Shape, device_units, request_units, shape
+from superpod.core.dra.units import Shape, device_units, request_units, selects, shape
 from superpod.core.gang_key import GangKey
+from superpod.core.queues import ANY
 
 
 class DraStore:
@@ -39,6 +41,8 @@ class DraStore:
         self.template_edits = 0  # bumped on every stored or deleted ResourceClaimTemplate
         self.device_edits = 0  # bumped on every stored or deleted slice or class
         self._shapes: dict[str, dict[Shape, Device]] = {}  # slice key -> a device of each shape it holds
+        self._shape_counts: dict[str, tuple[str, Counter]] = {}  # slice key -> (its node, devices per shape)
+        self._node_units: tuple[int, dict[str, dict[str, float]]] = (-1, {})  # (device_edits, node -> GPUs)
         self._worth_of: tuple[int, dict] = (-1, {})  # (device_edits, (class, selectors) -> request_units)
         self._representatives: list[Device] = []  # a device of each shape the slices hold
         self._selectors = Selectors()
@@ -72,6 +76,30 @@ class DraStore:
         if found is None:
             found = memo[key] = request_units(request, self.classes, self._representatives, self._selectors)
         return found
+
+    def node_units(self, node: str) -> dict[str, float]:
+        """The GPUs `node`'s own devices are (core/dra/units.device_units): in all ("*") and per DeviceClass that
+        selects them; what queues count as capacity. Counted by device shape, again after a slice or class changes."""
+        if self._node_units[0] != self.device_edits:
+            self._node_units = (self.device_edits, self._count_node_units())
+        return self._node_units[1].get(node, {})
+
+    def _count_node_units(self) -> dict[str, dict[str, float]]:
+        representatives = {key: device for shapes in self._shapes.values() for key, device in shapes.items()}
+        worth = {key: device_units(device) for key, device in representatives.items()}
+        classes = {key: [name for name, device_class in self.classes.items()
+                         if selects(self._selectors, device_class.selectors, device)]
+                   for key, device in representatives.items() if worth[key]}
+        out: dict[str, dict[str, float]] = {}
+        for node, counts in self._shape_counts.values():
+            if not node:
+                continue  # devices of no one node (network-attached): no node's capacity
+            units = out.setdefault(node, {})
+            for key, count in counts.items():
+                if worth[key]:
+                    for name in (ANY, *classes[key]):
+                        units[name] = units.get(name, 0.0) + count * worth[key]
+        return out
 
     def reading_edits(self) -> int:
         """Moves when what claims are read against may have changed: a template, a slice or a class."""
@@ -156,6 +184,7 @@ class _KindStore:
                 if self.plural == "resourceslices":
                     read = dra.slices[key] = read_slice(obj)
                     dra._shapes[key] = {shape(device): device for device in read.devices}
+                    dra._shape_counts[key] = (read.node_name, Counter(shape(device) for device in read.devices))
                 else:
                     dra.classes[key] = read_class(obj)
                 dra.unreadable.pop(key, None)
@@ -190,6 +219,7 @@ class _KindStore:
         dra = self.dra
         if self.plural == "resourceslices":
             dra._shapes.pop(key, None)
+            dra._shape_counts.pop(key, None)
         {"resourceslices": dra.slices, "deviceclasses": dra.classes, "resourceclaims": dra.claims,
          "resourceclaimtemplates": dra.templates}[self.plural].pop(key, None)
 

@@ -42,7 +42,7 @@ def request_units(request: Request, classes: Mapping[str, DeviceClass], devices:
     if device_class is None:
         return 0.0  # nothing can be allocated for it
     expressions = (*device_class.selectors, *request.selectors)
-    return max((units for device in devices if (units := device_units(device)) and _selects(
+    return max((units for device in devices if (units := device_units(device)) and selects(
         selectors, expressions, device)), default=0.0)
 
 
@@ -68,7 +68,8 @@ def uncounted(claims: tuple[ClaimSpec, ...], worth: Worth) -> str:
     return ""
 
 
-def _selects(selectors: Selectors, expressions: tuple[str, ...], device: Device) -> bool:
+def selects(selectors: Selectors, expressions: tuple[str, ...], device: Device) -> bool:
+    """Whether every expression selects `device` (one that fails to evaluate does not)."""
     try:
         return selectors.all_match(expressions, device)
     except SelectorError:

@@ -1,0 +1,63 @@
+"""GPUQueues over GPUs published through DRA: the capacity a spot job may borrow from counts the nodes' devices (a
+DRA-only node advertises no nvidia.com/gpu), and a queue's flavor may name a DeviceClass."""
+
+from __future__ import annotations
+
+from superpod.hardware import dra_slices
+from superpod.k8s.api import DEVICECLASSES, GPUQUEUES, NODES, RESOURCECLAIMTEMPLATES, RESOURCESLICES
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
+
+EIGHT = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8}}]}}
+
+
+def dra_only(nodes: int = 4) -> MemoryCluster:
+    """H100 nodes whose GPUs only DRA hands out (no nvidia.com/gpu in their allocatable), a template of 8 GPUs."""
+    c = MemoryCluster(nodes=nodes, nodes_per_unit=nodes)
+    for node in c.store.items(NODES):
+        c.update_node(node["metadata"]["name"], lambda n: [n["status"][k].pop("nvidia.com/gpu")
+                                                           for k in ("allocatable", "capacity")])
+        for body in dra_slices.node_slices(node):
+            run(c.admin.create(RESOURCESLICES, body))
+    for body in dra_slices.device_classes():
+        run(c.admin.create(DEVICECLASSES, body))
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                                                "metadata": {"name": "eight", "namespace": "team-a"},
+                                                "spec": {"spec": EIGHT}}))
+    return c
+
+
+def queue(name: str, namespace: str, flavor: str, guaranteed: float, limit: float | None = None) -> dict:
+    resource = {"flavor": flavor, "guaranteed": guaranteed, **({"limit": limit} if limit is not None else {})}
+    return {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": name},
+            "spec": {"namespaces": [namespace], "resources": [resource]}}
+
+
+def claiming(name: str, replicas: int) -> dict:
+    body = training_job(name, replicas, gpus=None)
+    body["spec"]["resources"] = {}
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "eight"}]
+    return body
+
+
+def test_a_spot_job_borrows_gpus_that_only_dra_publishes():
+    """Found on the way: capacity counted nvidia.com/gpu alone, so on nodes whose GPUs only DRA hands out there was
+    nothing to borrow and a spot job beyond its guarantee waited forever."""
+    c = dra_only()
+    run(c.admin.create(GPUQUEUES, queue("a", "team-a", "*", 0)))
+    c.submit(claiming("spot", 2))
+    c.settle(8)
+    assert c.status("spot").get("phase") == "Starting", c.status("spot")
+    flavors = c.store.peek(GPUQUEUES, "a")["status"]["flavors"]
+    assert [(f["flavor"], f["allocated"]) for f in flavors] == [("*", 16)]
+
+
+def test_a_queue_flavor_may_name_a_device_class():
+    c = dra_only()
+    run(c.admin.create(GPUQUEUES, queue("a", "team-a", "gpu.nvidia.com", 16, 16)))
+    c.submit(claiming("first", 2))
+    c.submit(claiming("second", 1))
+    c.settle(8)
+    assert c.status("first").get("phase") == "Starting", c.status("first")
+    assert c.status("second").get("phase") == "Queued" and c.status("second")["reason"] == "QueueAtLimit"
+    flavors = c.store.peek(GPUQUEUES, "a")["status"]["flavors"]
+    assert [(f["flavor"], f["allocated"]) for f in flavors] == [("gpu.nvidia.com", 16)]
