@@ -1,7 +1,9 @@
 """`superpod plan -f dump.yaml`: what would one scheduling cycle do with this cluster dump? Prints JSON.
 
 Input: a Kubernetes List or multi-document YAML with Nodes, Pods, at most one ClusterTopology (else: nodes only) and
-TrainingJobs, as `kubectl get nodes,pods,clustertopologies,trainingjobs -A -o yaml` prints. Bound non-terminal pods
+TrainingJobs, as `kubectl get nodes,pods,clustertopologies,trainingjobs -A -o yaml` prints; and, where GPUs are
+claimed through DRA, ResourceSlices, DeviceClasses, ResourceClaims and ResourceClaimTemplates (the jobs' claims are
+placed by the devices, as the operator places them). Bound non-terminal pods
 take capacity; TrainingJobs without a phase or in phase Queued, Pending or Invalid are planned, in scheduling order,
 by the operator's own cycle. Running TrainingJobs (with their pods) are the candidates for preemption: a job that
 needs victims is `"placed": false`, its `reason` names them and `preempts` lists them.
@@ -20,12 +22,14 @@ from superpod.api.convert import ConvertError, describe, job_from_k8s, node_from
 from superpod.api.dumps import items_of, read_input
 from superpod.controller.controller import Controller
 from superpod.controller.job_status import NO_DETAILS, cause_details, reference
+from superpod.controller.jobs import without_claims
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import PriorityFifo
 from superpod.core.phases import PENDING, Phase, Reason
-from superpod.k8s.api import CLUSTERTOPOLOGIES, NODES, PODS, SERVICES, TRAININGJOBS, object_key
+from superpod.core.request import JobRequest
+from superpod.k8s.api import CLUSTERTOPOLOGIES, DRA, NODES, PODS, SERVICES, TRAININGJOBS, object_key
 
-KINDS = {kind.kind: kind for kind in (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES)}
+KINDS = {kind.kind: kind for kind in (NODES, PODS, SERVICES, TRAININGJOBS, CLUSTERTOPOLOGIES, *DRA)}
 
 
 def plan_objects(objs: list[dict], now: float | None = None) -> dict:
@@ -33,7 +37,7 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
     objects; nothing is written); raises ConvertError on malformed input."""
     state = ClusterState()
     seen: set[tuple[str, str]] = set()
-    jobs = []
+    job_objs = []
     for o in objs:
         if not isinstance(o, dict):
             raise ConvertError(describe(o), "<root>", "expected a mapping")
@@ -45,7 +49,7 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
         if kind is NODES:
             node_from_k8s(o)  # malformed input is an error here, not a node left out
         elif kind is TRAININGJOBS:
-            jobs.append(job_from_k8s(o))
+            job_objs.append(o)
         elif kind is CLUSTERTOPOLOGIES:
             topology_from_k8s(o)
         name = object_key(o) if isinstance(o.get("metadata"), dict) and o["metadata"].get("name") else ""
@@ -56,6 +60,8 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
     if len(state.topologies) > 1:
         names = ", ".join(sorted(state.topologies))
         raise ConvertError(f"ClusterTopology {names}", "metadata.name", "more than one ClusterTopology; keep one")
+    read = [_request(o, state) for o in job_objs]
+    jobs, unread = [job for job, _ in read], {job.key: why for job, why in read if why}
     controller = Controller(state, api=None, leading=lambda: False)
     controller.plan(time.time() if now is None else now)
     decided = {d.job.key: d for d in controller.decisions}
@@ -66,14 +72,28 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
             continue
         d = decided.get(job.key)
         assign = d.placement.assignments if d and d.placement else {}
-        reason = d.reason if d else controller.invalid.get(job.key) or controller.held_back.get(job.key)
-        code = d.cause.code if d and d.cause else Reason.INVALID if job.key in controller.invalid else None
+        reason = d.reason if d else unread.get(job.key) or controller.invalid.get(job.key) or \
+            controller.held_back.get(job.key)
+        code = d.cause.code if d and d.cause else Reason.INVALID if job.key in controller.invalid.keys() | unread else \
+            None
         preempts = [reference(key) for key in d.preempts] if d else []
         out.append({"namespace": job.namespace, "name": job.name, "placed": bool(assign),
                     "assignments": {k: assign[k] for k in sorted(assign)}, "reason": None if assign else reason,
                     "code": None if assign else code, "preempts": preempts,
                     **(cause_details(d) if d and not assign else NO_DETAILS)})
     return {"jobs": out}
+
+
+def _request(obj: dict, state: ClusterState) -> tuple[JobRequest, str]:
+    """A job's request (to order the jobs by), and why its claims do not read ("" when they do: such a job is ordered
+    without them). Raises ConvertError on a malformed job."""
+    try:
+        return job_from_k8s(obj, state.dra), ""
+    except ConvertError as error:
+        request = without_claims(obj, obj.get("status") or {}, error)
+        if isinstance(request, ConvertError):
+            raise request from None
+        return request, str(error)
 
 
 def plan_text(text: str) -> dict:

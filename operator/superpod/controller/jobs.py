@@ -254,7 +254,7 @@ def _view(key: GangKey, obj: dict, previous: JobView | None = None, source: Clai
         read, source = previous.templates, _Kept(previous, source)
     parsed = _parsed(obj, raw, previous, source, read)
     if isinstance(parsed, ConvertError) and raw.get("phase") in ACTIVE and claims_in(obj):
-        parsed = _without_claims(obj, raw, parsed)
+        parsed = without_claims(obj, raw, parsed)
     same = previous is not None and parsed is previous.parsed
     admitted = _admission(raw)
     if same and admitted == _admission(previous.raw):
@@ -284,9 +284,9 @@ class _Kept:
         return self.source.worth(request) if self.source is not None else 0.0
 
 
-def _without_claims(obj: dict, raw: dict, error: ConvertError) -> JobRequest | ConvertError:
-    """A placed job whose claims no longer read (a template deleted since it was placed, and the operator started
-    since): its request without them, counted at the GPUs it claimed when admitted (status.admitted)."""
+def without_claims(obj: dict, raw: dict, error: ConvertError) -> JobRequest | ConvertError:
+    """The request of a job whose claims do not read, without them (`error` when it does not read even so): a placed
+    job whose template was deleted since, counted at the GPUs it claimed when admitted (status.admitted)."""
     spec = {k: v for k, v in obj["spec"].items() if k != "computeDomain"}
     template = spec.get("template")
     if isinstance(template, dict) and isinstance(template.get("spec"), dict):

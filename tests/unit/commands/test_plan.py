@@ -151,3 +151,34 @@ def test_plan_names_the_running_gangs_a_job_would_preempt():
     assert urgent["preempts"] == [{"kind": "TrainingJob", "namespace": "team-a", "name": "low"}]
     assert urgent["reason"].startswith("preempting team-a/low (priority 0) to start on nodes ")
     assert urgent["code"] == "Preempting" and urgent["reservation"]["nodeCount"] == 2
+
+
+def claiming_job(name: str, replicas: int, template: str, minute: int = 0) -> dict:
+    job = trainingjob(name, replicas, 0, minute=minute, required="leaf")
+    job["spec"]["resources"] = {}
+    job["spec"]["template"] = {"spec": {"resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": template}],
+                                        "containers": [{"name": "main", "image": "trainer",
+                                                        "resources": {"claims": [{"name": "gpus"}]}}]}}
+    return job
+
+
+def test_a_dump_with_dra_objects_places_claims_by_the_devices_and_says_why_not():
+    from superpod.hardware import dra_slices
+
+    nodes = ready(preset_nodes("dgx-h100", nodes=4, nodes_per_unit=2))
+    slices = [body for node in nodes for body in dra_slices.node_slices(node)]
+
+    def template(name: str, product: str) -> dict:
+        selector = {"cel": {"expression": f"device.attributes['gpu.nvidia.com'].productName == '{product}'"}}
+        return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                "metadata": {"name": name, "namespace": "team-a"}, "spec": {"spec": {"devices": {"requests": [
+                    {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8,
+                                                 "selectors": [selector]}}]}}}}
+    objs = [*nodes, TOPOLOGY, *slices, *dra_slices.device_classes(), template("h100", "NVIDIA H100 80GB HBM3"),
+            template("b200", "NVIDIA B200"), claiming_job("fits", 2, "h100"),
+            claiming_job("b200", 1, "b200", minute=1), claiming_job("missing", 1, "nope", minute=2)]
+    jobs = {j["name"]: j for j in plan_objects(objs, now=0)["jobs"]}
+    assert jobs["fits"]["placed"] and len(jobs["fits"]["assignments"]) == 2
+    assert not jobs["b200"]["placed"] and "claiming 8 devices of class gpu.nvidia.com" in jobs["b200"]["reason"]
+    assert not jobs["missing"]["placed"] and "ResourceClaimTemplate team-a/nope does not exist" in \
+        jobs["missing"]["reason"] and jobs["missing"]["code"] == "Invalid"
