@@ -21,7 +21,7 @@ pod that ran, when it ends."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from superpod.api.convert import pod_usage_name, usage_name, usage_object
 from superpod.controller.actions import Plan, RecordUsage
@@ -49,6 +49,7 @@ class PodBill:
     settled: bool = True  # False: `since` may still move (a deleted job's record is not written yet)
     request: JobRequest | None = None  # another scheduler's (or spec.nodeName's) pod: what it counts in its queue's
     # allocation
+    claimed: float = 0.0  # GPUs its DRA claims held, the most seen (PodBills.claimed)
 
     @property
     def run(self) -> Run:
@@ -57,7 +58,7 @@ class PodBill:
 
     @property
     def units(self) -> float:
-        return self.pod.gpus.units if self.pod.gpus else 0.0
+        return (self.pod.gpus.units if self.pod.gpus else 0.0) + self.claimed
 
     def seconds(self, now: float) -> float:
         return self.units * self.run.seconds(now)
@@ -114,6 +115,7 @@ class PodBills:
         self._opens: dict[str, Open] = {}  # pod uid -> its usage for the queues, of the live and ended bills
         self._queues: tuple | None = None  # the queues in force the live bills were made under
         self._plans: dict[str, str] = {}  # plan key -> pod uid, of the records planned last
+        self._claimed: dict[str, float] = {}  # pod uid -> the most GPUs its DRA claims were seen to hold
 
     def update(self, state: ClusterState, reader: JobReader, gangs: PodGangs, pending: bool) -> None:
         """Bring the bills up to date with the cache: the billable pods that changed (all of them when the queues
@@ -137,6 +139,8 @@ class PodBills:
             self._again.discard(key)
             info = state.billable.get(key)
             bill, again = bill_of(state, reader, self.book, gang_request, pending, info) if info else (None, False)
+            if bill is not None and bill.pod.gpus and bill.pod.gpus.claims:
+                bill, again = self.claimed(state, bill), True  # (its claims' allocations change, not the pod)
             if again:
                 self._again.add(key)
             old = self.live.pop(key, None)
@@ -154,6 +158,8 @@ class PodBills:
             self._change(uid, None)
         for uid, info in list(state.unbilled.items()):
             bill, again = bill_of(state, reader, self.book, gang_request, pending, info)
+            if bill is not None and bill.pod.gpus and bill.pod.gpus.claims:
+                bill = self.claimed(state, bill)
             if (bill is None and not again) or (bill is not None and bill.nothing_due):  # its attempt bills it,
                 del state.unbilled[uid]  # no queue takes it, or nothing is left to bill
                 self.ended.pop(uid, None)
@@ -161,6 +167,17 @@ class PodBills:
             elif bill is not None and self.ended.get(uid) != bill:
                 self.ended[uid] = bill
                 self._change(uid, bill)
+        if self._claimed:  # (of the pods billed no more)
+            for uid in self._claimed.keys() - {bill.pod.uid for bill in self.live.values()} - self.ended.keys():
+                del self._claimed[uid]
+
+    def claimed(self, state: ClusterState, bill: PodBill) -> PodBill:
+        """`bill` with the GPUs its pod's DRA claims hold, the most seen while it lived: a claim may be released
+        before the pod's record is written, never billed less for that."""
+        uid = bill.pod.uid
+        held = self._claimed[uid] = max(self._claimed.get(uid, 0.0), state.dra.gpus_of([uid]))
+        request = replace(bill.request, claimed_gpus=held) if bill.request is not None else None
+        return replace(bill, claimed=held, request=request)
 
     def _change(self, uid: str, bill: PodBill | None) -> None:
         self.changed[uid] = bill

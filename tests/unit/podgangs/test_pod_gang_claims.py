@@ -7,6 +7,8 @@ from __future__ import annotations
 from superpod.hardware import dra_slices
 from superpod.k8s.api import (
     DEVICECLASSES,
+    GPUQUEUES,
+    GPUUSAGES,
     NODES,
     PODS,
     RESOURCECLAIMS,
@@ -52,7 +54,8 @@ def create_claiming(c: MemoryCluster, *bodies: dict) -> None:
         run(c.admin.create(RESOURCECLAIMS, {
             "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
             "metadata": {"name": f"{name}-gpus", "namespace": "team-a",
-                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": "x"}]},
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": c.store.peek(
+                             PODS, f"team-a/{name}")["metadata"]["uid"]}]},
             "spec": CLAIM_SPEC}))
         run(c.admin.patch_status(PODS, name, {"status": {"resourceClaimStatuses": [
             {"name": "gpus", "resourceClaimName": f"{name}-gpus"}]}}, "team-a"))
@@ -196,3 +199,23 @@ def test_a_bound_gang_counts_the_gpus_its_claims_hold():
     assert placed.total_units == 16, placed
     gpus = sum(len(devices(c, f"q-{i}")) for i in range(2))
     assert gpus == 16
+
+
+def test_a_pod_gang_is_billed_for_the_gpus_its_claims_hold():
+    """Found by review: a pod that asks for no nvidia.com/gpu and claims its GPUs through DRA was never billed (no
+    GPUUsage record), nor counted in its queue's budget."""
+    c = dra_cluster(4)
+    queue = {"namespaces": ["team-a"], "resources": [{"flavor": "*", "guaranteed": 32}]}
+    run(c.admin.create(GPUQUEUES, {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
+                                   "spec": queue}))
+    create_claiming(c, *[claiming(f"b-{i}", "b", 2, i) for i in range(2)])
+    c.settle(4)
+    assert all(devices(c, f"b-{i}") for i in range(2)), "the dangerous moment: its claims hold devices"
+    c.settle(1, seconds=600)
+    for i in range(2):
+        c.kubelet.finish(f"team-a/b-{i}", 0)
+    c.settle(4)
+    records = sorted((r["spec"]["pod"], r["spec"]["gpus"], round(r["spec"]["gpuSeconds"]))
+                     for r in c.store.objects.get(GPUUSAGES, {}).values())
+    assert [(pod_name, gpus) for pod_name, gpus, _ in records] == [("b-0", 8), ("b-1", 8)], records
+    assert all(seconds >= 8 * 600 for _, _, seconds in records)

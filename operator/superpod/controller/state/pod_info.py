@@ -30,6 +30,7 @@ class PodGpus:
     product: str | None  # the GPU product its nodeSelector asks for
     queue: str | None  # its superpod.dev/queue label
     job: str | None  # its superpod.dev/job-name label: a TrainingJob's pod, owned or orphaned
+    claims: bool = False  # it claims devices through DRA: what they are worth is read from its claims (podbills.py)
 
 
 @dataclass(frozen=True)
@@ -88,8 +89,8 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None =
 
 
 def _gpus(obj: dict, holds: Pod | None, phase: str, labels: dict, replica: bool) -> PodGpus | None:
-    """What billing reads of a bound pod that asks for GPUs (None: unbound, or no GPUs). `replica`: it is named as
-    its labels say a TrainingJob's replica is (else its job-name label is not read)."""
+    """What billing reads of a bound pod that asks for GPUs or claims devices (None: unbound, or neither).
+    `replica`: it is named as its labels say a TrainingJob's replica is (else its job-name label is not read)."""
     spec = obj.get("spec") or {}
     if holds is not None:
         requests = holds.requests
@@ -100,13 +101,13 @@ def _gpus(obj: dict, holds: Pod | None, phase: str, labels: dict, replica: bool)
             return None
     else:
         return None
-    units = gpu_units(requests)
-    if not units:
+    units, claims = gpu_units(requests), bool(spec.get("resourceClaims"))
+    if not units and not claims:
         return None
     selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
     product = selector.get(PRODUCT_LABEL)
     return PodGpus(units, requests, str(product) if product is not None else None, labels.get(QUEUE_LABEL) or None,
-                   (labels.get(JOB_LABEL) or None) if replica else None)
+                   (labels.get(JOB_LABEL) or None) if replica else None, claims)
 
 
 def removed_run(pod: PodInfo, obj: dict | None, now: float) -> Run:
