@@ -1,7 +1,9 @@
 """Placement with DRA devices beside the same cluster with extended resources: dgx-h100 nodes publishing their eight
 GPUs as NVIDIA-style ResourceSlices (claims of 8 GPUs by productName per pod) or as nvidia.com/gpu (8 per pod).
 Prints, per cluster size, the medians over --repeats of: building the device book from the slices, one placement of
-a 16-pod gang on the empty cluster, and a cycle that places and books --gangs such gangs one after another.
+a 16-pod gang on the empty cluster, and a cycle that places and books --gangs such gangs one after another. Then,
+for DRA, what the cache pays to count GPUs (core/dra/units.py): storing every slice (read, device shapes), counting
+each node's GPUs for the queues' capacity once after the slices changed, and what the claim is worth.
 
     .venv/bin/python bench/bench_dra_placement.py [--nodes 1000,10000] [--gangs 40] [--repeats 3]"""
 
@@ -74,6 +76,26 @@ def run(nodes, slice_objs, labels, dra: bool, gangs: int) -> tuple[float, float,
     return booked - start, placed_once - start_place, done - start_place
 
 
+def counting(slice_objs) -> tuple[float, float, float]:
+    """(seconds to store every slice in a DraStore, to count each node's GPUs, to price the claim's request)."""
+    from superpod.controller.state.dra import DraStore
+
+    dra = DraStore(lambda key: None)
+    for body in dra_slices.device_classes():
+        dra.kind_store("deviceclasses").store(body["metadata"]["name"], body, 0)
+    start = time.perf_counter()
+    store = dra.kind_store("resourceslices")
+    for body in slice_objs:
+        store.store(body["metadata"]["name"], body, 0)
+    stored = time.perf_counter()
+    units = dra.node_units(slice_objs[0]["spec"]["nodeName"])
+    counted = time.perf_counter()
+    worth = dra.worth(CLAIM.requests[0].alternatives[0])
+    priced = time.perf_counter()
+    assert units["*"] == 8 and worth == 1.0
+    return stored - start, counted - stored, priced - counted
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--nodes", default="1000,10000")
@@ -88,6 +110,10 @@ def main() -> None:
             medians = [statistics.median(r[i] for r in runs) for i in range(3)]
             print(f"{count:>6} {'DRA' if dra else 'extended':>10} {medians[0]:>8.3f} {medians[1]:>9.3f} "
                   f"{medians[2]:>11.3f}", flush=True)
+        runs = [counting(slice_objs) for _ in range(args.repeats)]
+        store, count_units, price = (statistics.median(r[i] for r in runs) for i in range(3))
+        print(f"{count:>6} GPU counting: store the slices {store:.3f} s, count nodes' GPUs {count_units:.3f} s, "
+              f"price a request {price * 1000:.2f} ms", flush=True)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from superpod.api.resources import ConvertError
 
 GROUP, VERSION, PLURAL = "resource.nvidia.com", "v1beta1", "computedomains"
 CHANNEL_CLAIM = "compute-domain-channel"  # the entry each replica's pod spec and containers get
+CLIQUE_LABEL = "nvidia.com/gpu.clique"  # GFD's label of a node's NVLink clique: an IMEX domain joins one clique
 CHANNEL_FIELD = f"spec.template.spec.resourceClaims[{CHANNEL_CLAIM}]"  # where a job's errors about it point
 
 

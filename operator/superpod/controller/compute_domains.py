@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from superpod.api import compute_domain, manifests
 from superpod.api.claims import TemplateMissing
-from superpod.api.compute_domain import CHANNEL_FIELD
+from superpod.api.compute_domain import CHANNEL_FIELD, CLIQUE_LABEL
 from superpod.controller.actions import CreateComputeDomain, Plan
 from superpod.controller.jobs import JobView
+from superpod.core.model import Topology
 from superpod.core.phases import ACTIVE, FINISHED, Cause, Reason
+from superpod.core.request import JobRequest
 
 ASK_AGAIN, ASK_AT_MOST = 30.0, 900.0  # seconds before a job still without its template asks again, doubling
 
@@ -24,6 +26,22 @@ def channel_missing(view: JobView) -> Cause | None:
     return Cause(Reason.COMPUTE_DOMAIN_PENDING, f"waiting for ComputeDomain {namespace}/{name}: NVIDIA's DRA driver "
                  f"makes its IMEX channel template {template} (is the driver, with its ComputeDomain controller, "
                  "installed?)")
+
+
+def wider_than_a_clique(topology: Topology, view: JobView) -> str | None:
+    """Why a job asking for a ComputeDomain cannot be kept inside one NVLink clique on this cluster (its required
+    level is coarser than the clique level, or no level labels cliques), or None."""
+    if not compute_domain.wanted(view.obj) or not isinstance(view.request, JobRequest):
+        return None
+    clique = next((level.name for level in topology.levels if level.label == CLIQUE_LABEL), None)
+    if clique is None:
+        return (f"spec.computeDomain: no ClusterTopology level is labelled {CLIQUE_LABEL}, so nothing keeps the gang "
+                "inside one NVLink clique (an IMEX domain joins the GPUs of one clique)")
+    required = topology.index(view.request.required or "") or 0
+    if required < (topology.index(clique) or 0):
+        return (f"spec.computeDomain: topology.required {view.request.required} is wider than an NVLink clique: "
+                f"require {clique} (or a level inside it), as an IMEX domain joins the GPUs of one clique")
+    return None
 
 
 class ComputeDomains:

@@ -15,7 +15,7 @@ from superpod.api.resources import ConvertError
 from superpod.api.times import rfc3339, timestamp
 from superpod.controller import job_status
 from superpod.controller.actions import Action, CreatePods, CreateService, DeletePods, Plan, WriteStatus
-from superpod.controller.compute_domains import channel_missing
+from superpod.controller.compute_domains import channel_missing, wider_than_a_clique
 from superpod.controller.job_status import NO_DETAILS, cause_details
 from superpod.controller.jobs import JobView
 from superpod.controller.judge import Settings, abandoned, describe_domains
@@ -188,7 +188,7 @@ def servable(snap: Snapshot, offered: Offered, views: list[JobView], now: float,
             shape = view.request.shape()
             if shape not in judged:
                 judged[shape] = unservable(snap, offered, view.request)
-            why = judged[shape]
+            why = judged[shape] or wider_than_a_clique(snap.topology, view)
         except Exception as e:  # noqa: BLE001 - isolate it to this job
             log.exception("checking %s failed", view.key)
             plans.append(view.fault(f"the operator failed to check this job: {e!r}", now))

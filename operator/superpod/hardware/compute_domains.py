@@ -13,11 +13,11 @@ import threading
 
 from kubernetes import client
 
+from superpod.api.compute_domain import CLIQUE_LABEL
 from superpod.hardware.dra_slices import COMPUTE_DOMAIN_DRIVER, compute_domain_claim_template
 
 log = logging.getLogger(__name__)
 GROUP, VERSION, PLURAL, KIND = "resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain"
-CLIQUE = "nvidia.com/gpu.clique"
 
 
 def crd() -> dict:
@@ -78,8 +78,8 @@ class SimComputeDomains:
         if not domains:
             return
         claims = self.custom.list_cluster_custom_object("resource.k8s.io", "v1", "resourceclaims")["items"]
-        nodes = self.core.list_node(label_selector=CLIQUE, _preload_content=False).json()["items"]
-        cliques = {n["metadata"]["name"]: n["metadata"]["labels"][CLIQUE] for n in nodes}
+        nodes = self.core.list_node(label_selector=CLIQUE_LABEL, _preload_content=False).json()["items"]
+        cliques = {n["metadata"]["name"]: n["metadata"]["labels"][CLIQUE_LABEL] for n in nodes}
         made = {(t["metadata"]["namespace"], t["metadata"]["name"]) for t in self.custom.list_cluster_custom_object(
             "resource.k8s.io", "v1", "resourceclaimtemplates")["items"]}
         for domain in domains:

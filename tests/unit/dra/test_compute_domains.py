@@ -173,3 +173,17 @@ def test_a_job_made_again_under_its_name_gets_its_own_domain_not_the_template_le
     c.settle(3)
     assert channel_template(c.job("nvl")) != old and c.store.peek(RESOURCECLAIMTEMPLATES, f"team-a/{old}")
     assert c.status("nvl")["reason"] == "ComputeDomainPending" and domain_creates(c) == 2
+
+
+def test_a_domain_required_wider_than_a_clique_is_invalid_on_this_cluster():
+    """Found by review: topology.required at any level was accepted, so a ComputeDomain's gang could span cliques."""
+    c = gb200()
+    c.submit(training_job("wide", 2, gpus=4, topology={"required": "leaf"}, computeDomain={}))
+    c.submit(nvl_job("tight", 1))
+    c.settle(4)
+    play_the_driver(c, "wide")
+    play_the_driver(c, "tight")
+    c.settle(6)
+    assert c.status("wide")["phase"] == "Invalid" and "wider than an NVLink clique: require nvlink" in \
+        c.status("wide")["message"]
+    assert len(c.pods("tight")) == 1

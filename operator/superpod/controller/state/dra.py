@@ -183,8 +183,9 @@ class _KindStore:
             try:
                 if self.plural == "resourceslices":
                     read = dra.slices[key] = read_slice(obj)
-                    dra._shapes[key] = {shape(device): device for device in read.devices}
-                    dra._shape_counts[key] = (read.node_name, Counter(shape(device) for device in read.devices))
+                    shapes = [shape(device) for device in read.devices]
+                    dra._shapes[key] = dict(zip(shapes, read.devices, strict=True))
+                    dra._shape_counts[key] = (read.node_name, Counter(shapes))
                 else:
                     dra.classes[key] = read_class(obj)
                 dra.unreadable.pop(key, None)
