@@ -28,11 +28,11 @@ def channel_missing(view: JobView) -> Cause | None:
                  "installed?)")
 
 
-def wider_than_a_clique(topology: Topology, view: JobView) -> str | None:
+def wider_than_a_clique(topology: Topology, view) -> str | None:
     """Why a job asking for a ComputeDomain cannot be kept inside one NVLink clique on this cluster (its required
     level is coarser than the clique level, or no level labels cliques), or None."""
-    if not compute_domain.wanted(view.obj) or not isinstance(view.request, JobRequest):
-        return None
+    if not isinstance(view, JobView) or not compute_domain.wanted(view.obj) or not isinstance(view.request, JobRequest):
+        return None  # (a pod gang's view has no spec.computeDomain)
     clique = next((level.name for level in topology.levels if level.label == CLIQUE_LABEL), None)
     if clique is None:
         return (f"spec.computeDomain: no ClusterTopology level is labelled {CLIQUE_LABEL}, so nothing keeps the gang "

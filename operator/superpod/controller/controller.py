@@ -109,6 +109,7 @@ class Controller:
         self.reader = JobReader()
         self.snapshots = SnapshotCache()
         self._devices_key: tuple = ()  # what the DRA book in use was built from
+        self._built: dict = {}  # what that book held booked when built (more booked since: a cycle placed on it)
         self._spared: tuple = ()  # (the snapshot's rebuilds, its generation, the waiting needs) of the last booking
         self.room = WaitingRoom()
         # job uid (a pod gang: its key) -> when its cause was written, its code, the hash of its sentence
@@ -233,25 +234,33 @@ class Controller:
 
     def _devices(self, snap: Snapshot, placed: dict) -> DeviceBook | None:
         """The DRA devices to place on: the snapshot's book while nothing changed (no claim, slice or class, no
-        allocation in flight, nothing booked on it), else one built anew, with the claims of the placed
-        TrainingJobs' replicas that kube-scheduler has not allocated yet booked on their nodes."""
+        allocation in flight, no replica allocated, nothing booked on it since it was built), else one built anew,
+        with the claims of the placed TrainingJobs' replicas that kube-scheduler has not allocated yet booked on
+        their nodes."""
         if not self.state.dra.slices:
             return None
         in_flight = self.room.gangs.claims.observe(self.state)
-        key = (self.state.dra.generation, frozenset(in_flight))
-        if snap.devices is not None and key == self._devices_key and not snap.devices.booked:
+        waiting = self._unallocated_replicas(placed)
+        key = (self.state.dra.generation, frozenset(in_flight), waiting)
+        if snap.devices is not None and key == self._devices_key and _bookings(snap.devices) == self._built:
             return snap.devices
-        self._devices_key = key
         book = self.state.dra.book({name: entry.node.labels for name, entry in self.state.nodes.items()
                                     if entry.node}, in_flight)
-        for job_key, (request, uid, attempt, nodes) in placed.items() if book is not None else ():
+        for job_key, node, count in waiting if book is not None else ():
+            book.book(job_key.text, node, placed[job_key][0].claims, count)
+        self._devices_key, self._built = key, _bookings(book) if book is not None else {}
+        return book
+
+    def _unallocated_replicas(self, placed: dict) -> tuple:
+        """(job, node, replicas) of the placed TrainingJobs' replicas whose claims kube-scheduler has not allocated."""
+        out = []
+        for job_key, (request, uid, attempt, nodes) in placed.items():
             if request.claims:
                 done = {p.index for p in self.state.pods_of(job_key) if p.owner == uid and p.attempt == attempt
                         and p.node == nodes.get(p.index) and self.state.dra.allocated_for(p.uid, len(request.claims))}
                 waiting = Counter(node for index, node in nodes.items() if index not in done)
-                for node, count in sorted(waiting.items()):
-                    book.book(job_key.text, node, request.claims, count)
-        return book
+                out.extend((job_key, node, count) for node, count in sorted(waiting.items()))
+        return tuple(out)
 
     def _release_spares(self, turn: Turn) -> None:
         """5a. The spares freed for this cycle's replacements (steps 5b and 5c; 5d books those left again)."""
@@ -696,3 +705,9 @@ def _kinds(found: Preemption) -> dict[str, int]:
     """A preemption's victims by kind, for the metrics: taken back by a queue (reclaim), or by priority."""
     return {"reclaim": sum(1 for v in found.victims if v.group),
             "priority": sum(1 for v in found.victims if not v.group)}
+
+
+def _bookings(book: DeviceBook) -> dict[str, tuple]:
+    """What a book holds booked: gang -> (node, pods) pairs."""
+    return {gang: tuple(sorted((node, len(pods)) for node, pods in nodes.items()))
+            for gang, nodes in book.booked.items()}

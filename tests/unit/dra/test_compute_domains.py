@@ -187,3 +187,21 @@ def test_a_domain_required_wider_than_a_clique_is_invalid_on_this_cluster():
     assert c.status("wide")["phase"] == "Invalid" and "wider than an NVLink clique: require nvlink" in \
         c.status("wide")["message"]
     assert len(c.pods("tight")) == 1
+
+
+def test_the_device_book_is_not_built_again_each_cycle_while_kube_scheduler_has_yet_to_bind_a_placed_job():
+    """Found on the way: a placed job's replicas waiting for kube-scheduler were booked on a new book every cycle,
+    and a new book makes every waiting job be searched again."""
+    c = gb200()
+    placed_claiming_job(c)
+    c.submit(training_job("waits", 9, gpus=4))  # more trays than there are: it waits, searched when devices change
+    c.settle(2)
+    builds, build = [], c.state.dra.book
+
+    def counted(*args, **kwargs):
+        builds.append(1)
+        return build(*args, **kwargs)
+    c.state.dra.book = counted
+    c.settle(5)
+    assert not any(p["spec"].get("nodeName") for p in c.pods("nvl")), "the dangerous moment: still not bound"
+    assert len(builds) == 0, f"built {len(builds)} times in 5 idle cycles"
