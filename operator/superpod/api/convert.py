@@ -13,7 +13,7 @@ from superpod.api.manifests import replica_requests
 from superpod.api.models import API_VERSION, ClusterTopology, GPUQueue, GPUUsage, TrainingJob
 from superpod.api.resources import ConvertError, pod_requests, quantity
 from superpod.api.times import rfc3339, timestamp
-from superpod.core.dra.units import claimed_gpus
+from superpod.core.dra.units import claimed_gpus, gpu_classes
 from superpod.core.model import Level, Node, Pod, Topology
 from superpod.core.phases import POD_FINISHED
 from superpod.core.queues import Budget, Queue, Quota
@@ -146,6 +146,7 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
         service_class=spec.serviceClass,
         claims=claims,
         claimed_gpus=claimed_gpus(claims, source.worth) if source is not None else 0.0,
+        gpu_classes=gpu_classes(claims, source.worth) if source is not None else (),
     )
 
 

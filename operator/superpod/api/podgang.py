@@ -16,7 +16,7 @@ from superpod.api.claims import ClaimSource, claims_of
 from superpod.api.convert import affinity_of, describe, resources_of, submitted_at, tolerations_of
 from superpod.api.manifests import MAX_RUNTIME
 from superpod.api.resources import ConvertError, pod_requests
-from superpod.core.dra.units import claimed_gpus
+from superpod.core.dra.units import claimed_gpus, gpu_classes
 from superpod.core.gang_key import POD, POD_GANG, GangKey
 from superpod.core.request import PRODUCT_LABEL, JobRequest, Requests, gpu_units
 
@@ -178,7 +178,10 @@ def with_claims(request: JobRequest, pods: list[dict], source: ClaimSource) -> J
         raise ConvertError(f"gang {request.key}", "spec.resourceClaims",
                            "its pods differ: a gang's pods must claim alike")
     claims = shapes.pop() if shapes else ()
-    return replace(request, claims=claims, claimed_gpus=claimed_gpus(claims, source.worth)) if claims else request
+    if not claims:
+        return request
+    return replace(request, claims=claims, claimed_gpus=claimed_gpus(claims, source.worth),
+                   gpu_classes=gpu_classes(claims, source.worth))
 
 
 def in_slot_order(pods: list[dict]) -> list[dict]:

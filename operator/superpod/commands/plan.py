@@ -20,12 +20,13 @@ import yaml
 
 from superpod.api.convert import ConvertError, describe, job_from_k8s, node_from_k8s, topology_from_k8s
 from superpod.api.dumps import items_of, read_input
+from superpod.controller.compute_domains import domain_pending
 from superpod.controller.controller import Controller
 from superpod.controller.job_status import NO_DETAILS, cause_details, reference
 from superpod.controller.jobs import without_claims
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import PriorityFifo
-from superpod.core.phases import PENDING, Phase, Reason
+from superpod.core.phases import PENDING, Cause, Phase, Reason
 from superpod.core.request import JobRequest
 from superpod.k8s.api import CLUSTERTOPOLOGIES, DRA, NODES, PODS, SERVICES, TRAININGJOBS, object_key
 
@@ -72,10 +73,11 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
             continue
         d = decided.get(job.key)
         assign = d.placement.assignments if d and d.placement else {}
-        reason = d.reason if d else unread.get(job.key) or controller.invalid.get(job.key) or \
+        why_unread = unread.get(job.key)
+        reason = d.reason if d else (why_unread and why_unread.message) or controller.invalid.get(job.key) or \
             controller.held_back.get(job.key)
-        code = d.cause.code if d and d.cause else Reason.INVALID if job.key in controller.invalid.keys() | unread else \
-            None
+        code = d.cause.code if d and d.cause else why_unread.code if why_unread else \
+            Reason.INVALID if job.key in controller.invalid else None
         preempts = [reference(key) for key in d.preempts] if d else []
         out.append({"namespace": job.namespace, "name": job.name, "placed": bool(assign),
                     "assignments": {k: assign[k] for k in sorted(assign)}, "reason": None if assign else reason,
@@ -84,16 +86,16 @@ def plan_objects(objs: list[dict], now: float | None = None) -> dict:
     return {"jobs": out}
 
 
-def _request(obj: dict, state: ClusterState) -> tuple[JobRequest, str]:
-    """A job's request (to order the jobs by), and why its claims do not read ("" when they do: such a job is ordered
-    without them). Raises ConvertError on a malformed job."""
+def _request(obj: dict, state: ClusterState) -> tuple[JobRequest, Cause | None]:
+    """A job's request (to order the jobs by), and why its claims do not read (None when they do: such a job is
+    ordered without them): it waits for its ComputeDomain, or is Invalid. Raises ConvertError on a malformed job."""
     try:
-        return job_from_k8s(obj, state.dra), ""
+        return job_from_k8s(obj, state.dra), None
     except ConvertError as error:
         request = without_claims(obj, obj.get("status") or {}, error)
         if isinstance(request, ConvertError):
             raise request from None
-        return request, str(error)
+        return request, domain_pending(obj, error) or Cause(Reason.INVALID, str(error))
 
 
 def plan_text(text: str) -> dict:

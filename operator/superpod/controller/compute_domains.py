@@ -18,11 +18,15 @@ ASK_AGAIN, ASK_AT_MOST = 30.0, 900.0  # seconds before a job still without its t
 def channel_missing(view: JobView) -> Cause | None:
     """Why the job waits for its ComputeDomain (the driver has not made its channel template yet: all else of the
     job reads), or None."""
-    missing = view.request
-    if not isinstance(missing, TemplateMissing) or missing.field != CHANNEL_FIELD:
+    return domain_pending(view.obj, view.request)
+
+
+def domain_pending(job: dict, read: object) -> Cause | None:
+    """channel_missing, of a job object and what reading it gave (a request, or why not)."""
+    if not isinstance(read, TemplateMissing) or read.field != CHANNEL_FIELD:
         return None
-    namespace, name = view.key.namespace, view.key.name
-    template = compute_domain.channel_template(view.obj)
+    namespace, name = job["metadata"].get("namespace") or "default", job["metadata"]["name"]
+    template = compute_domain.channel_template(job)
     return Cause(Reason.COMPUTE_DOMAIN_PENDING, f"waiting for ComputeDomain {namespace}/{name}: NVIDIA's DRA driver "
                  f"makes its IMEX channel template {template} (is the driver, with its ComputeDomain controller, "
                  "installed?)")

@@ -116,6 +116,8 @@ class PodBills:
         self._queues: tuple | None = None  # the queues in force the live bills were made under
         self._plans: dict[str, str] = {}  # plan key -> pod uid, of the records planned last
         self._claimed: dict[str, float] = {}  # pod uid -> the most GPUs its DRA claims were seen to hold
+        self._claiming: set[str] = set()  # pod keys of the live bills whose pods claim devices
+        self._claims_seen = -1  # the DRA store's generation their bills were made at
 
     def update(self, state: ClusterState, reader: JobReader, gangs: PodGangs, pending: bool) -> None:
         """Bring the bills up to date with the cache: the billable pods that changed (all of them when the queues
@@ -127,6 +129,9 @@ class PodBills:
         if changed is None or self._queues != queues:
             changed, self._queues = set(self.live) | set(state.billable), queues
         changed |= self._again
+        if self._claiming and state.dra.generation != self._claims_seen:  # what claims hold may have changed
+            changed |= self._claiming
+        self._claims_seen = state.dra.generation
         placed: dict[str, JobRequest] | None = None
 
         def gang_request(key: GangKey) -> JobRequest | None:
@@ -139,8 +144,10 @@ class PodBills:
             self._again.discard(key)
             info = state.billable.get(key)
             bill, again = bill_of(state, reader, self.book, gang_request, pending, info) if info else (None, False)
+            self._claiming.discard(key)
             if bill is not None and bill.pod.gpus and bill.pod.gpus.claims:
-                bill, again = self.claimed(state, bill), True  # (its claims' allocations change, not the pod)
+                bill = self.claimed(state, bill)
+                self._claiming.add(key)  # (looked at again when what claims hold changes, not the pod)
             if again:
                 self._again.add(key)
             old = self.live.pop(key, None)

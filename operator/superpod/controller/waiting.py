@@ -44,6 +44,7 @@ class WaitingRoom:
         self.replacing: set[str] = set()  # ready pod gangs partly bound: their rest is placed by `replace`
         self._first = True
         self._nodes = -1  # ClusterState.version when every ready job was last checked against the nodes
+        self._claims_read = 0  # DraStore.reading_edits() when the ready pod gangs' claims were last read
 
     def pending(self, state: ClusterState, reader: JobReader, now: float, touched: set[str],
                 labels: Callable[[JobView], Labels] = outside_queues,
@@ -54,6 +55,10 @@ class WaitingRoom:
         if self._first:  # the cache may have been filled before this room looked (kept in `touched` on failure)
             self._first = False
             touched |= reader.by_key.keys() | {key for key in state.by_job if key.of_pods}
+        if (edits := state.dra.reading_edits()) != self._claims_read:  # what their claims are read against changed
+            self._claims_read = edits
+            touched |= {key for key, view in self.ready.items() if key.of_pods and isinstance(
+                view.request, JobRequest) and view.request.claims}
         out = Pending()
         self.fresh = set()
         for key in sorted(touched | self.recheck):

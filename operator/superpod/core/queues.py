@@ -3,9 +3,9 @@ fair share of the surplus, GPU-hour budgets. Pure: usage, capacity and time are 
 
 A *flavor* is what a quota counts: a GPU product (an `nvidia.com/gpu.product` value), a MIG profile (`1g.10gb`), a
 DeviceClass (DRA), or "*" (any GPU). A job counts against the first of its queue's flavors that names its MIG
-profile, its GPU product or a class its claims name, else against "*"; in GPU units (a MIG slice is g/7 of a GPU, as
-billed). Queues form a tree; only leaves take jobs;
-usage and limits count at every level, guarantees at the leaf (a child's guarantees never exceed its parent's).
+profile, its GPU product or the one class its claims may take GPUs of, else against "*"; in GPU units (a MIG slice
+is g/7 of a GPU, as billed). Queues form a tree; only leaves take jobs; usage and limits count at every level,
+guarantees at the leaf (a child's guarantees never exceed its parent's).
 
 Admission (`admit`, on the usage at the start of the cycle plus what the cycle placed so far):
 - a queue never goes over its `limit`, nor does any ancestor;
@@ -169,7 +169,8 @@ class QueueTree:
     def flavor(self, name: str, job: JobRequest) -> str | None:
         """The flavor of the queue's quotas the job counts against, or None if it has none for this job."""
         flavors = [q.flavor for q in self.queues[name].quotas]
-        for wanted in (job.mig_profile, job.gpu_product, *job.claim_classes, ANY):
+        classes = job.gpu_classes if len(job.gpu_classes) == 1 else ()  # (GPUs of several: none of them decides)
+        for wanted in (job.mig_profile, job.gpu_product, *classes, ANY):
             if wanted in flavors:
                 return wanted
         return None

@@ -126,6 +126,7 @@ class JobRequest:
     kind: str = TRAINING_JOB  # what the gang is (core/gang_key.py)
     claims: tuple[ClaimSpec, ...] = ()  # each identical member's ResourceClaims (DRA), in its pod's order
     claimed_gpus: float = 0.0  # GPUs each identical member claims through DRA (counted like nvidia.com/gpu)
+    gpu_classes: tuple[str, ...] = ()  # the DeviceClasses its claims may take GPUs of (core/dra/units.gpu_classes)
 
     @cached_property
     def key(self) -> GangKey:
@@ -174,12 +175,6 @@ class JobRequest:
             for resource, amount in requests:
                 largest[resource] = max(largest.get(resource, 0), amount)
         return replace(self, replicas=self.size, requests=tuple(sorted(largest.items())), others=())
-
-    @property
-    def claim_classes(self) -> tuple[str, ...]:
-        """The DeviceClasses its claims name, in order (a queue's flavor may be one)."""
-        return tuple(dict.fromkeys(alternative.class_name for claim in self.claims for request in claim.requests
-                                   for alternative in request.alternatives))
 
     @property
     def mig_profile(self) -> str | None:

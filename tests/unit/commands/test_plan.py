@@ -182,3 +182,21 @@ def test_a_dump_with_dra_objects_places_claims_by_the_devices_and_says_why_not()
     assert not jobs["b200"]["placed"] and "claiming 8 devices of class gpu.nvidia.com" in jobs["b200"]["reason"]
     assert not jobs["missing"]["placed"] and "ResourceClaimTemplate team-a/nope does not exist" in \
         jobs["missing"]["reason"] and jobs["missing"]["code"] == "Invalid"
+
+
+def test_a_compute_domain_job_whose_channel_template_is_not_in_the_dump_waits_for_its_domain():
+    from superpod.hardware import dra_slices
+
+    nodes = ready(preset_nodes("gb200-nvl72", nodes=3, trays_per_rack=3))
+    job = claiming_job("nvl", 3, "tray")
+    job["spec"]["topology"] = {"required": "nvlink"}
+    job["spec"]["computeDomain"] = {}
+    job["metadata"]["uid"] = "5e1f0000-0000-0000-0000-000000000000"
+    tray = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": "tray", "namespace": "team-a"}, "spec": {"spec": {"devices": {"requests": [
+                {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 4}}]}}}}
+    objs = [*nodes, TOPOLOGY, *[b for n in nodes for b in dra_slices.node_slices(n)], *dra_slices.device_classes(),
+            tray, job]
+    [planned] = plan_objects(objs, now=0)["jobs"]
+    assert not planned["placed"] and planned["code"] == "ComputeDomainPending", planned
+    assert "waiting for ComputeDomain team-a/nvl" in planned["reason"]

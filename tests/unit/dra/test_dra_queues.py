@@ -61,3 +61,27 @@ def test_a_queue_flavor_may_name_a_device_class():
     assert c.status("second").get("phase") == "Queued" and c.status("second")["reason"] == "QueueAtLimit"
     flavors = c.store.peek(GPUQUEUES, "a")["status"]["flavors"]
     assert [(f["flavor"], f["allocated"]) for f in flavors] == [("gpu.nvidia.com", 16)]
+
+
+def test_an_alternative_that_can_never_be_used_does_not_choose_the_flavor():
+    """Found by review: firstAvailable [mig.nvidia.com selecting nothing, 8 of gpu.nvidia.com] counted 8 whole GPUs
+    against the queue's MIG flavor, and 24 GPUs ran where gpu.nvidia.com allowed 8."""
+    c = dra_only()
+    run(c.admin.create(GPUQUEUES, {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue",
+                                   "metadata": {"name": "a"}, "spec": {"namespaces": ["team-a"], "resources": [
+                                       {"flavor": "gpu.nvidia.com", "guaranteed": 8, "limit": 8},
+                                       {"flavor": "mig.nvidia.com", "guaranteed": 16, "limit": 16}]}}))
+    never = {"name": "never", "deviceClassName": "mig.nvidia.com", "count": 1,
+             "selectors": [{"cel": {"expression": "false"}}]}
+    spec = {"devices": {"requests": [{"name": "gpus", "firstAvailable": [
+        never, {"name": "eight", "deviceClassName": "gpu.nvidia.com", "count": 8}]}]}}
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                                                "metadata": {"name": "sly", "namespace": "team-a"},
+                                                "spec": {"spec": spec}}))
+    for name in ("one", "two", "three"):
+        body = claiming(name, 1)
+        body["spec"]["template"]["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "sly"
+        c.submit(body)
+    c.settle(8)
+    running = [name for name in ("one", "two", "three") if c.status(name).get("phase") == "Starting"]
+    assert len(running) == 1, {name: c.status(name).get("message") for name in ("one", "two", "three")}

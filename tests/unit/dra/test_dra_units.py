@@ -78,19 +78,21 @@ def test_gpus_given_through_a_class_not_named_gpu_are_counted_and_all_of_them_is
                   _With(every, dra))
 
 
-def test_a_bound_gangs_gpus_are_what_its_allocated_devices_are():
+def test_a_pods_gpus_are_what_the_claims_reserved_for_it_hold_a_shared_claim_at_its_share():
+    """Found by review: a pod's GPUs were found through the claims that name it as owner, so a pod using a claim by
+    name (or a claim whose owner a tenant edited) was billed nothing."""
     dra = store()
-    allocated = [("gpu-0-mig-3g40gb-9-0", "a"), ("gpu-1-mig-1g10gb-19-0", "a"), ("gpu-3", "a"), ("gpu-4", "b")]
     node = preset_nodes("dgx-h100", nodes=1)[0]["metadata"]["name"]
-    for index, owner in enumerate("ab"):
-        results = [{"request": "r", "driver": "gpu.nvidia.com", "pool": node, "device": device}
-                   for device, who in allocated if who == owner]
-        dra.kind_store("resourceclaims").store(f"ns/c{index}", {
-            "metadata": {"name": f"c{index}", "namespace": "ns", "ownerReferences": [
-                {"kind": "Pod", "name": f"p{index}", "uid": f"uid-{owner}"}]},
-            "status": {"allocation": {"devices": {"results": results}}}}, 0)
-    assert dra.gpus_of(["uid-a"]) == pytest.approx(3 / 7 + 1 / 7 + 1)
-    assert dra.gpus_of(["uid-a", "uid-b"]) == pytest.approx(3 / 7 + 1 / 7 + 2)
+    claims = {"c0": (["gpu-0-mig-3g40gb-9-0", "gpu-1-mig-1g10gb-19-0", "gpu-3"], ["uid-a"]),
+              "c1": (["gpu-4"], ["uid-b"]),
+              "shared": (["gpu-5", "gpu-6"], ["uid-a", "uid-b"])}  # used by name: no owner
+    for name, (devices, consumers) in claims.items():
+        dra.kind_store("resourceclaims").store(f"ns/{name}", {"metadata": {"name": name, "namespace": "ns"}, "status": {
+            "allocation": {"devices": {"results": [{"request": "r", "driver": "gpu.nvidia.com", "pool": node,
+                                                    "device": device} for device in devices]}},
+            "reservedFor": [{"resource": "pods", "name": uid, "uid": uid} for uid in consumers]}}, 0)
+    assert dra.gpus_of(["uid-a"]) == pytest.approx(3 / 7 + 1 / 7 + 1 + 1)
+    assert dra.gpus_of(["uid-a", "uid-b"]) == pytest.approx(3 / 7 + 1 / 7 + 2 + 2)
 
 
 class _With:
@@ -101,3 +103,32 @@ class _With:
 
     def template(self, namespace: str, name: str):
         return self.spec
+
+
+def test_a_selector_on_what_tells_devices_of_a_shape_apart_counts_at_the_most_the_rest_may_give():
+    """Found by review: shapes leave out uuids and bus ids, so a selector on them was asked of one device of each
+    shape: `pciBusID != <that device's>` made a claim of 7 GPUs worth 0, and 21 GPUs ran in a queue of 8."""
+    dra = store()
+    node = preset_nodes("dgx-h100", nodes=1)[0]
+    last = dra_slices.node_slices(node, MIG)[0]["spec"]["devices"][-1]["attributes"][dra_slices.PCI_BUS_ID]["string"]
+    not_that_one = f"device.attributes['resource.kubernetes.io'].pciBusID != '{last}'"
+    assert claimed_gpus((claim("gpu.nvidia.com", 7, not_that_one),), dra.worth) == 7
+    assert claimed_gpus((claim("gpu.nvidia.com", 7, "device.attributes['gpu.nvidia.com'].index < 7"),),
+                        dra.worth) == 7
+    with pytest.raises(ConvertError, match="they are GPUs"):
+        claims_of("pod ns/p", "ns", {"resourceClaims": [{"name": "r", "resourceClaimTemplateName": "t"}]}, "spec",
+                  _With(claim("gpu.nvidia.com", 1, not_that_one, mode="All"), dra))
+
+
+def test_a_nodes_gpus_count_its_pools_newest_generation_and_no_partitionable_device():
+    """Found by review: a pool being republished was counted twice, and partitionable devices (never handed out by
+    this operator) were counted as GPUs."""
+    dra = store()
+    node = preset_nodes("dgx-h100", nodes=1)[0]
+    name = node["metadata"]["name"]
+    assert dra.node_units(name)["*"] == pytest.approx(6 + 6 / 7 + 1)  # GPUs 2-7, two 3g and seven 1g instances
+    [newer] = dra_slices.node_slices(node, generation=2)  # whole again, under another slice name
+    newer["metadata"]["name"] += "-2"
+    newer["spec"]["devices"][0]["consumesCounters"] = [{"counterSet": "gpu-0", "counters": {}}]
+    dra.kind_store("resourceslices").store(newer["metadata"]["name"], newer, 0)
+    assert dra.node_units(name)["*"] == 7

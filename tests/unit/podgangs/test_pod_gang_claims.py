@@ -219,3 +219,35 @@ def test_a_pod_gang_is_billed_for_the_gpus_its_claims_hold():
                      for r in c.store.objects.get(GPUUSAGES, {}).values())
     assert [(pod_name, gpus) for pod_name, gpus, _ in records] == [("b-0", 8), ("b-1", 8)], records
     assert all(seconds >= 8 * 600 for _, _, seconds in records)
+
+
+def test_a_waiting_gang_is_counted_anew_when_the_devices_its_claims_may_get_appear():
+    """Found by review: a gang claiming H200s before any node published one was counted at 0 GPUs; once a node's
+    driver published H200s it was placed past its queue's limit (16 of 8)."""
+    c = dra_cluster(4)
+    queue = {"namespaces": ["team-a"], "resources": [{"flavor": "*", "guaranteed": 8, "limit": 8}]}
+    run(c.admin.create(GPUQUEUES, {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
+                                   "spec": queue}))
+    h200 = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8,
+                                                                  "selectors": [{"cel": {"expression": (
+                                                                      "device.attributes['gpu.nvidia.com']"
+                                                                      ".productName == 'NVIDIA H200'")}}]}}]}}
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                                                "metadata": {"name": "h200", "namespace": "team-a"},
+                                                "spec": {"spec": h200}}))
+    bodies = [claiming(f"h-{i}", "h", 2, i) for i in range(2)]
+    for body in bodies:
+        body["spec"]["resourceClaims"][0]["resourceClaimTemplateName"] = "h200"
+    create_claiming(c, *bodies)
+    c.settle(3)
+    for node in c.store.items(NODES)[:2]:  # two nodes' drivers now publish H200s
+        [old] = dra_slices.node_slices(node)
+        run(c.admin.delete(RESOURCESLICES, old["metadata"]["name"]))
+        for device in old["spec"]["devices"]:
+            device["attributes"]["productName"] = {"string": "NVIDIA H200"}
+        old["spec"]["pool"]["generation"] = 2
+        run(c.admin.create(RESOURCESLICES, old))
+    c.settle(4)
+    bound = [p for p in c.store.items(PODS) if p["metadata"]["name"].startswith("h-") and p["spec"].get("nodeName")]
+    assert not bound, "16 GPUs do not fit in a queue of 8"
+    assert "limit" in scheduled(c, "h-0")[2], scheduled(c, "h-0")

@@ -40,15 +40,19 @@ class DraStore:
         self.generation = 0
         self.template_edits = 0  # bumped on every stored or deleted ResourceClaimTemplate
         self.device_edits = 0  # bumped on every stored or deleted slice or class
+        self.shape_edits = 0  # bumped when a device shape appears or goes, or a class changes: what claims are worth
+        self._shape_refs: Counter = Counter()  # shape -> the slices holding a device of it
         self._shapes: dict[str, dict[Shape, Device]] = {}  # slice key -> a device of each shape it holds
-        self._shape_counts: dict[str, tuple[str, Counter]] = {}  # slice key -> (its node, devices per shape)
+        self._shape_counts: dict[str, tuple[str, tuple, int, Counter]] = {}  # slice key -> (its node, its pool,
+        # the pool's generation, the devices it hands out per shape)
         self._node_units: tuple[int, dict[str, dict[str, float]]] = (-1, {})  # (device_edits, node -> GPUs)
-        self._worth_of: tuple[int, dict] = (-1, {})  # (device_edits, (class, selectors) -> request_units)
+        self._worth_of: tuple[int, dict] = (-1, {})  # (shape_edits, (class, selectors) -> request_units)
         self._representatives: list[Device] = []  # a device of each shape the slices hold
         self._selectors = Selectors()
         self._worth: tuple[int, dict[DeviceID, float]] = (-1, {})  # (device_edits, device -> GPUs it is)
         self._taken: set[DeviceID] | None = None
         self._by_pod: dict[str, list[dict]] | None = None
+        self._by_consumer: dict[str, list[dict]] | None = None  # pod uid -> the claims reserved for it
 
     def kind_store(self, plural: str) -> _KindStore:
         return _KindStore(self, plural)
@@ -56,20 +60,36 @@ class DraStore:
     def changed(self) -> None:
         """Devices, classes or what the claims hold changed: a book built before no longer stands."""
         self.generation += 1
-        self._taken = self._by_pod = None
+        self._taken = self._by_pod = self._by_consumer = None
 
     def devices_changed(self) -> None:
         """A slice or a class stored or gone: what a class's devices are worth may have changed too."""
         self.device_edits += 1
         self.changed()
 
+    def set_shapes(self, key: str, shapes: dict[Shape, Device] | None) -> None:
+        """Slice `key` holds a device of each of `shapes` now (None: it is gone)."""
+        before = self._shapes.pop(key, {})
+        if shapes is not None:
+            self._shapes[key] = shapes
+        moved = False
+        for gone in before.keys() - (shapes or {}).keys():
+            self._shape_refs[gone] -= 1
+            if not self._shape_refs[gone]:
+                del self._shape_refs[gone]
+                moved = True
+        for new in (shapes or {}).keys() - before.keys():
+            moved |= not self._shape_refs[new]
+            self._shape_refs[new] += 1
+        self.shape_edits += moved
+
     def worth(self, request: Request) -> float:
         """GPUs one device given to `request` is, at most (core/dra/units.request_units over a device of each shape
-        the slices hold), kept until a slice or a class changes."""
-        if self._worth_of[0] != self.device_edits:
+        the slices hold), kept until a shape appears or goes or a class changes."""
+        if self._worth_of[0] != self.shape_edits:
             self._representatives = list({key: device for shapes in self._shapes.values()
                                           for key, device in shapes.items()}.values())
-            self._worth_of = (self.device_edits, {})
+            self._worth_of = (self.shape_edits, {})
         memo = self._worth_of[1]
         key = (request.class_name, request.selectors)
         found = memo.get(key)
@@ -90,10 +110,13 @@ class DraStore:
         classes = {key: [name for name, device_class in self.classes.items()
                          if selects(self._selectors, device_class.selectors, device)]
                    for key, device in representatives.items() if worth[key]}
+        newest: dict[tuple, int] = {}  # pool -> its newest generation (a pool being rolled over has two)
+        for _, pool, generation, _ in self._shape_counts.values():
+            newest[pool] = max(newest.get(pool, generation), generation)
         out: dict[str, dict[str, float]] = {}
-        for node, counts in self._shape_counts.values():
-            if not node:
-                continue  # devices of no one node (network-attached): no node's capacity
+        for node, pool, generation, counts in self._shape_counts.values():
+            if not node or generation < newest[pool]:
+                continue  # devices of no one node (network-attached: no node's capacity), or replaced
             units = out.setdefault(node, {})
             for key, count in counts.items():
                 if worth[key]:
@@ -102,12 +125,13 @@ class DraStore:
         return out
 
     def reading_edits(self) -> int:
-        """Moves when what claims are read against may have changed: a template, a slice or a class."""
-        return self.template_edits + self.device_edits
+        """Moves when what claims are read against may have changed: a template, a device shape or a class (a slice
+        written again with devices of the shapes it had moves nothing)."""
+        return self.template_edits + self.shape_edits
 
     def claim_edits(self) -> None:
         """A claim changed but not what it holds (its owners, its reservation): only the index by pod is stale."""
-        self._by_pod = None
+        self._by_pod = self._by_consumer = None
 
     def owned_by(self, pod_uid: str) -> list[dict]:
         """The claims a pod owns (made from its templates)."""
@@ -124,14 +148,35 @@ class DraStore:
         owned = self.owned_by(pod_uid)
         return len(owned) >= count and all((c.get("status") or {}).get("allocation") for c in owned)
 
+    def reserved_for(self, pod_uid: str) -> list[dict]:
+        """The claims reserved for a pod (status.reservedFor: written by kube-scheduler or this operator, never by a
+        tenant), whoever owns them: its own and those it shares by name."""
+        if self._by_consumer is None:
+            self._by_consumer = {}
+            for claim in self.claims.values():
+                for consumer in (claim.get("status") or {}).get("reservedFor") or ():
+                    if isinstance(consumer, dict) and consumer.get("resource") == "pods" and consumer.get("uid"):
+                        self._by_consumer.setdefault(consumer["uid"], []).append(claim)
+        return self._by_consumer.get(pod_uid, [])
+
     def gpus_of(self, pod_uids: Iterable[str]) -> float:
-        """GPUs the pods' own claims hold: what the devices allocated to them are (core/dra/units.device_units)."""
+        """GPUs the claims reserved for the pods hold: what the devices allocated to them are
+        (core/dra/units.device_units), a claim shared with other pods at its share."""
         at, worth = self._worth
         if at != self.device_edits:
             worth = {device.id: device_units(device) for s in self.slices.values() for device in s.devices}
             self._worth = (self.device_edits, worth)
-        held = allocated_devices(claim for uid in pod_uids for claim in self.owned_by(uid))
-        return sum(worth.get(device, 0.0) for device in held)
+        uids, total, seen = set(pod_uids), 0.0, set()
+        for uid in uids:
+            for claim in self.reserved_for(uid):
+                key = (claim["metadata"].get("namespace"), claim["metadata"].get("name"))
+                if key in seen:
+                    continue
+                seen.add(key)
+                consumers = [c for c in claim["status"]["reservedFor"] if isinstance(c, dict) and c.get("uid")]
+                share = sum(c["uid"] in uids for c in consumers) / len(consumers)
+                total += share * sum(worth.get(device, 0.0) for device in allocated_devices([claim]))
+        return total
 
     def devices_of(self, pod_uids: Iterable[str]) -> frozenset[DeviceID]:
         """The devices the pods' own claims hold: what evicting them frees."""
@@ -184,10 +229,13 @@ class _KindStore:
                 if self.plural == "resourceslices":
                     read = dra.slices[key] = read_slice(obj)
                     shapes = [shape(device) for device in read.devices]
-                    dra._shapes[key] = dict(zip(shapes, read.devices, strict=True))
-                    dra._shape_counts[key] = (read.node_name, Counter(shapes))
+                    dra.set_shapes(key, dict(zip(shapes, read.devices, strict=True)))
+                    given = Counter(key for key, device in zip(shapes, read.devices, strict=True)
+                                    if not device.consumes_counters)  # (partitionable: never handed out here)
+                    dra._shape_counts[key] = (read.node_name, (read.driver, read.pool), read.generation, given)
                 else:
                     dra.classes[key] = read_class(obj)
+                    dra.shape_edits += 1
                 dra.unreadable.pop(key, None)
             except DraError as error:
                 self._drop(key)
@@ -219,8 +267,10 @@ class _KindStore:
     def _drop(self, key: str) -> None:
         dra = self.dra
         if self.plural == "resourceslices":
-            dra._shapes.pop(key, None)
+            dra.set_shapes(key, None)
             dra._shape_counts.pop(key, None)
+        elif self.plural == "deviceclasses":
+            dra.shape_edits += 1
         {"resourceslices": dra.slices, "deviceclasses": dra.classes, "resourceclaims": dra.claims,
          "resourceclaimtemplates": dra.templates}[self.plural].pop(key, None)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from superpod.core.dra.model import ALL, ClaimSpec, Device, DeviceClass, Request
-from superpod.core.dra.selectors import SelectorError, Selectors
+from superpod.core.dra.selectors import SelectorError, Selectors, references
 
 GPU_DRIVER_PREFIX = "gpu."  # a GPU driver names itself gpu.<vendor domain> (gpu.nvidia.com, gpu.example.com)
 COMPUTE_SLICES = 7  # a MIG instance <n>g.* holds n of a GPU's 7 compute slices (core/request.gpu_units)
@@ -26,6 +26,12 @@ def device_units(device: Device) -> float:
     return int(slices) / COMPUTE_SLICES if slices.isdigit() and 0 < int(slices) <= COMPUTE_SLICES else 1.0
 
 
+def sees_only_shape(expression: str) -> bool:
+    """Whether a selector reads nothing a device's shape leaves out (so one device of each shape answers for all)."""
+    found = references(expression)
+    return found.complete and not any(name.lower().endswith(UNIQUE) for _, _, name in found.lookups)
+
+
 def shape(device: Device) -> Shape:
     """What a device class can tell of a device: its driver, attributes (but those unique to the device) and
     capacities. Devices of one shape are worth the same and match the same classes."""
@@ -37,11 +43,12 @@ def shape(device: Device) -> Shape:
 def request_units(request: Request, classes: Mapping[str, DeviceClass], devices: Iterable[Device],
                   selectors: Selectors) -> float:
     """The most GPUs one device `request` may be given is, over `devices` (one of each shape will do): the devices
-    its class and its own selectors both select."""
+    its class and its own selectors both select. A selector that may read what tells one device of a shape from the
+    next (a uuid, an index) is left out: the claim is then counted at the most any device the rest selects is."""
     device_class = classes.get(request.class_name)
     if device_class is None:
         return 0.0  # nothing can be allocated for it
-    expressions = (*device_class.selectors, *request.selectors)
+    expressions = tuple(e for e in (*device_class.selectors, *request.selectors) if sees_only_shape(e))
     return max((units for device in devices if (units := device_units(device)) and selects(
         selectors, expressions, device)), default=0.0)
 
@@ -55,6 +62,13 @@ def claimed_gpus(claims: tuple[ClaimSpec, ...], worth: Worth) -> float:
     GPUs is refused where it is read)."""
     return sum(max((alternative.count * worth(alternative) for alternative in request.alternatives), default=0.0)
                for claim in claims for request in claim.requests)
+
+
+def gpu_classes(claims: tuple[ClaimSpec, ...], worth: Worth) -> tuple[str, ...]:
+    """The DeviceClasses of the alternatives that may give these claims GPUs, in order (a queue's flavor may be
+    one)."""
+    return tuple(dict.fromkeys(alternative.class_name for claim in claims for request in claim.requests
+                               for alternative in request.alternatives if worth(alternative)))
 
 
 def uncounted(claims: tuple[ClaimSpec, ...], worth: Worth) -> str:
