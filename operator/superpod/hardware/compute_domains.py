@@ -15,6 +15,7 @@ from kubernetes import client
 
 from superpod.api.compute_domain import CLIQUE_LABEL
 from superpod.hardware.dra_slices import COMPUTE_DOMAIN_DRIVER, compute_domain_claim_template
+from superpod.hardware.stepping import keep_stepping
 
 log = logging.getLogger(__name__)
 GROUP, VERSION, PLURAL, KIND = "resource.nvidia.com", "v1beta1", "computedomains", "ComputeDomain"
@@ -118,9 +119,4 @@ class SimComputeDomains:
 
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
         self.install()
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:  # a simulator that keeps going, like the controller it plays
-                log.exception("simulated ComputeDomain controller step failed")
-            stop.wait(interval)
+        keep_stepping(self.step, stop, "simulated ComputeDomain controller", interval)

@@ -21,6 +21,7 @@ from kubernetes import client
 from superpod.core.mig_catalog import UnknownProductError, product, resource_name
 from superpod.core.mig_geometry import fits, place
 from superpod.hardware import dra_slices
+from superpod.hardware.stepping import keep_stepping
 
 log = logging.getLogger(__name__)
 CONFIG, STATE = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
@@ -156,12 +157,7 @@ class SimMigManager:
         self.core.patch_node(name, {"metadata": {"annotations": notes}}, _preload_content=False)
 
     def run(self, stop: threading.Event, interval: float = 0.5) -> None:
-        while not stop.is_set():
-            try:
-                self.step()
-            except Exception:  # a simulator that keeps going, like the daemon it plays
-                log.exception("simulated MIG manager step failed")
-            stop.wait(interval)
+        keep_stepping(self.step, stop, "simulated MIG manager", interval)
 
 
 def _uses_gpu(pod: dict) -> bool:
