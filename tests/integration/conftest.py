@@ -88,10 +88,20 @@ def crds(cluster):
 
 @pytest.fixture(scope="session")
 def jobset_controller(crds, tmp_path_factory):
-    """JobSet's own controller and webhooks, beside the local control plane."""
+    """JobSet's own controller and webhooks, beside the local control plane; yielded once its webhooks answer (its
+    readiness probe can pass before they are served: a JobSet created then was refused with a 404 from them)."""
+    import yaml
+
+    from tests.integration.wait import wait_for
     from tests.integration.workload_controllers import JOBSET, running
 
+    probe = yaml.safe_dump({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+                            "metadata": {"name": "probe", "namespace": "default"}, "spec": {"replicatedJobs": [
+                                {"name": "w", "replicas": 1, "template": {"spec": {"template": {"spec": {
+                                    "restartPolicy": "Never", "containers": [{"name": "c", "image": "probe"}]}}}}}]}})
     with running(crds, tmp_path_factory.mktemp("controllers"), JOBSET) as controller:
+        wait_for(lambda: crds.kubectl("create", "--dry-run=server", "-f", "-", input=probe, check=False).returncode
+                 == 0, 60, "JobSet's webhooks answering")
         yield controller
 
 
