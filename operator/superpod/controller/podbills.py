@@ -20,6 +20,7 @@ pod that ran, when it ends."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 
@@ -31,6 +32,7 @@ from superpod.controller.podgangs import PodGangs
 from superpod.controller.queues import Open, QueueBook
 from superpod.controller.state import ClusterState, PodInfo
 from superpod.core.accounting import Run
+from superpod.core.dra.units import claimed_gpus
 from superpod.core.gang_key import GangKey
 from superpod.core.request import PRODUCT_LABEL, JobRequest
 from superpod.core.usage import Record
@@ -86,6 +88,17 @@ class PodBill:
         return Record(queue, namespace, self.job, flavor, service_class, self.pod.attempt or 1, round(self.units, 4),
                       run.start or 0.0, run.end if run.end is not None else run.start or 0.0,
                       round(self.seconds(run.end or 0.0), 3), self.pod.key.split("/", 1)[1])
+
+
+def _templates_worth(state: ClusterState, pod: PodInfo) -> float:
+    """GPUs the claims a pod makes from templates may hold, as its templates say now (those that read)."""
+    namespace = pod.key.split("/", 1)[0]
+    specs = []
+    for template in pod.gpus.claims if pod.gpus else ():
+        if template:  # ("": a claim used by name, whose share is known only while it is reserved)
+            with contextlib.suppress(LookupError, ValueError):
+                specs.append(state.dra.template(namespace, template))
+    return claimed_gpus(tuple(specs), state.dra.worth)
 
 
 def own_request(pod: PodInfo, product: str | None = None) -> JobRequest:
@@ -180,9 +193,12 @@ class PodBills:
 
     def claimed(self, state: ClusterState, bill: PodBill) -> PodBill:
         """`bill` with the GPUs its pod's DRA claims hold, the most seen while it lived: a claim may be released
-        before the pod's record is written, never billed less for that."""
+        before the pod's record is written, never billed less for that. Seen holding none (its claims released
+        while no operator looked: a restart), what its templates' claims are worth now."""
         uid = bill.pod.uid
         held = self._claimed[uid] = max(self._claimed.get(uid, 0.0), state.dra.gpus_of([uid]))
+        if not held:
+            held = _templates_worth(state, bill.pod)
         request = replace(bill.request, claimed_gpus=held) if bill.request is not None else None
         return replace(bill, claimed=held, request=request)
 

@@ -251,3 +251,26 @@ def test_a_waiting_gang_is_counted_anew_when_the_devices_its_claims_may_get_appe
     bound = [p for p in c.store.items(PODS) if p["metadata"]["name"].startswith("h-") and p["spec"].get("nodeName")]
     assert not bound, "16 GPUs do not fit in a queue of 8"
     assert "limit" in scheduled(c, "h-0")[2], scheduled(c, "h-0")
+
+
+def test_pods_whose_claims_were_released_while_no_operator_ran_are_billed_by_their_templates():
+    """Found by review: what a pod's claims held was kept in memory only; pods that ended, and whose claims were
+    released, while the operator was down were billed 0 GPUs by the next one."""
+    c = dra_cluster(4)
+    queue = {"namespaces": ["team-a"], "resources": [{"flavor": "*", "guaranteed": 32}]}
+    run(c.admin.create(GPUQUEUES, {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
+                                   "spec": queue}))
+    create_claiming(c, *[claiming(f"r-{i}", "r", 2, i) for i in range(2)])
+    c.settle(4)
+    assert all(devices(c, f"r-{i}") for i in range(2))
+    c.settle(1, seconds=600)
+    c.leading = False  # the operator stops; meanwhile the pods end and their claims are released
+    for i in range(2):
+        c.kubelet.finish(f"team-a/r-{i}", 0)
+        run(c.admin.patch_status(RESOURCECLAIMS, f"r-{i}-gpus", {"status": {"allocation": None, "reservedFor": None}},
+                                 "team-a"))
+    c.leading = True
+    c.start("op-2")
+    c.settle(4)
+    records = sorted((r["spec"]["pod"], r["spec"]["gpus"]) for r in c.store.objects.get(GPUUSAGES, {}).values())
+    assert records == [("r-0", 8), ("r-1", 8)], records

@@ -12,6 +12,7 @@ from superpod.api.podgang import QUEUE_LABEL, grouping
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
 from superpod.core.accounting import Run, gpu_units
+from superpod.core.dra.model import DraError, pod_claims
 from superpod.core.gang_key import GangKey
 from superpod.core.lifecycle import CONTAINER_ERRORS, PodState
 from superpod.core.model import Pod
@@ -30,7 +31,8 @@ class PodGpus:
     product: str | None  # the GPU product its nodeSelector asks for
     queue: str | None  # its superpod.dev/queue label
     job: str | None  # its superpod.dev/job-name label: a TrainingJob's pod, owned or orphaned
-    claims: bool = False  # it claims devices through DRA: what they are worth is read from its claims (podbills.py)
+    claims: tuple[str, ...] = ()  # the ResourceClaimTemplates its DRA claims are made from ("" for one used by name):
+    # what they hold is read from its claims (podbills.py)
 
 
 @dataclass(frozen=True)
@@ -101,7 +103,11 @@ def _gpus(obj: dict, holds: Pod | None, phase: str, labels: dict, replica: bool)
             return None
     else:
         return None
-    units, claims = gpu_units(requests), bool(spec.get("resourceClaims"))
+    units = gpu_units(requests)
+    try:
+        claims = tuple(claim.template for claim in pod_claims(spec))
+    except DraError:
+        claims = ("",)  # (the API server would not have it)
     if not units and not claims:
         return None
     selector = spec.get("nodeSelector") if isinstance(spec.get("nodeSelector"), dict) else {}
