@@ -201,14 +201,20 @@ def test_a_bound_gang_counts_the_gpus_its_claims_hold():
     assert gpus == 16
 
 
-def test_a_pod_gang_is_billed_for_the_gpus_its_claims_hold():
-    """Found by review: a pod that asks for no nvidia.com/gpu and claims its GPUs through DRA was never billed (no
-    GPUUsage record), nor counted in its queue's budget."""
+def two_claiming_pods(gang: str) -> MemoryCluster:
+    """A queue `a` of 32 GPUs for team-a, and gang `gang` of 2 pods claiming 8 GPUs each, created."""
     c = dra_cluster(4)
     queue = {"namespaces": ["team-a"], "resources": [{"flavor": "*", "guaranteed": 32}]}
     run(c.admin.create(GPUQUEUES, {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
                                    "spec": queue}))
-    create_claiming(c, *[claiming(f"b-{i}", "b", 2, i) for i in range(2)])
+    create_claiming(c, *[claiming(f"{gang}-{i}", gang, 2, i) for i in range(2)])
+    return c
+
+
+def test_a_pod_gang_is_billed_for_the_gpus_its_claims_hold():
+    """Found by review: a pod that asks for no nvidia.com/gpu and claims its GPUs through DRA was never billed (no
+    GPUUsage record), nor counted in its queue's budget."""
+    c = two_claiming_pods("b")
     c.settle(4)
     assert all(devices(c, f"b-{i}") for i in range(2)), "the dangerous moment: its claims hold devices"
     c.settle(1, seconds=600)
@@ -256,11 +262,7 @@ def test_a_waiting_gang_is_counted_anew_when_the_devices_its_claims_may_get_appe
 def test_pods_whose_claims_were_released_while_no_operator_ran_are_billed_by_their_templates():
     """Found by review: what a pod's claims held was kept in memory only; pods that ended, and whose claims were
     released, while the operator was down were billed 0 GPUs by the next one."""
-    c = dra_cluster(4)
-    queue = {"namespaces": ["team-a"], "resources": [{"flavor": "*", "guaranteed": 32}]}
-    run(c.admin.create(GPUQUEUES, {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
-                                   "spec": queue}))
-    create_claiming(c, *[claiming(f"r-{i}", "r", 2, i) for i in range(2)])
+    c = two_claiming_pods("r")
     c.settle(4)
     assert all(devices(c, f"r-{i}") for i in range(2))
     c.settle(1, seconds=600)
