@@ -56,6 +56,7 @@ from superpod.k8s.api import (
     TRAININGJOBS,
     ApiError,
     ClusterAPI,
+    Kind,
     NotLeader,
 )
 
@@ -379,18 +380,21 @@ class Applier:
                 raise
 
     async def _create_service(self, step: CreateService) -> None:
-        try:
-            self._see(SERVICES, await self.api.create(SERVICES, step.service), "ADDED")
-        except ApiError as e:
-            if not e.conflict:
-                raise
+        await self._create_once(SERVICES, step.service, cached=True)
 
     async def _create_compute_domain(self, step: CreateComputeDomain) -> None:
+        await self._create_once(COMPUTEDOMAINS, step.domain)
+
+    async def _create_once(self, kind: Kind, obj: dict, cached: bool = False) -> None:
+        """Create `obj` (seen at once if the cache keeps its kind); one of its name that exists stands."""
         try:
-            await self.api.create(COMPUTEDOMAINS, step.domain)
+            made = await self.api.create(kind, obj)
         except ApiError as e:
             if not e.conflict:
                 raise
+            return
+        if cached:
+            self._see(kind, made, "ADDED")
 
     async def _patch_node(self, step: PatchNode) -> None:
         patch: dict = {"metadata": {}}

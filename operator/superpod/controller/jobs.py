@@ -248,10 +248,11 @@ class JobReader:
 
 def _view(key: GangKey, obj: dict, previous: JobView | None = None, source: ClaimSource | None = None) -> JobView:
     status, raw, problems = read_status(obj)
-    read = _templates_read(obj, source)
     if previous is not None and raw.get("phase") in ACTIVE and isinstance(previous.parsed, JobRequest) and \
             previous.parsed.claims:  # a placed gang keeps the claims it was placed with, whatever its templates do
         read, source = previous.templates, _Kept(previous, source)
+    else:
+        read = _templates_read(obj, source)
     parsed = _parsed(obj, raw, previous, source, read)
     if isinstance(parsed, ConvertError) and raw.get("phase") in ACTIVE and claims_in(obj):
         parsed = without_claims(obj, raw, parsed)

@@ -47,9 +47,9 @@ class DraStore:
         # the pool's generation, the devices it hands out per shape)
         self._node_units: tuple[int, dict[str, dict[str, float]]] = (-1, {})  # (device_edits, node -> GPUs)
         self._worth_of: tuple[int, dict] = (-1, {})  # (shape_edits, (class, selectors) -> request_units)
-        self._representatives: list[Device] = []  # a device of each shape the slices hold
+        self._representatives: tuple[int, dict[Shape, Device]] = (-1, {})  # (shape_edits, a device of each shape)
         self._selectors = Selectors()
-        self._worth: tuple[int, dict[DeviceID, float]] = (-1, {})  # (device_edits, device -> GPUs it is)
+        self._device_gpus: tuple[int, dict[DeviceID, float]] = (-1, {})  # (device_edits, device -> GPUs it is)
         self._taken: set[DeviceID] | None = None
         self._by_pod: dict[str, list[dict]] | None = None
         self._by_consumer: dict[str, list[dict]] | None = None  # pod uid -> the claims reserved for it
@@ -83,18 +83,24 @@ class DraStore:
             self._shape_refs[new] += 1
         self.shape_edits += moved
 
+    def representatives(self) -> dict[Shape, Device]:
+        """A device of each shape the slices hold (core/dra/units.shape), kept until a shape appears or goes."""
+        if self._representatives[0] != self.shape_edits:
+            self._representatives = (self.shape_edits, {key: device for shapes in self._shapes.values()
+                                                         for key, device in shapes.items()})
+        return self._representatives[1]
+
     def worth(self, request: Request) -> float:
         """GPUs one device given to `request` is, at most (core/dra/units.request_units over a device of each shape
         the slices hold), kept until a shape appears or goes or a class changes."""
         if self._worth_of[0] != self.shape_edits:
-            self._representatives = list({key: device for shapes in self._shapes.values()
-                                          for key, device in shapes.items()}.values())
             self._worth_of = (self.shape_edits, {})
         memo = self._worth_of[1]
         key = (request.class_name, request.selectors)
         found = memo.get(key)
         if found is None:
-            found = memo[key] = request_units(request, self.classes, self._representatives, self._selectors)
+            found = memo[key] = request_units(request, self.classes, self.representatives().values(),
+                                              self._selectors)
         return found
 
     def node_units(self, node: str) -> dict[str, float]:
@@ -105,7 +111,7 @@ class DraStore:
         return self._node_units[1].get(node, {})
 
     def _count_node_units(self) -> dict[str, dict[str, float]]:
-        representatives = {key: device for shapes in self._shapes.values() for key, device in shapes.items()}
+        representatives = self.representatives()
         worth = {key: device_units(device) for key, device in representatives.items()}
         classes = {key: [name for name, device_class in self.classes.items()
                          if selects(self._selectors, device_class.selectors, device)]
@@ -162,10 +168,10 @@ class DraStore:
     def gpus_of(self, pod_uids: Iterable[str]) -> float:
         """GPUs the claims reserved for the pods hold: what the devices allocated to them are
         (core/dra/units.device_units), a claim shared with other pods at its share."""
-        at, worth = self._worth
+        at, worth = self._device_gpus
         if at != self.device_edits:
             worth = {device.id: device_units(device) for s in self.slices.values() for device in s.devices}
-            self._worth = (self.device_edits, worth)
+            self._device_gpus = (self.device_edits, worth)
         uids, total, seen = set(pod_uids), 0.0, set()
         for uid in uids:
             for claim in self.reserved_for(uid):
