@@ -7,13 +7,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from superpod.api.claims import ClaimSource, claims_of
+from superpod.api.claims import ClaimSource, PodClaims, claiming, read_pod_claims
 from superpod.api.compute_domain import with_channel
 from superpod.api.manifests import replica_requests
 from superpod.api.models import API_VERSION, ClusterTopology, GPUQueue, GPUUsage, TrainingJob
 from superpod.api.resources import ConvertError, pod_requests, quantity
 from superpod.api.times import rfc3339, timestamp
-from superpod.core.dra.units import claimed_gpus, gpu_classes
 from superpod.core.model import Level, Node, Pod, Topology
 from superpod.core.phases import POD_FINISHED
 from superpod.core.queues import Budget, Queue, Quota
@@ -117,17 +116,17 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
     reqs = replica_requests(obj)
     pod = with_channel(obj, _field(name, spec.template, "spec", dict, {}, "spec.template"), name)
     selector = _field(name, pod, "nodeSelector", dict, {}, "spec.template.spec")
-    claims = ()
+    claims = PodClaims()
     if pod.get("resourceClaims"):
         if source is None:
             raise ConvertError(name, "spec.template.spec.resourceClaims", "its claims are read from the cluster's "
                                "ResourceClaimTemplates, which this reading does not have")
-        claims = claims_of(name, tj.metadata.namespace or "default", pod, "spec.template.spec", source)
+        claims = read_pod_claims(name, tj.metadata.namespace or "default", pod, "spec.template.spec", source)
         if pod.get("priorityClassName") or pod.get("priority") is not None:
             raise ConvertError(name, "spec.template.spec.priorityClassName", "not accepted with resourceClaims: these "
                                "pods are bound by kube-scheduler, whose preemption would bypass the queues; set "
                                "spec.priority")
-    return JobRequest(
+    request = JobRequest(
         namespace=tj.metadata.namespace or "default",
         name=tj.metadata.name,
         replicas=spec.replicas,
@@ -144,10 +143,8 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
         submitted=submitted_at(obj),
         queue=spec.queue,
         service_class=spec.serviceClass,
-        claims=claims,
-        claimed_gpus=claimed_gpus(claims, source.worth) if source is not None else 0.0,
-        gpu_classes=gpu_classes(claims, source.worth) if source is not None else (),
     )
+    return claiming(request, claims, source) if source is not None else request
 
 
 def _deeper_than(value: Any, limit: int) -> bool:

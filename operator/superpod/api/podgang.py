@@ -10,13 +10,12 @@ limit a gang asks for: the annotation superpod.dev/max-runtime-seconds, whole se
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
-from superpod.api.claims import ClaimSource, claims_of
+from superpod.api.claims import ClaimSource, claiming, read_pod_claims
 from superpod.api.convert import affinity_of, describe, resources_of, submitted_at, tolerations_of
 from superpod.api.manifests import MAX_RUNTIME
 from superpod.api.resources import ConvertError, pod_requests
-from superpod.core.dra.units import claimed_gpus, gpu_classes
 from superpod.core.gang_key import POD, POD_GANG, GangKey
 from superpod.core.request import PRODUCT_LABEL, JobRequest, Requests, gpu_units
 
@@ -170,18 +169,14 @@ def gang_request(key: GangKey, pods: list[dict], extra_selector: tuple[tuple[str
 
 
 def with_claims(request: JobRequest, pods: list[dict], source: ClaimSource) -> JobRequest:
-    """`request` with the DRA claims its pods make from ResourceClaimTemplates (each pod its own, all alike). Raises
-    ConvertError: pods that differ, a claim shared by name, a template that is missing or does not read."""
-    shapes = {claims_of(describe(pod), (pod.get("metadata") or {}).get("namespace") or "", pod.get("spec") or {},
-                        "spec", source) for pod in pods}
-    if len(shapes) > 1:
+    """`request` with the DRA claims its pods make from ResourceClaimTemplates (each pod its own) and those they share
+    by name, all alike. Raises ConvertError: pods that differ, a template or claim that is missing or does not read."""
+    read = {read_pod_claims(describe(pod), (pod.get("metadata") or {}).get("namespace") or "", pod.get("spec") or {},
+                            "spec", source) for pod in pods}
+    if len(read) > 1:
         raise ConvertError(f"gang {request.key}", "spec.resourceClaims",
                            "its pods differ: a gang's pods must claim alike")
-    claims = shapes.pop() if shapes else ()
-    if not claims:
-        return request
-    return replace(request, claims=claims, claimed_gpus=claimed_gpus(claims, source.worth),
-                   gpu_classes=gpu_classes(claims, source.worth))
+    return claiming(request, read.pop(), source) if read else request
 
 
 def in_slot_order(pods: list[dict]) -> list[dict]:

@@ -328,7 +328,7 @@ class Applier:
                 patch = {"metadata": {"uid": uid, "resourceVersion": version}, "status": status}
                 answer = await self.api.patch_status(RESOURCECLAIMS, name, patch, namespace)
                 self._see(RESOURCECLAIMS, answer)
-                if not status.get("allocation") and DELETE_PROTECTION in finalizers:
+                if "allocation" in status and not status["allocation"] and DELETE_PROTECTION in finalizers:
                     await self._claim_finalizers(name, namespace, uid, answer["metadata"]["resourceVersion"],
                                                  [f for f in finalizers if f != DELETE_PROTECTION])
                 self.claim_writes[key] = "ok"

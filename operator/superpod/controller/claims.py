@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from superpod.controller.actions import WriteClaims
 from superpod.controller.state import ClusterState
+from superpod.core.dra.allocate import Allocation
 from superpod.core.dra.book import PodAllocations
 from superpod.core.dra.model import DeviceID, pod_claims
 from superpod.core.gang_key import GangKey
@@ -21,24 +22,35 @@ BACKOFF_FIRST, BACKOFF_MAX = 10.0, 300.0  # seconds a gang whose claim write fai
 
 @dataclass(frozen=True)
 class PodClaims:
-    """The claims a waiting pod's templates made (namespace/name, in its spec's order), or why it must wait."""
+    """The claims a waiting pod's templates made (namespace/name, in its spec's order) and those it shares by name,
+    or why it must wait."""
 
     keys: tuple[str, ...] = ()
+    shared: tuple[str, ...] = ()
     waiting: str = ""
 
 
 def claims_of(pod: dict) -> PodClaims:
-    """The claims kube-controller-manager made for the pod from its templates (pod.status.resourceClaimStatuses)."""
+    """The claims kube-controller-manager made for the pod from its templates (pod.status.resourceClaimStatuses), and
+    those it names."""
     meta = pod.get("metadata") or {}
     made = {s.get("name"): s.get("resourceClaimName") for s in (pod.get("status") or {}).get(
         "resourceClaimStatuses") or ()}
-    keys = []
+    keys, shared = [], []
     for claim in pod_claims(pod.get("spec") or {}):
         name = claim.claim or made.get(claim.name)
         if not name:
             return PodClaims(waiting="waiting for the ResourceClaims of its pods to be made from their templates")
-        keys.append(f"{meta.get('namespace')}/{name}")
-    return PodClaims(tuple(keys))
+        (shared if claim.claim else keys).append(f"{meta.get('namespace')}/{name}")
+    return PodClaims(tuple(keys), tuple(shared))
+
+
+def _uid(pod: dict) -> str:
+    return (pod.get("metadata") or {}).get("uid") or ""
+
+
+def _reserved(claim: dict) -> list[dict]:
+    return [c for c in (claim.get("status") or {}).get("reservedFor") or () if isinstance(c, dict)]
 
 
 @dataclass
@@ -97,38 +109,55 @@ class Claims:
         if (held := self.backoff.get(gang)) is not None and held[0] > now:
             return (f"allocating its pods' ResourceClaims failed {held[1]} time(s) in a row, tried again in "
                     f"{held[0] - now:.0f}s: {held[2]}"), None
-        claims, stale = state.dra.claims, []
+        claims, stale, ours = state.dra.claims, {}, {_uid(pod) for pod in pods}
         for pod in pods:
             found = claims_of(pod)
             if found.waiting:
                 return found.waiting, None
-            for key in found.keys:
+            for key in (*found.keys, *found.shared):
                 claim = claims.get(key)
                 if claim is None:
                     return f"waiting for ResourceClaim {key} to be seen", None
                 if claim["metadata"].get("deletionTimestamp"):
                     return f"ResourceClaim {key} of its pods is being deleted", None
                 status = claim.get("status") or {}
-                if not self._unseen(key, claim) and (status.get("allocation") or status.get("reservedFor")):
-                    stale.append((key, claim))
+                if self._unseen(key, claim) or not (status.get("allocation") or status.get("reservedFor")):
+                    continue
+                reserved = {c.get("uid") for c in _reserved(claim)}
+                if key in found.keys or reserved and reserved <= ours:  # (a shared claim others use, or one
+                    stale[key] = claim  # allocated before any pod used it, stands: the gang goes where it is)
         if stale:
             return (f"releasing {len(stale)} ResourceClaim(s) of its pods allocated for a binding that did not "
-                    "happen", self._write(gang, [(key, claim, RELEASED) for key, claim in stale]))
+                    "happen", self._write(gang, [(key, claim, RELEASED) for key, claim in stale.items()]))
         return "", None
 
-    def allocate(self, state: ClusterState, gang: GangKey, pods: list[dict],
-                 allocations: list[PodAllocations], now: float) -> WriteClaims:
-        """The claim writes of `pods` (each with its allocations, in its claims' order), held in flight."""
+    def allocate(self, state: ClusterState, gang: GangKey, pods: list[dict], allocations: list[PodAllocations],
+                 shared: PodAllocations, now: float) -> WriteClaims:
+        """The claim writes of `pods` (each with its allocations, in its claims' order), held in flight; and of the
+        claims they share by name, reserved for them all (`shared`: the allocations of those not allocated yet, in
+        their order)."""
         writes = []
         for pod, allocated in zip(pods, allocations, strict=True):
-            meta = pod["metadata"]
-            reserved = [{"resource": "pods", "name": meta["name"], "uid": meta.get("uid") or ""}]
+            reserved = [_consumer(pod)]
             for key, allocation in zip(claims_of(pod).keys, allocated, strict=True):
-                claim = state.dra.claims[key]
-                writes.append((key, claim, {"allocation": allocation.to_dict(), "reservedFor": reserved}))
-                self.in_flight[key] = InFlight(claim["metadata"].get("resourceVersion") or "", allocation.devices, now,
-                                               gang)
+                writes.append(self._hold(state, gang, key, allocation, reserved, now))
+        unallocated = iter(shared)
+        for key in claims_of(pods[0]).shared if pods else ():
+            claim = state.dra.claims[key]
+            users = {_uid(pod) for pod in pods}
+            reserved = [c for c in _reserved(claim) if c.get("uid") not in users] + [_consumer(pod) for pod in pods]
+            if (claim.get("status") or {}).get("allocation"):
+                writes.append((key, claim, {"reservedFor": reserved}))
+            else:
+                writes.append(self._hold(state, gang, key, next(unallocated), reserved, now))
         return self._write(gang, writes)
+
+    def _hold(self, state: ClusterState, gang: GangKey, key: str, allocation: Allocation, reserved: list[dict],
+              now: float) -> tuple[str, dict, dict]:
+        """The write of claim `key`'s allocation reserved for `reserved`, held in flight."""
+        claim = state.dra.claims[key]
+        self.in_flight[key] = InFlight(claim["metadata"].get("resourceVersion") or "", allocation.devices, now, gang)
+        return key, claim, {"allocation": allocation.to_dict(), "reservedFor": reserved}
 
     @staticmethod
     def _write(gang: GangKey, writes: list[tuple[str, dict, dict]]) -> WriteClaims:
@@ -136,3 +165,9 @@ class Claims:
                                         claim["metadata"].get("resourceVersion") or "", status,
                                         tuple(claim["metadata"].get("finalizers") or ()))
                                        for key, claim, status in writes))
+
+
+def _consumer(pod: dict) -> dict:
+    """The pod as a claim's status.reservedFor names it."""
+    meta = pod["metadata"]
+    return {"resource": "pods", "name": meta["name"], "uid": meta.get("uid") or ""}

@@ -246,20 +246,23 @@ class Controller:
             return snap.devices
         book = self.state.dra.book({name: entry.node.labels for name, entry in self.state.nodes.items()
                                     if entry.node}, in_flight)
-        for job_key, node, count in waiting if book is not None else ():
-            book.book(job_key.text, node, placed[job_key][0].claims, count)
+        for job_key, node, count, sharing in waiting if book is not None else ():
+            request = placed[job_key][0]
+            book.book(job_key.text, node, request.claims, count, request.shared if sharing else ())
         self._devices_key, self._built = key, _bookings(book) if book is not None else {}
         return book
 
     def _unallocated_replicas(self, placed: dict) -> tuple:
-        """(job, node, replicas) of the placed TrainingJobs' replicas whose claims kube-scheduler has not allocated."""
+        """(job, node, replicas, whether the claims they share are to book too) of the placed TrainingJobs' replicas
+        whose claims kube-scheduler has not allocated (the claims a job's pods share are allocated with its first)."""
         out = []
         for job_key, (request, uid, attempt, nodes) in placed.items():
-            if request.claims:
+            if request.claiming:
                 done = {p.index for p in self.state.pods_of(job_key) if p.owner == uid and p.attempt == attempt
                         and p.node == nodes.get(p.index) and self.state.dra.allocated_for(p.uid, len(request.claims))}
                 waiting = Counter(node for index, node in nodes.items() if index not in done)
-                out.extend((job_key, node, count) for node, count in sorted(waiting.items()))
+                out.extend((job_key, node, count, bool(request.shared) and not done and i == 0)
+                           for i, (node, count) in enumerate(sorted(waiting.items())))
         return tuple(out)
 
     def _release_spares(self, turn: Turn) -> None:

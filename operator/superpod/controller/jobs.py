@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from functools import cached_property
 
 from superpod.api import compute_domain
-from superpod.api.claims import ClaimSource
+from superpod.api.claims import ClaimSource, Shared
 from superpod.api.convert import job_from_k8s, submitted_at
 from superpod.api.crd import ADMITTED_FIELDS
 from superpod.api.models import TrainingJobSpec, TrainingJobStatus
@@ -249,7 +249,7 @@ class JobReader:
 def _view(key: GangKey, obj: dict, previous: JobView | None = None, source: ClaimSource | None = None) -> JobView:
     status, raw, problems = read_status(obj)
     if previous is not None and raw.get("phase") in ACTIVE and isinstance(previous.parsed, JobRequest) and \
-            previous.parsed.claims:  # a placed gang keeps the claims it was placed with, whatever its templates do
+            previous.parsed.claiming:  # a placed gang keeps the claims it was placed with, whatever they do since
         read, source = previous.templates, _Kept(previous, source)
     else:
         read = _templates_read(obj, source)
@@ -268,17 +268,24 @@ def _view(key: GangKey, obj: dict, previous: JobView | None = None, source: Clai
 
 
 class _Kept:
-    """The templates a placed job's claims were read from when it was placed (`previous`), in their order."""
+    """The templates and claims a placed job's claims were read from when it was placed (`previous`)."""
 
     def __init__(self, previous: JobView, source: ClaimSource | None) -> None:
         entries = pod_claims(_pod_spec(previous.obj))
-        self.specs = {entry.template: claim for entry, claim in zip(entries, previous.parsed.claims, strict=False)}
+        self.read = {(entry.template, entry.claim): found for entry, found in zip(entries, previous.templates,
+                                                                                  strict=False)}
         self.source = source
 
     def template(self, namespace: str, name: str) -> ClaimSpec:
-        found = self.specs.get(name)
-        if found is None:
+        found = self.read.get((name, ""))
+        if not isinstance(found, ClaimSpec):
             raise LookupError(f"ResourceClaimTemplate {namespace}/{name} was not read when the job was placed")
+        return found
+
+    def shared(self, namespace: str, name: str) -> Shared:
+        found = self.read.get(("", name))
+        if not isinstance(found, Shared):
+            raise LookupError(f"ResourceClaim {namespace}/{name} was not read when the job was placed")
         return found
 
     def worth(self, request) -> float:  # (what it counts is status.admitted's: see _admitted)
@@ -365,11 +372,13 @@ def _templates_read(obj: dict, source: ClaimSource | None) -> tuple:
     try:
         for claim in pod_claims(_pod_spec(obj)):
             try:
-                out.append(source.template(namespace, claim.template) if claim.template else None)
+                out.append(source.template(namespace, claim.template) if claim.template else
+                           source.shared(namespace, claim.claim))
             except (LookupError, ValueError) as error:
                 out.append(str(error))
     except ValueError as error:  # an entry that does not read: job_from_k8s says so
         out.append(str(error))
-    worth = tuple(source.worth(alternative) for spec in out if isinstance(spec, ClaimSpec)
+    specs = [found.spec if isinstance(found, Shared) else found for found in out]
+    worth = tuple(source.worth(alternative) for spec in specs if isinstance(spec, ClaimSpec)
                   for request in spec.requests for alternative in request.alternatives)
     return (*out, worth)  # (what the claims are worth in GPUs: a change of it is a change of the request)

@@ -217,7 +217,7 @@ class PodGangs:
             request = gang_request(key, waiting, extra_selector=_inside(state, list(bound.values()), waiting))
             request = with_claims(request, waiting, state.dra)
             max_runtime_of(key, waiting)  # a limit that does not read is said before the gang is bound
-            if request.claims and (said := self._claims_waiting(state, view, now)) is not None:
+            if request.claiming and (said := self._claims_waiting(state, view, now)) is not None:
                 return None, *said
             if bound:  # the rest of a gang: slices are the whole gang's, not this remainder's
                 request = replace(request, slice_size=None, slice_required=None)
@@ -302,16 +302,19 @@ class PodGangs:
         """The bindings of a placed gang, after its claims' allocations (booked in `devices` when it was placed);
         its pods are assumed on their nodes until they are observed bound."""
         plan = view.bind(assignments)
-        if isinstance(view.request, JobRequest) and view.request.claims:
+        if isinstance(view.request, JobRequest) and view.request.claiming:
             booked = (devices.booked.get(view.key.text) if devices else None) or {}
             allocated = {rank: pods[j] for node, ranks in assignments.items() if (pods := booked.get(node))
-                         for j, rank in enumerate(ranks)}
-            if len(allocated) < len(view.members):
+                         for j, rank in enumerate(ranks)} if view.request.claims else dict.fromkeys(
+                range(len(view.members)), [])
+            shared = devices.booked_shared.get(view.key.text) if devices else None
+            if len(allocated) < len(view.members) or view.request.shared and shared is None:
                 refused = devices.refused.get(view.key.text) if devices else None
                 why = refused.message if refused else "its claims could not be allocated on the nodes chosen"
                 return view.wait("", why, now) or Plan(view.key, [])
             plan.steps.insert(0, self.claims.allocate(state, view.key, list(view.members),
-                                                      [allocated[i] for i in range(len(view.members))], now))
+                                                      [allocated[i] for i in range(len(view.members))],
+                                                      shared[1] if shared else [], now))
             plan.undo = lambda error: (view.wait("", f"allocating its pods' ResourceClaims failed: {error.message}",
                                                  now) or Plan(view.key)).steps
         if isinstance(view.request, JobRequest):
@@ -549,7 +552,7 @@ def _rest(state: ClusterState, key: GangKey, live: list[dict], bound: dict[str, 
     if not fill:
         return None
     whole = replace(admitted, replicas=admitted.replicas + len(fill), claims=request.claims,
-                    claimed_gpus=request.claimed_gpus)
+                    claimed_gpus=request.claimed_gpus, shared_on=request.shared_on, shared_gpus=request.shared_gpus)
     order = placed[:admitted.replicas] + fill + placed[admitted.replicas:]  # identical members first, as ranked
     placement = tuple((slot, bound[_key(pod)]) for slot, pod in enumerate(order) if _key(pod) in bound)
     slots = tuple(range(admitted.replicas, admitted.replicas + len(fill)))

@@ -58,7 +58,7 @@ class WaitingRoom:
         if (edits := state.dra.reading_edits()) != self._claims_read:  # what their claims are read against changed
             self._claims_read = edits
             touched |= {key for key, view in self.ready.items() if key.of_pods and isinstance(
-                view.request, JobRequest) and view.request.claims}
+                view.request, JobRequest) and view.request.claiming}
         out = Pending()
         self.fresh = set()
         for key in sorted(touched | self.recheck):

@@ -32,6 +32,8 @@ def demand(snap: Snapshot, job: JobRequest) -> str:
         text += f" {'with' if unit == 'nodes' else 'of'} {each}"
     if job.claims:
         text += f" claiming {describe(job.claims)}"
+    if job.shared:
+        text += f", and a claim they share of {describe(job.shared)} (so all on one node)"
     others = Counter(job.others)
     if others:  # the members that differ, each of its own request
         text += " and " + ", ".join(f"{count} {'pod' if count == 1 else 'pods'} of {_each(requests, product)}"
@@ -112,7 +114,7 @@ def _claims_refused(sv: Solver) -> str:
     if devices is None:
         return "no node publishes DRA devices"
     node = next((n.name for i, n in enumerate(snap.nodes) if sv.is_open(i) and devices.has_devices(n.name)), None)
-    found = devices.fits(node, sv.job.claims, 1, idle=True) if node is not None else None
+    found = devices.fits(node, sv.job.claims, 1, idle=True, shared=sv.shared) if node is not None else None
     return found.message if isinstance(found, Shortfall) and found.fatal else ""
 
 
@@ -146,9 +148,9 @@ def explain_solver(sv: Solver) -> Cause:
     tail = [t for t in (_full_nodes(sv), why_filtered, spare) if t]
     if not any(snap.view(job).eligible):
         return Cause(Reason.NO_NODE_QUALIFIES, f"{head}; no node qualifies: {why_filtered}")
-    if job.claims and (refused := _claims_refused(sv)):
+    if sv.claiming and (refused := _claims_refused(sv)):
         return Cause(Reason.NO_NODE_QUALIFIES, f"{head}; no node can allocate its claims as written: {refused}")
-    level = job.required
+    level = snap.topology.node_level_name if job.shared else job.required
     nodes = range(len(snap.nodes))
     if sv.required_level == sv.node_level:  # required: one node
         best = max(nodes, key=lambda i: (sv.slots(i), snap.nodes[i].name))

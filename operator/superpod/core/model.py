@@ -9,12 +9,15 @@ pass one job's filters. Views are built lazily and updated incrementally on ever
 
 from __future__ import annotations
 
+import functools
+import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from superpod.core.dra.book import DeviceBook
+from superpod.core.dra.model import node_selector_matches
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU, PODS, PRODUCT_LABEL, JobRequest, Taint
 
@@ -94,7 +97,15 @@ def filter_reason(node: Node, job: JobRequest) -> str | None:
         return "nodeSelector mismatch"
     if job.affinity and not any(all(r.matches(node.labels) for r in term) for term in job.affinity):
         return "node affinity mismatch"
+    if job.shared_on and not all(node_selector_matches(_selector(s), node.name, node.labels) for s in job.shared_on):
+        return "not where the ResourceClaim its pods share is allocated"
     return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _selector(text: str) -> dict:
+    """A node selector written as JSON (JobRequest.shared_on), read once."""
+    return json.loads(text)
 
 
 class View:
@@ -328,9 +339,9 @@ class Snapshot:
         """Reserve capacity for a placed gang (pod keys `<its key's text>#<rank>`: a TrainingJob's and a pod gang's of
         one name never meet), each member's own requests, before the pods exist; and its claims' devices, allocated
         node by node (`devices.booked`; a node whose allocation fails is booked as its Shortfall)."""
-        if job.claims and self.devices is not None:
+        if (job.claims or job.shared) and self.devices is not None:
             for node, ranks in assignments.items():
-                self.devices.book(job.key.text, node, job.claims, len(ranks))
+                self.devices.book(job.key.text, node, job.claims, len(ranks), job.shared)
         for node, ranks in assignments.items():
             for r in ranks:
                 self.add_pod(Pod(f"{job.key.text}#{r}", node, job.member_requests(r)))

@@ -120,6 +120,8 @@ class Solver:
         self.node_level = self.finest_level + 1
         topo = snap.topology
         self.required_level = topo.index(job.required) if job.required else 0  # 0: anywhere
+        if job.shared:  # a claim its pods share is allocated on one node: the whole gang goes there
+            self.required_level = self.node_level
         slice_level = topo.index(job.slice_required) if job.slice_required else None
         self.slice_size = job.slice_size or 1
         binds = slice_level is not None and slice_level > self.required_level and self.slice_size > 1
@@ -127,6 +129,8 @@ class Solver:
         self.node_step = self.slice_size if self.slice_level == self.node_level else 1  # replicas per node: multiples
         self.requests = [(r, v) for r, v in job.requests if v > 0]
         self.claims = job.claims  # DRA claims of each identical member: the node's devices must take them too
+        self.shared = job.shared  # DRA claims the gang shares, allocated once on its node before the members'
+        self.claiming = bool(job.claims or job.shared)
         self.gpus_per_replica = job.gpus
         self.primary = job.primary
         self.primary_per_replica = dict(self.requests).get(self.primary, 0)  # requests are positive
@@ -181,7 +185,7 @@ class Solver:
                     fit = free.get(r, 0) // v
                     if fit < k:
                         k = max(fit, 0)
-                if self.claims and k:
+                if self.claiming and k:
                     k = self._device_slots(node, k, idle=False)
             self._slots[node] = k
         return k
@@ -192,12 +196,13 @@ class Solver:
             return 0
         alloc = self.snap.nodes[node].allocatable
         k = min([self.replicas] + [alloc.get(r, 0) // v for r, v in self.requests])
-        return self._device_slots(node, k, idle=True) if self.claims and k else k
+        return self._device_slots(node, k, idle=True) if self.claiming and k else k
 
     def _device_slots(self, node: int, limit: int, idle: bool) -> int:
         """Pods whose claims the node's DRA devices take (free ones, or all if `idle`), at most `limit`."""
         devices = self.snap.devices
-        return 0 if devices is None else devices.slots(self.snap.nodes[node].name, self.claims, limit, idle)
+        return 0 if devices is None else devices.slots(self.snap.nodes[node].name, self.claims, limit, idle,
+                                                       self.shared)
 
     def node_room(self, node: int, idle: bool = False) -> int:
         """Replicas `node` could hold now (or `idle`: if no pod ran), slices of one node respected."""
@@ -256,7 +261,7 @@ class Solver:
             return answer()
         job = self.job
         key = (question, job.replicas, job.requests, job.others, job.filter_signature(), job.required,
-               job.slice_size, job.slice_required)
+               job.slice_size, job.slice_required, job.shared)
         known = self.snap.idle_answers.get(key, self)
         if known is self:
             known = self.snap.idle_answers[key] = answer()
@@ -304,7 +309,7 @@ class Solver:
                         short[(r, alloc.get(r, 0) < v)] += 1
                         break
                 else:
-                    if self.claims:
+                    if self.claiming:
                         short[(DEVICES, self.idle_slots(i) == 0)] += 1
         return short
 

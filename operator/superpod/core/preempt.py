@@ -260,9 +260,9 @@ class Room:
         for r, v in self.requests:
             k = min(k, max(free.get(r, 0), 0) // v)
         book = self.solver.snap.devices
-        if self.solver.claims and k and book is not None:
+        if self.solver.claiming and k and book is not None:
             k = book.slots_freeing(self.solver.snap.nodes[node].name, self.solver.claims, k,
-                                   self.devices_freed.get(node, set()))
+                                   self.devices_freed.get(node, set()), self.solver.shared)
         return k
 
     def room(self) -> int:

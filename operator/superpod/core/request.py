@@ -127,10 +127,19 @@ class JobRequest:
     claims: tuple[ClaimSpec, ...] = ()  # each identical member's ResourceClaims (DRA), in its pod's order
     claimed_gpus: float = 0.0  # GPUs each identical member claims through DRA (counted like nvidia.com/gpu)
     gpu_classes: tuple[str, ...] = ()  # the DeviceClasses its claims may take GPUs of (core/dra/units.gpu_classes)
+    shared: tuple[ClaimSpec, ...] = ()  # claims all its pods share by name, not allocated yet: allocated once, on the
+    # one node the whole gang then goes to (its devices are a node's own)
+    shared_on: tuple[str, ...] = ()  # the node selectors (JSON) of allocated claims its pods share: they go there
+    shared_gpus: float = 0.0  # GPUs the claims its pods share take, once for the whole gang
 
     @cached_property
     def key(self) -> GangKey:
         return GangKey(self.namespace, self.name, self.kind)
+
+    @property
+    def claiming(self) -> bool:
+        """Whether its pods claim DRA devices, their own or shared."""
+        return bool(self.claims or self.shared or self.shared_on or self.shared_gpus)
 
     @property
     def per_replica(self) -> dict[str, int]:
@@ -162,7 +171,7 @@ class JobRequest:
     @cached_property
     def total_units(self) -> float:
         """GPU units the whole gang holds (a MIG slice g/7): what queues count and preemption frees."""
-        return self.replicas * (gpu_units(self.requests) + self.claimed_gpus) + sum(
+        return self.replicas * (gpu_units(self.requests) + self.claimed_gpus) + self.shared_gpus + sum(
             gpu_units(requests) for requests in self.others)
 
     def at_largest(self) -> JobRequest:
@@ -187,7 +196,8 @@ class JobRequest:
         return primary_of(self.requests)
 
     def filter_signature(self) -> tuple:
-        return (self.gpu_product, self.node_selector, self.affinity, self.tolerations, self.avoid_nodes)
+        return (self.gpu_product, self.node_selector, self.affinity, self.tolerations, self.avoid_nodes,
+                self.shared_on)
 
     def shape(self) -> Shape:
         """Everything placement reads, and the limit (by which a job may run inside a reservation): two jobs of one
@@ -205,7 +215,8 @@ class JobRequest:
     @cached_property
     def _shape(self) -> Shape:  # the request is frozen: computed once
         return Shape.of((self.replicas, self.requests, self.filter_signature(), self.required, self.preferred,
-                         self.slice_size, self.slice_required, self.others, self.limit, self.claims))
+                         self.slice_size, self.slice_required, self.others, self.limit, self.claims,
+                         self.shared))
 
 
 class Shape:

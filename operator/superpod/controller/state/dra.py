@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+from superpod.api.claims import Shared, selector_text
 from superpod.core.dra.book import DeviceBook
 from superpod.core.dra.model import (
     ClaimSpec,
@@ -16,6 +17,7 @@ from superpod.core.dra.model import (
     Request,
     Slice,
     allocated_devices,
+    read_claim,
     read_class,
     read_slice,
     read_template,
@@ -39,6 +41,7 @@ class DraStore:
         self.unreadable: dict[str, str] = {}  # slice or class key -> why it is left out
         self.generation = 0
         self.template_edits = 0  # bumped on every stored or deleted ResourceClaimTemplate
+        self.shared_edits = 0  # bumped when a claim no pod owns (one pods use by name) changes or goes
         self.device_edits = 0  # bumped on every stored or deleted slice or class
         self.shape_edits = 0  # bumped when a device shape appears or goes, or a class changes: what claims are worth
         self._shape_refs: Counter = Counter()  # shape -> the slices holding a device of it
@@ -131,9 +134,9 @@ class DraStore:
         return out
 
     def reading_edits(self) -> int:
-        """Moves when what claims are read against may have changed: a template, a device shape or a class (a slice
-        written again with devices of the shapes it had moves nothing)."""
-        return self.template_edits + self.shape_edits
+        """Moves when what claims are read against may have changed: a template, a claim pods use by name, a device
+        shape or a class (a slice written again with devices of the shapes it had moves nothing)."""
+        return self.template_edits + self.shape_edits + self.shared_edits
 
     def claim_edits(self) -> None:
         """A claim changed but not what it holds (its owners, its reservation): only the index by pod is stale."""
@@ -202,6 +205,18 @@ class DraStore:
             return None
         return DeviceBook(self.slices.values(), self.classes, self.taken | in_flight, labels)
 
+    def shared(self, namespace: str, name: str) -> Shared:
+        """ResourceClaim namespace/name as pods that use it by name read it; raises LookupError or DraError."""
+        claim = self.claims.get(f"{namespace}/{name}")
+        if claim is None:
+            raise LookupError(f"ResourceClaim {namespace}/{name} does not exist")
+        if claim["metadata"].get("deletionTimestamp"):
+            raise LookupError(f"ResourceClaim {namespace}/{name} is being deleted")
+        allocation = (claim.get("status") or {}).get("allocation")
+        on = None if not allocation else selector_text(allocation["nodeSelector"]) if allocation.get(
+            "nodeSelector") else ""
+        return Shared(read_claim(claim), on)
+
     def template(self, namespace: str, name: str) -> ClaimSpec:
         """The claim spec a ResourceClaimTemplate makes; raises LookupError or DraError with the words."""
         found = self.templates.get(f"{namespace}/{name}")
@@ -264,6 +279,9 @@ class _KindStore:
         """A claim stored or gone: the book stands unless what it holds changed (a tenant's churn of claims that
         hold nothing costs no re-search)."""
         held = [claim for claim in (before, after) if claim is not None]
+        by_name = not any(owner.get("kind") == "Pod" for owner in held[-1]["metadata"].get("ownerReferences") or ())
+        if by_name and (len(held) == 1 or _as_shared(held[0]) != _as_shared(held[1])):
+            self.dra.shared_edits += 1  # (pods that use it by name read it again)
         if len(held) == 2 and allocated_devices(held[:1]) == allocated_devices(held[1:]) or \
                 len(held) == 1 and not allocated_devices(held):
             self.dra.claim_edits()
@@ -285,3 +303,9 @@ class _KindStore:
             return None
         owner = next((o for o in claim["metadata"].get("ownerReferences") or () if o.get("kind") == "Pod"), None)
         return self.dra.gang_of_pod(f"{key.split('/', 1)[0]}/{owner['name']}") if owner else None
+
+
+def _as_shared(claim: dict) -> str:
+    """What pods that use a claim by name read of it (DraStore.shared), as text to compare."""
+    return selector_text({"spec": claim.get("spec"), "allocation": (claim.get("status") or {}).get("allocation"),
+                          "deleting": claim["metadata"].get("deletionTimestamp")})

@@ -34,6 +34,7 @@ class DeviceBook:
         self._alike: dict[tuple, int] = {}
         self._reads: dict[tuple[ClaimSpec, ...], tuple | None] = {}
         self.booked: dict[str, dict[str, list[PodAllocations]]] = {}  # gang -> node -> its pods' allocations there
+        self.booked_shared: dict[str, tuple[str, PodAllocations]] = {}  # gang -> (node, its shared claims' there)
         self.refused: dict[str, Shortfall] = {}  # gang -> why a node it was placed on could not allocate its claims
 
     def has_devices(self, node: str) -> bool:
@@ -49,15 +50,18 @@ class DeviceBook:
                                                    self.labels.get(node, {}))
         return found
 
-    def fits(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, idle: bool = False) -> int | Shortfall:
+    def fits(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, idle: bool = False,
+             shared: tuple[ClaimSpec, ...] = ()) -> int | Shortfall:
         """How many pods whose claims are `claims` the node's free devices take (`idle`: were none taken), at most
-        `limit`; or why not one."""
+        `limit`, once the claims they all share (`shared`) are allocated there; or why not one."""
         if not self.has_devices(node):
             return 0
         memo = self._counts.setdefault(node, {})
-        key = (claims, limit if not idle else -limit)
+        key = (claims, limit if not idle else -limit, shared)
         found = memo.get(key)
-        if found is None:
+        if found is None and shared:
+            found = memo[key] = self._count_sharing(node, claims, limit, set() if idle else self.taken, shared)
+        elif found is None:
             seen = self._seen(node, claims, idle)
             found = self._alike.get((key, seen)) if seen is not None else None
             if found is None:
@@ -66,6 +70,15 @@ class DeviceBook:
                     self._alike[(key, seen)] = found
             memo[key] = found
         return found
+
+    def _count_sharing(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, taken: set[DeviceID],
+                       shared: tuple[ClaimSpec, ...]) -> int | Shortfall:
+        """`fits` with claims shared by all the pods: those allocated first, then the pods' own counted beside them."""
+        found = self.allocator.allocate(node, self.pools(node), taken, list(shared))
+        if isinstance(found, Shortfall) or not claims:
+            return found if isinstance(found, Shortfall) else limit
+        held = taken.union(*(allocation.devices for allocation in found))
+        return self.allocator.count(node, self.pools(node), held, claims, limit)
 
     def _seen(self, node: str, claims: tuple[ClaimSpec, ...], idle: bool) -> tuple | None:
         """What of the node's devices the claims can tell apart (the values their selectors and constraints read,
@@ -102,17 +115,22 @@ class DeviceBook:
                             (attributes if kind == "attributes" else capacities).add((domain, name))
         return tuple(sorted(attributes)), tuple(sorted(capacities))
 
-    def slots(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, idle: bool = False) -> int:
-        found = self.fits(node, claims, limit, idle)
+    def slots(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, idle: bool = False,
+              shared: tuple[ClaimSpec, ...] = ()) -> int:
+        found = self.fits(node, claims, limit, idle, shared)
         return 0 if isinstance(found, Shortfall) else found
 
-    def slots_freeing(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, freed: set[DeviceID]) -> int:
+    def slots_freeing(self, node: str, claims: tuple[ClaimSpec, ...], limit: int, freed: set[DeviceID],
+                      shared: tuple[ClaimSpec, ...] = ()) -> int:
         """`slots`, were the `freed` devices free (a preemption's victims'), not memoised."""
         if not freed:
-            return self.slots(node, claims, limit)
+            return self.slots(node, claims, limit, shared=shared)
         if not self.has_devices(node):
             return 0
-        found = self.allocator.count(node, self.pools(node), self.taken - freed, claims, limit)
+        if shared:
+            found = self._count_sharing(node, claims, limit, self.taken - freed, shared)
+        else:
+            found = self.allocator.count(node, self.pools(node), self.taken - freed, claims, limit)
         return 0 if isinstance(found, Shortfall) else found
 
     def free(self, devices: frozenset[DeviceID]) -> None:
@@ -124,15 +142,20 @@ class DeviceBook:
         self.taken.update(devices)
         self._counts.clear()
 
-    def book(self, gang: str, node: str, claims: tuple[ClaimSpec, ...], pods: int) -> list[PodAllocations] | Shortfall:
-        """Allocate `pods` pods' claims on `node` at once and hold their devices for `gang`; or why not."""
-        found = self.allocator.allocate(node, self.pools(node), self.taken, list(claims) * pods)
+    def book(self, gang: str, node: str, claims: tuple[ClaimSpec, ...], pods: int,
+             shared: tuple[ClaimSpec, ...] = ()) -> list[PodAllocations] | Shortfall:
+        """Allocate `pods` pods' claims on `node` at once, and the claims they all share (`shared`, kept in
+        `booked_shared`), and hold their devices for `gang`; or why not."""
+        found = self.allocator.allocate(node, self.pools(node), self.taken, [*shared, *list(claims) * pods])
         if isinstance(found, Shortfall):
             self.refused[gang] = found
             return found
         for allocation in found:
             self.taken.update(allocation.devices)
         self._counts.pop(node, None)
+        if shared:
+            self.booked_shared[gang] = (node, found[:len(shared)])
+            found = found[len(shared):]
         per_pod = [found[i * len(claims):(i + 1) * len(claims)] for i in range(pods)]
         self.booked.setdefault(gang, {}).setdefault(node, []).extend(per_pod)
         return per_pod
@@ -140,6 +163,11 @@ class DeviceBook:
     def release(self, gang: str) -> None:
         """Give back what `book` held for `gang`."""
         self.refused.pop(gang, None)
+        if (held := self.booked_shared.pop(gang, None)) is not None:
+            node, allocations = held
+            for allocation in allocations:
+                self.taken.difference_update(allocation.devices)
+            self._counts.pop(node, None)
         for node, pods in self.booked.pop(gang, {}).items():
             for allocations in pods:
                 for allocation in allocations:
