@@ -19,20 +19,24 @@ def node_labels(cluster, name: str) -> dict:
 
 def test_two_jobs_compete_for_one_leaf_one_waits_with_a_reason_then_both_complete(cluster, operator, jobs):
     sim, _ = sim_cluster(cluster.api, "dgx-h100", 4, nodes_per_unit=4)
-    run = {"sim.superpod.dev/run-for": "6s"}
-    jobs.create(training_job("first", sim, 4, gpus=8, annotations=run, topology={"required": "leaf"}))
+    # (first runs long enough for an older blocked job an earlier test left in a namespace still being deleted to go:
+    # it holds the one reservation of the group until then)
+    jobs.create(training_job("first", sim, 4, gpus=8, annotations={"sim.superpod.dev/run-for": "40s"},
+                             topology={"required": "leaf"}))
     jobs.wait_phase("first", "Running")
-    jobs.create(training_job("second", sim, 4, gpus=8, annotations=run, topology={"required": "leaf"}))
+    jobs.create(training_job("second", sim, 4, gpus=8, annotations={"sim.superpod.dev/run-for": "6s"},
+                             topology={"required": "leaf"}))
     wait_for(lambda: jobs.status("second").get("message"), 30, "a reason on the waiting job")
     waiting = jobs.status("second")
     assert waiting["phase"] == "Queued"
     assert "needs 4 nodes with 8 free NVIDIA-H100-80GB-HBM3 GPUs inside one leaf" in waiting["message"]
-    held = waiting["reservation"]  # the leaf its first job holds: it is big enough to reserve at once
+    # the leaf its first job holds: it is big enough to reserve at once
+    held = wait_for(lambda: jobs.status("second").get("reservation"), 40, "the reservation of the waiting job")
     assert waiting["reason"] == "NoRoom" and "leaf su-" in held["domain"] and held["nodeCount"] == 4, waiting
     jobs.wait_event("second", "NoRoom", "inside one leaf")
     assert jobs.pods("second") == [], "a queued job holds no pods"
 
-    first = jobs.wait_phase("first", "Succeeded", 60)
+    first = jobs.wait_phase("first", "Succeeded", 90)
     assert first["gpuSeconds"] > 0 and first["completionTime"]
     assert {p.status.phase for p in jobs.pods("first")} == {"Succeeded"}
     jobs.wait_phase("second", "Running", 60)

@@ -12,6 +12,8 @@ from superpod.core.dra.model import ClaimSpec, DraError, Request, pod_claims
 from superpod.core.dra.units import claimed_gpus, gpu_classes, uncounted
 from superpod.core.request import JobRequest
 
+MOST_CONSUMERS = 256  # pods a ResourceClaim may be reserved for (resource.k8s.io/v1 status.reservedFor)
+
 
 class TemplateMissing(ConvertError):
     """A claim's ResourceClaimTemplate does not exist (yet)."""
@@ -59,6 +61,8 @@ def read_pod_claims(obj: str, namespace: str, pod_spec: dict, at: str, source: C
         raise ConvertError(obj, f"{at}.resourceClaims", str(error)) from None
     for claim in entries:
         field = f"{at}.resourceClaims[{claim.name}]"
+        if claim.claim and any(name == claim.claim for name, _ in shared):
+            continue  # (named twice: one claim all the same)
         try:
             if claim.template:
                 own.append(spec := source.template(namespace, claim.template))
@@ -87,6 +91,9 @@ def claiming(request: JobRequest, claims: PodClaims, source: ClaimSource) -> Job
     allocated), and the GPUs of both counted."""
     if not claims.own and not claims.shared:
         return request
+    if claims.shared and request.size > MOST_CONSUMERS:
+        raise ConvertError(f"gang {request.key}", "resourceClaims", f"{request.size} pods share a ResourceClaim, "
+                           f"which may be reserved for at most {MOST_CONSUMERS}")
     shared = [found for _, found in claims.shared]
     every = (*claims.own, *(found.spec for found in shared))
     return replace(request, claims=claims.own, claimed_gpus=claimed_gpus(claims.own, source.worth),

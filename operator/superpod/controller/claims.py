@@ -147,7 +147,8 @@ class Claims:
             users = {_uid(pod) for pod in pods}
             reserved = [c for c in _reserved(claim) if c.get("uid") not in users] + [_consumer(pod) for pod in pods]
             if (claim.get("status") or {}).get("allocation"):
-                writes.append((key, claim, {"reservedFor": reserved}))
+                self.in_flight[key] = InFlight(claim["metadata"].get("resourceVersion") or "", (), now, gang)
+                writes.append((key, claim, {"reservedFor": reserved}))  # (in flight: a refused write backs off)
             else:
                 writes.append(self._hold(state, gang, key, next(unallocated), reserved, now))
         return self._write(gang, writes)

@@ -57,7 +57,7 @@ class JobView:
     def units(self) -> float:
         """GPUs per replica (MIG slices as g/7; GPUs its pods claim through DRA counted as nvidia.com/gpu)."""
         request = self.request
-        return gpu_units(request.requests) + request.claimed_gpus if isinstance(request, JobRequest) else 0.0
+        return gpu_units(request.requests) + request.claimed_per_member if isinstance(request, JobRequest) else 0.0
 
     @property
     def gang_units(self) -> float:
@@ -91,8 +91,8 @@ class JobView:
         """What a gang placed now is admitted under (status.admitted): the spec's fields that decide accounting
         and protection, as they are at placement."""
         out = {field: value for field in ADMITTED_FIELDS if (value := self.spec(field)) is not None}
-        if isinstance(self.request, JobRequest) and self.request.claimed_gpus:
-            out["claimedGpus"] = self.request.claimed_gpus
+        if isinstance(self.request, JobRequest) and self.request.claimed_per_member:
+            out["claimedGpus"] = self.request.claimed_per_member
         return out
 
     @property
@@ -323,9 +323,9 @@ def _admitted(request: JobRequest, status: TrainingJobStatus) -> JobRequest:
     admitted = status.admitted
     if status.phase not in ACTIVE or admitted is None:
         return request
-    claimed = request.claimed_gpus if admitted.claimedGpus is None else admitted.claimedGpus
+    claimed = {} if admitted.claimedGpus is None else {"claimed_gpus": admitted.claimedGpus, "shared_gpus": 0.0}
     return replace(request, queue=admitted.queue, service_class=admitted.serviceClass, priority=admitted.priority,
-                   claimed_gpus=claimed)
+                   **claimed)  # (claimedGpus: each replica's, its share of the claims they share included)
 
 
 def claims_in(obj: dict) -> bool:

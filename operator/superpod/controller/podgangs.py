@@ -319,8 +319,8 @@ class PodGangs:
                                                  now) or Plan(view.key)).steps
         if isinstance(view.request, JobRequest):
             self.admitted.setdefault(view.key, view.request.queue)  # (the rest of a gang keeps its first queue)
-            if view.request.claimed_gpus:
-                self.claimed_gpus.setdefault(view.key, view.request.claimed_gpus)
+            if view.request.claimed_per_member:
+                self.claimed_gpus.setdefault(view.key, view.request.claimed_per_member)
         held = self.assumed.setdefault(view.key, {})
         bindings = next(step for step in plan.steps if isinstance(step, BindPods)).bindings
         for member, (pod_key, uid, node) in zip(view.members, bindings, strict=True):
@@ -499,7 +499,7 @@ class PodGangs:
         a new leader takes what the labels say then), with the GPUs its pods claim (remembered from the binding, else
         as their templates say now)."""
         if any((pod.get("spec") or {}).get("resourceClaims") for pod in bound):
-            held = state.dra.gpus_of(pod["metadata"].get("uid") or "" for pod in bound)  # what their claims hold
+            held = state.dra.gpus_of((pod["metadata"].get("uid") or "" for pod in bound), whole=True)
             claimed = max(held / len(bound), self.claimed_gpus.get(request.key, 0))
             if claimed:
                 request = replace(request, claimed_gpus=claimed)

@@ -261,7 +261,7 @@ class Solver:
             return answer()
         job = self.job
         key = (question, job.replicas, job.requests, job.others, job.filter_signature(), job.required,
-               job.slice_size, job.slice_required, job.shared)
+               job.slice_size, job.slice_required, job.claims, job.shared)
         known = self.snap.idle_answers.get(key, self)
         if known is self:
             known = self.snap.idle_answers[key] = answer()

@@ -142,6 +142,11 @@ class JobRequest:
         return bool(self.claims or self.shared or self.shared_on or self.shared_gpus)
 
     @property
+    def claimed_per_member(self) -> float:
+        """GPUs each member claims through DRA: its own claims' and its share of those the gang shares."""
+        return self.claimed_gpus + self.shared_gpus / self.size
+
+    @property
     def per_replica(self) -> dict[str, int]:
         return dict(self.requests)
 

@@ -162,3 +162,18 @@ def test_the_gang_is_added_to_an_allocated_claims_consumers_and_an_unallocated_o
     [(_, _, _, status, _)] = write.claims
     assert len(status["allocation"]["devices"]["results"]) == 2 and len(status["reservedFor"]) == 2
     assert "ns/shared" in claims.in_flight
+
+
+def test_a_gang_whose_claims_can_never_fit_does_not_decide_for_another_of_the_same_pods_whose_claims_can():
+    """Found by review: the solver's idle answers were kept by a key without the claims, so a gang claiming 9 GPUs a
+    pod (on nodes of 8) told a gang of the same pods claiming 8 that it could never fit: no reservation for it."""
+    from superpod.core.cycle import reservation_for
+
+    def gang(name: str, count: int):
+        spec = read_claim_spec({"devices": {"requests": [{"name": "gpus", "exactly": {
+            "deviceClassName": "gpu.nvidia.com", "count": count}}]}}, "template")
+        return make_request("ns", name, 2, {"pods": 1}, required="leaf", claims=(spec,), claimed_gpus=count)
+
+    snap = snapshot(nodes(4))
+    assert reservation_for(snap, gang("never", 9)) is None
+    assert reservation_for(snap, gang("fits", 8)) is not None

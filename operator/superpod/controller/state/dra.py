@@ -41,7 +41,8 @@ class DraStore:
         self.unreadable: dict[str, str] = {}  # slice or class key -> why it is left out
         self.generation = 0
         self.template_edits = 0  # bumped on every stored or deleted ResourceClaimTemplate
-        self.shared_edits = 0  # bumped when a claim no pod owns (one pods use by name) changes or goes
+        self.shared_edits = 0  # bumped when a claim pods use by name (`named`) changes what they read, or goes
+        self.named: set[str] = set()  # the claims read as used by name (DraStore.shared)
         self.device_edits = 0  # bumped on every stored or deleted slice or class
         self.shape_edits = 0  # bumped when a device shape appears or goes, or a class changes: what claims are worth
         self._shape_refs: Counter = Counter()  # shape -> the slices holding a device of it
@@ -168,9 +169,10 @@ class DraStore:
                         self._by_consumer.setdefault(consumer["uid"], []).append(claim)
         return self._by_consumer.get(pod_uid, [])
 
-    def gpus_of(self, pod_uids: Iterable[str]) -> float:
+    def gpus_of(self, pod_uids: Iterable[str], whole: bool = False) -> float:
         """GPUs the claims reserved for the pods hold: what the devices allocated to them are
-        (core/dra/units.device_units), a claim shared with other pods at its share."""
+        (core/dra/units.device_units), a claim shared with other pods at its share (`whole`: in full, as a gang that
+        uses it holds its devices while any of its pods does, whoever else leaves)."""
         at, worth = self._device_gpus
         if at != self.device_edits:
             worth = {device.id: device_units(device) for s in self.slices.values() for device in s.devices}
@@ -183,7 +185,7 @@ class DraStore:
                     continue
                 seen.add(key)
                 consumers = [c for c in claim["status"]["reservedFor"] if isinstance(c, dict) and c.get("uid")]
-                share = sum(c["uid"] in uids for c in consumers) / len(consumers)
+                share = 1.0 if whole else sum(c["uid"] in uids for c in consumers) / len(consumers)
                 total += share * sum(worth.get(device, 0.0) for device in allocated_devices([claim]))
         return total
 
@@ -207,6 +209,7 @@ class DraStore:
 
     def shared(self, namespace: str, name: str) -> Shared:
         """ResourceClaim namespace/name as pods that use it by name read it; raises LookupError or DraError."""
+        self.named.add(f"{namespace}/{name}")
         claim = self.claims.get(f"{namespace}/{name}")
         if claim is None:
             raise LookupError(f"ResourceClaim {namespace}/{name} does not exist")
@@ -238,7 +241,7 @@ class _KindStore:
         if self.plural == "resourceclaims":
             before = dra.claims.get(key)
             dra.claims[key] = obj
-            self._claim_changed(before, obj)
+            self._claim_changed(key, before, obj)
         elif self.plural == "resourceclaimtemplates":
             try:
                 dra.templates[key] = read_template(obj)
@@ -266,7 +269,7 @@ class _KindStore:
     def forget(self, key: str, uid: str, obj: dict | None, now: float) -> None:
         dra = self.dra
         if self.plural == "resourceclaims":
-            self._claim_changed(dra.claims.pop(key, None), None)
+            self._claim_changed(key, dra.claims.pop(key, None), None)
         elif self.plural == "resourceclaimtemplates":
             dra.templates.pop(key, None)
             dra.template_edits += 1
@@ -275,12 +278,11 @@ class _KindStore:
             dra.unreadable.pop(key, None)
             dra.devices_changed()
 
-    def _claim_changed(self, before: dict | None, after: dict | None) -> None:
+    def _claim_changed(self, key: str, before: dict | None, after: dict | None) -> None:
         """A claim stored or gone: the book stands unless what it holds changed (a tenant's churn of claims that
         hold nothing costs no re-search)."""
         held = [claim for claim in (before, after) if claim is not None]
-        by_name = not any(owner.get("kind") == "Pod" for owner in held[-1]["metadata"].get("ownerReferences") or ())
-        if by_name and (len(held) == 1 or _as_shared(held[0]) != _as_shared(held[1])):
+        if key in self.dra.named and (len(held) == 1 or _as_shared(held[0]) != _as_shared(held[1])):
             self.dra.shared_edits += 1  # (pods that use it by name read it again)
         if len(held) == 2 and allocated_devices(held[:1]) == allocated_devices(held[1:]) or \
                 len(held) == 1 and not allocated_devices(held):
