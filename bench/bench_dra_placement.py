@@ -1,7 +1,9 @@
 """Placement with DRA devices beside the same cluster with extended resources: dgx-h100 nodes publishing their eight
 GPUs as NVIDIA-style ResourceSlices (claims of 8 GPUs by productName per pod) or as nvidia.com/gpu (8 per pod).
 Prints, per cluster size, the medians over --repeats of: building the device book from the slices, one placement of
-a 16-pod gang on the empty cluster, and a cycle that places and books --gangs such gangs one after another. Then,
+a 16-pod gang on the empty cluster, and a cycle that places and books --gangs such gangs one after another; and the
+same for one-node gangs of 4 pods, each claiming 1 GPU of its own and all sharing a claim of 4, beside 4 pods each
+claiming 2 GPUs with one node required (--gangs x 16 of each, so as many GPUs as the 16-pod gangs take). Then,
 for DRA, what the cache pays to count GPUs (core/dra/units.py): storing every slice (read, device shapes), counting
 each node's GPUs for the queues' capacity once after the slices changed, and what the claim is worth.
 
@@ -45,8 +47,30 @@ def topology() -> Topology:
                      Level("node", "kubernetes.io/hostname")))
 
 
-def run(nodes, slice_objs, labels, dra: bool, gangs: int) -> tuple[float, float, float]:
+def claim(count: int):
+    return read_claim_spec({"devices": {"requests": [{"name": "gpus", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "count": count}}]}}, "bench")
+
+
+MODES = ("extended", "DRA", "DRA shared", "DRA node")
+
+
+def request(mode: str, i: int):
+    """Gang `i` of a mode: 16 pods of 8 GPUs in one leaf; or 4 pods on one node, sharing a claim of 4 GPUs beside
+    their own 1 (DRA shared), or each claiming 2 (DRA node)."""
+    if mode == "extended":
+        return make_request("ns", f"g{i}", 16, {"pods": 1, "nvidia.com/gpu": 8}, required="leaf")
+    if mode == "DRA":
+        return make_request("ns", f"g{i}", 16, {"pods": 1}, required="leaf", claims=(CLAIM,), claimed_gpus=8)
+    if mode == "DRA shared":
+        return make_request("ns", f"g{i}", 4, {"pods": 1}, claims=(claim(1),), claimed_gpus=1, shared=(claim(4),),
+                            shared_gpus=4)
+    return make_request("ns", f"g{i}", 4, {"pods": 1}, required="node", claims=(claim(2),), claimed_gpus=2)
+
+
+def run(nodes, slice_objs, labels, mode: str, gangs: int) -> tuple[float, float, float]:
     """(book seconds, first placement seconds, seconds to place and book `gangs` gangs)."""
+    dra = mode != "extended"
     start = time.perf_counter()
     classes, _ = read_classes(dra_slices.device_classes())
     if dra:
@@ -60,10 +84,10 @@ def run(nodes, slice_objs, labels, dra: bool, gangs: int) -> tuple[float, float,
         snap.set_devices(book)
 
     def job(i: int):
-        if dra:
-            return make_request("ns", f"g{i}", 16, {"pods": 1}, required="leaf", claims=(CLAIM,), claimed_gpus=8)
-        return make_request("ns", f"g{i}", 16, {"pods": 1, "nvidia.com/gpu": 8}, required="leaf")
+        return request(mode, i)
 
+    if mode.startswith("DRA ") and gangs:
+        gangs *= 16
     start_place = time.perf_counter()
     first = place(snap, job(0))
     placed_once = time.perf_counter()
@@ -102,14 +126,13 @@ def main() -> None:
     parser.add_argument("--gangs", type=int, default=40)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    print(f"{'nodes':>6} {'resources':>10} {'book s':>8} {'1 gang s':>9} {f'{args.gangs} gangs s':>11}")
+    print(f"{'nodes':>6} {'resources':>10} {'book s':>8} {'1 gang s':>9} {'gangs s':>9}")
     for count in (int(n) for n in args.nodes.split(",")):
         nodes, slice_objs, labels = cluster(count)
-        for dra in (False, True):
-            runs = [run(nodes, slice_objs, labels, dra, args.gangs) for _ in range(args.repeats)]
+        for mode in MODES:
+            runs = [run(nodes, slice_objs, labels, mode, args.gangs) for _ in range(args.repeats)]
             medians = [statistics.median(r[i] for r in runs) for i in range(3)]
-            print(f"{count:>6} {'DRA' if dra else 'extended':>10} {medians[0]:>8.3f} {medians[1]:>9.3f} "
-                  f"{medians[2]:>11.3f}", flush=True)
+            print(f"{count:>6} {mode:>10} {medians[0]:>8.3f} {medians[1]:>9.3f} {medians[2]:>9.3f}", flush=True)
         runs = [counting(slice_objs) for _ in range(args.repeats)]
         store, count_units, price = (statistics.median(r[i] for r in runs) for i in range(3))
         print(f"{count:>6} GPU counting: store the slices {store:.3f} s, count nodes' GPUs {count_units:.3f} s, "

@@ -176,8 +176,8 @@ class JobRequest:
     @cached_property
     def total_units(self) -> float:
         """GPU units the whole gang holds (a MIG slice g/7): what queues count and preemption frees."""
-        return self.replicas * (gpu_units(self.requests) + self.claimed_gpus) + self.shared_gpus + sum(
-            gpu_units(requests) for requests in self.others)
+        return self.replicas * gpu_units(self.requests) + self.size * self.claimed_gpus + self.shared_gpus + sum(
+            gpu_units(requests) for requests in self.others)  # (every member claims alike, the others too)
 
     def at_largest(self) -> JobRequest:
         """The gang as `size` identical members each booked at the largest request of any member: what fits it

@@ -4,11 +4,13 @@ replacement hidden from its users by giving it a Pod owner. Each failed before i
 
 from __future__ import annotations
 
-from superpod.k8s.api import GPUQUEUES, PODS, RESOURCECLAIMS
+import contextlib
+
+from superpod.k8s.api import GPUQUEUES, RESOURCECLAIMS
 from tests.unit.memory_cluster import run, training_job
 from tests.unit.podgangs.test_pod_gang_claims import CLAIM_SPEC, dra_cluster
 from tests.unit.podgangs.test_pod_gangs import create, pod, stored
-from tests.unit.queues.test_controller_queues import gpu_queue, phase, submit
+from tests.unit.queues.test_controller_queues import gpu_queue, phase
 
 
 def shared_claim(c, name="x", spec=CLAIM_SPEC):
@@ -152,3 +154,54 @@ def test_a_claim_pods_use_by_name_is_read_again_whatever_owner_a_tenant_gives_it
                                                                            "count": 8}}]}}}
     dra.kind_store("resourceclaims").store("ns/shared", big, 0)
     assert dra.reading_edits() != edits, "replaced by a claim of 8 GPUs: its users are not told"
+
+
+def differing(name, gang, size, index, cpu):
+    body = sharing_pod(name, gang, size, index)
+    body["spec"]["containers"][0]["resources"]["requests"] = {"cpu": f"{cpu}m"}
+    body["spec"]["containers"][0]["resources"]["limits"] = {"cpu": f"{cpu}m"}
+    return body
+
+
+def test_a_bound_gang_whose_members_differ_counts_its_shared_claim_in_full():
+    """4 pods, each a different cpu request (1 identical member + 3 `others`), share an 8-GPU claim.
+    Waiting it counts 8; bound, _as_admitted sets claimed_gpus = held/len(bound) = 2 per *identical* member and
+    total_units multiplies by replicas (1): 2."""
+    c = dra_cluster(4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
+    shared_claim(c)
+    create(c, *[differing(f"s-{i}", "s", 4, i, 100 + i) for i in range(4)])
+    c.settle(4)
+    assert all(stored(c, f"s-{i}")["spec"].get("nodeName") for i in range(4))
+    assert len(claim_status(c)["allocation"]["devices"]["results"]) == 8
+    [placed] = [r for r in c.controller.room.gangs.placed(c.state) if r.name == "s"]
+    assert placed.total_units == 8, f"bound gang with others counted {placed.total_units} GPUs while holding 8"
+
+
+def test_a_queue_full_through_a_differing_gang_shared_claim_admits_no_more():
+    c = dra_cluster(4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
+    shared_claim(c)
+    create(c, *[differing(f"s-{i}", "s", 4, i, 100 + i) for i in range(4)])
+    c.settle(4)
+    c.submit(training_job("after", 1, 6))
+    c.settle(3)
+    assert phase(c, "a", "after") == "Queued", f"{phase(c, 'a', 'after')}: 14 GPUs held under a limit of 8"
+
+
+def test_named_forgets_claims_no_pod_names_any_more():
+    """DraStore.named only grew: every name any pod ever gave (existing or not) stayed for the operator's life."""
+    from tests.unit.dra.test_shared_claims import nodes, store
+    dra = store(nodes(1))
+    for i in range(10000):
+        with contextlib.suppress(LookupError):
+            dra.shared("ns", f"junk-{i}")  # pods naming claims that never exist, then deleted
+    assert len(dra.named) < 10000, f"{len(dra.named)} names kept, none used by any pod"
+
+
+def test_template_claims_of_differing_members_are_counted():
+    """Found by the second review, older than shared claims: the claims of the members that differ (every member of a
+    gang claims alike) were left out of what the gang counts."""
+    from superpod.core.request import make_request
+    r = make_request("ns", "g", 1, {"cpu": 100}, claimed_gpus=8, others=((("cpu", 200),),))
+    assert r.total_units == 16, f"2 pods each claiming 8 GPUs counted {r.total_units}"

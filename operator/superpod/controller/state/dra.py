@@ -27,6 +27,8 @@ from superpod.core.dra.units import Shape, device_units, request_units, selects,
 from superpod.core.gang_key import GangKey
 from superpod.core.queues import ANY
 
+MOST_NAMED = 4096  # claim names read as used by name beyond twice the claims there are, before they are read anew
+
 
 class DraStore:
     """One store for the four kinds, told apart by the plural it was made for (`kind_store`); `generation` moves on
@@ -209,6 +211,9 @@ class DraStore:
 
     def shared(self, namespace: str, name: str) -> Shared:
         """ResourceClaim namespace/name as pods that use it by name read it; raises LookupError or DraError."""
+        if len(self.named) > MOST_NAMED + 2 * len(self.claims):  # names pods gave once and no claim has: read anew
+            self.named.clear()
+            self.shared_edits += 1
         self.named.add(f"{namespace}/{name}")
         claim = self.claims.get(f"{namespace}/{name}")
         if claim is None:

@@ -59,13 +59,13 @@ class DeviceBook:
         memo = self._counts.setdefault(node, {})
         key = (claims, limit if not idle else -limit, shared)
         found = memo.get(key)
-        if found is None and shared:
-            found = memo[key] = self._count_sharing(node, claims, limit, set() if idle else self.taken, shared)
-        elif found is None:
-            seen = self._seen(node, claims, idle)
+        if found is None:
+            seen = self._seen(node, (*shared, *claims), idle)
             found = self._alike.get((key, seen)) if seen is not None else None
             if found is None:
-                found = self.allocator.count(node, self.pools(node), set() if idle else self.taken, claims, limit)
+                taken = set() if idle else self.taken
+                found = self._count_sharing(node, claims, limit, taken, shared) if shared else \
+                    self.allocator.count(node, self.pools(node), taken, claims, limit)
                 if seen is not None and not isinstance(found, Shortfall):  # (a Shortfall names its node)
                     self._alike[(key, seen)] = found
             memo[key] = found
