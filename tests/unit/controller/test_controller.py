@@ -515,9 +515,9 @@ def test_a_rewrite_that_changes_nothing_takes_no_turn_from_the_budget():
 
 
 def test_the_longer_a_job_waited_the_less_often_its_moving_counts_are_rewritten():
-    """Found replaying Philly: the head of each shape's line was rewritten every 30 s while its counts moved, 18
-    status writes a job, a third of the replay. Counts are refreshed every tenth of the wait (30 s to 5 minutes);
-    a new code is written at once however long the job waited."""
+    """Replaying Philly, the head of each shape's line was rewritten every 30 s while its counts moved, however long
+    it had waited. Counts are refreshed every tenth of the wait (30 s to 5 minutes); a new code is written at once
+    however long the job waited."""
     from superpod.controller.decide import wait_plans
     from superpod.controller.jobs import _view
     from superpod.core.cycle import Decision
