@@ -43,7 +43,9 @@ from superpod.k8s.api import ApiError
 
 log = logging.getLogger(__name__)
 ALWAYS_THERE = ("cpu", "memory", "pods", "ephemeral-storage")  # every node has these: never "not advertised"
-WAIT_REFRESH = 30.0  # seconds between rewrites of a waiting job's message while only its counts move
+# Seconds between rewrites of a waiting job's message while only its counts move: a tenth of how long it has
+# waited, at least WAIT_REFRESH and at most WAIT_REFRESH_LONGEST (a change of its cause's code is written at once).
+WAIT_REFRESH, WAIT_REFRESH_LONGEST, WAIT_REFRESH_SHARE = 30.0, 300.0, 0.1
 REWRITES_PER_SECOND, REWRITE_BURST = 20.0, 200  # waiting-message rewrites: the API load a long queue may cause
 
 
@@ -225,7 +227,8 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
     `budget`.
 
     A job whose status does not say a waiting cause yet is written at once. For a job that does, the cause is
-    rewritten when its code changes, and when only the sentence and details move at most every WAIT_REFRESH seconds;
+    rewritten when its code changes, and when only the sentence and details move at most every `refresh_after`
+    seconds (from 30 s for a job that just started waiting to 5 minutes for one that has waited 50 minutes or more);
     these rewrites take from `budget` (None: no bound), the longest unwritten first, so a long queue whose cause flips
     with every gang that ends (NoRoom / ReservedForOthers) does not rewrite every waiting job each time. `said`: job
     uid -> when its cause was last written, its code and the hash of its sentence then. `passed`: the keys of jobs
@@ -257,7 +260,7 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
                     code = view.status.reason
                 elif hash(view.status.message) != sentence:  # a pod gang's pods say no code: their sentence tells
                     code = ""
-            if code != cause.code or (now - when >= WAIT_REFRESH and key not in passed):
+            if code != cause.code or (now - when >= refresh_after(decision.job.submitted, now) and key not in passed):
                 rewrites.append((when, key, view, cause, details))
     rewrites.sort(key=lambda item: (item[0], item[1]))
     written = 0
@@ -266,6 +269,13 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
             break
         written += _say(plans, said, view, cause, details, now)
     return plans, written
+
+
+def refresh_after(submitted: float, now: float) -> float:
+    """Seconds between rewrites of the moving counts of a job waiting since `submitted` (0: unknown, the shortest):
+    the longer it has waited, the less a minute's news of its counts is worth."""
+    waited = now - submitted if submitted > 0 else 0.0
+    return min(WAIT_REFRESH_LONGEST, max(WAIT_REFRESH, waited * WAIT_REFRESH_SHARE))
 
 
 def _say(plans: list[Plan], said: dict[str, tuple[float, str, int]], view: JobView, cause: Cause, details: dict,

@@ -236,6 +236,8 @@ class Simulation:
         """Watch events to the operator's cache (the store's event copies are its own), and to the bookkeeping."""
         events, self.store.events[:] = list(self.store.events), []
         for event in events:
+            if event.kind is EVENTS:  # the operator watches no Events (each would stay in its cache's versions)
+                continue
             self.state.apply(event.kind, event.type, event.obj, self._clock())
             if event.kind is PODS:
                 self._touched.add(object_key(event.obj))

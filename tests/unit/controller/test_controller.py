@@ -514,6 +514,36 @@ def test_a_rewrite_that_changes_nothing_takes_no_turn_from_the_budget():
     assert said["uid-noted"][0] == 100.0, "it says its message already: not asked again for a while"
 
 
+def test_the_longer_a_job_waited_the_less_often_its_moving_counts_are_rewritten():
+    """Replaying Philly, the head of each shape's line was rewritten every 30 s while its counts moved, however long
+    it had waited. Counts are refreshed every tenth of the wait (30 s to 5 minutes); a new code is written at once
+    however long the job waited."""
+    from superpod.controller.decide import wait_plans
+    from superpod.controller.jobs import _view
+    from superpod.core.cycle import Decision
+    from superpod.core.request import make_request
+
+    def view(name: str):
+        obj = training_job(name, 1, 8)
+        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
+        obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "the cluster has room for 3"}
+        return _view(GangKey("team-a", name), obj)
+
+    now = 10_000.0
+    submitted = {"new": now - 100, "old": now - 3_600, "old-moved": now - 3_600}  # waited 100 s, and an hour
+    views = {GangKey("team-a", name): view(name) for name in submitted}
+    said = {f"uid-{name}": (now - 60, "NoRoom", 0) for name in submitted}  # its counts written a minute ago
+    causes = {"new": Cause(Reason.NO_ROOM, "the cluster has room for 2"),
+              "old": Cause(Reason.NO_ROOM, "the cluster has room for 2"),
+              "old-moved": Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned")}
+    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}, submitted=submitted[name]), None,
+                          cause) for name, cause in causes.items()]
+    plans, _ = wait_plans(decisions, views, {}, {}, now, said)
+    assert sorted(p.key.name for p in plans) == ["new", "old-moved"], "an hour's wait: counts every 5 minutes"
+    told = {at: {p.key.name for p in wait_plans(decisions, views, {}, {}, now + at, said)[0]} for at in (230, 240)}
+    assert "old" not in told[230] and "old" in told[240], "rewritten 5 minutes after it was last written"
+
+
 def test_an_admission_plugin_refusing_the_pod_is_invalid_but_a_full_quota_is_waited_out():
     """Found by bench/fuzz_specs.py: a template naming a PriorityClass that does not exist (or an overhead without a
     RuntimeClass) is refused by admission with 403 and was retried with backoff forever. Found by bench_operator: a
