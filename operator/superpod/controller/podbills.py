@@ -130,7 +130,7 @@ class PodBills:
         self._plans: dict[str, str] = {}  # plan key -> pod uid, of the records planned last
         self._claimed: dict[str, float] = {}  # pod uid -> the most GPUs its DRA claims were seen to hold
         self._claiming: set[str] = set()  # pod keys of the live bills whose pods claim devices
-        self._claims_seen = -1  # the DRA store's generation their bills were made at
+        self._claims_seen = (-1, -1)  # the DRA store's generation and reservations their bills were made at
 
     def update(self, state: ClusterState, reader: JobReader, gangs: PodGangs, pending: bool) -> None:
         """Bring the bills up to date with the cache: the billable pods that changed (all of them when the queues
@@ -142,9 +142,10 @@ class PodBills:
         if changed is None or self._queues != queues:
             changed, self._queues = set(self.live) | set(state.billable), queues
         changed |= self._again
-        if self._claiming and state.dra.generation != self._claims_seen:  # what claims hold may have changed
+        seen = (state.dra.generation, state.dra.reservations)
+        if self._claiming and seen != self._claims_seen:  # what claims hold, or whose share, may have changed
             changed |= self._claiming
-        self._claims_seen = state.dra.generation
+        self._claims_seen = seen
         placed: dict[str, JobRequest] | None = None
 
         def gang_request(key: GangKey) -> JobRequest | None:

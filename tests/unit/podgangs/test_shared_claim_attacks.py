@@ -205,3 +205,29 @@ def test_template_claims_of_differing_members_are_counted():
     from superpod.core.request import make_request
     r = make_request("ns", "g", 1, {"cpu": 100}, claimed_gpus=8, others=((("cpu", 200),),))
     assert r.total_units == 16, f"2 pods each claiming 8 GPUs counted {r.total_units}"
+
+
+def test_a_pod_left_alone_on_a_shared_claim_is_billed_what_it_holds():
+    """Found by the first review: a running pod's bill kept its share of a shared claim as last seen before a change
+    of what a claim holds, so once the other sharers left (their reservations dropped) it ran 8 GPUs billed at 2 (its
+    queue's budget counts the running bills)."""
+    from superpod.k8s.api import GPUUSAGES
+    c = dra_cluster(4)
+    run(c.admin.create(GPUQUEUES, gpu_queue("a", 32)))
+    shared_claim(c)
+    create(c, *[sharing_pod(f"s-{i}", "s", 4, i) for i in range(4)])
+    c.settle(4)
+    status = claim_status(c)
+    assert len(status["reservedFor"]) == 4, "the dangerous moment: four pods share 8 GPUs"
+    for i in (1, 2, 3):
+        c.kubelet.finish(f"team-a/s-{i}", 0)
+    c.settle(2)
+    keep = [r for r in status["reservedFor"] if r["name"] == "s-0"]  # (kube-controller-manager's cleanup)
+    run(c.admin.patch_status(RESOURCECLAIMS, "x", {"status": {"reservedFor": keep}}, "team-a"))
+    c.settle(2)
+    running = c.controller.bills.live["team-a/s-0"]
+    assert running.claimed == 8, f"s-0 holds the claim's 8 GPUs alone, billed {running.claimed} while it runs"
+    c.kubelet.finish("team-a/s-0", 0)
+    c.settle(4)
+    records = {r["spec"]["pod"]: r["spec"]["gpus"] for r in c.store.objects.get(GPUUSAGES, {}).values()}
+    assert records.get("s-0") == 8, records

@@ -45,6 +45,7 @@ class DraStore:
         self.template_edits = 0  # bumped on every stored or deleted ResourceClaimTemplate
         self.shared_edits = 0  # bumped when a claim pods use by name (`named`) changes what they read, or goes
         self.named: set[str] = set()  # the claims read as used by name (DraStore.shared)
+        self.reservations = 0  # bumped when a claim changes but not what it holds (its reservedFor, its owners)
         self.device_edits = 0  # bumped on every stored or deleted slice or class
         self.shape_edits = 0  # bumped when a device shape appears or goes, or a class changes: what claims are worth
         self._shape_refs: Counter = Counter()  # shape -> the slices holding a device of it
@@ -142,8 +143,10 @@ class DraStore:
         return self.template_edits + self.shape_edits + self.shared_edits
 
     def claim_edits(self) -> None:
-        """A claim changed but not what it holds (its owners, its reservation): only the index by pod is stale."""
+        """A claim changed but not what it holds (its owners, its reservation): only the index by pod is stale, and
+        the pods' shares of the claims they share may have moved."""
         self._by_pod = self._by_consumer = None
+        self.reservations += 1
 
     def owned_by(self, pod_uid: str) -> list[dict]:
         """The claims a pod owns (made from its templates)."""
