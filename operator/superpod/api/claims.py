@@ -43,14 +43,14 @@ class ClaimSource(Protocol):
 
 
 @dataclass(frozen=True)
-class PodClaims:
+class ClaimsRead:
     """What a pod spec claims: its own claims (from templates) and the claims it shares, by name, in its order."""
 
     own: tuple[ClaimSpec, ...] = ()
     shared: tuple[tuple[str, Shared], ...] = ()
 
 
-def read_pod_claims(obj: str, namespace: str, pod_spec: dict, at: str, source: ClaimSource) -> PodClaims:
+def read_pod_claims(obj: str, namespace: str, pod_spec: dict, at: str, source: ClaimSource) -> ClaimsRead:
     """Each entry of `pod_spec`'s resourceClaims as the claim it makes or names. Raises ConvertError naming `obj` and
     the field under `at`: a template or claim that is missing or does not read, a claim that counts no GPUs it may
     take."""
@@ -77,7 +77,7 @@ def read_pod_claims(obj: str, namespace: str, pod_spec: dict, at: str, source: C
             raise ConvertError(obj, field, str(error).strip("'\"")) from None
         if why := uncounted((spec,), source.worth):
             raise ConvertError(obj, field, why)
-    return PodClaims(tuple(own), tuple(shared))
+    return ClaimsRead(tuple(own), tuple(shared))
 
 
 def claims_of(obj: str, namespace: str, pod_spec: dict, at: str, source: ClaimSource) -> tuple[ClaimSpec, ...]:
@@ -85,7 +85,7 @@ def claims_of(obj: str, namespace: str, pod_spec: dict, at: str, source: ClaimSo
     return read_pod_claims(obj, namespace, pod_spec, at, source).own
 
 
-def claiming(request: JobRequest, claims: PodClaims, source: ClaimSource) -> JobRequest:
+def claiming(request: JobRequest, claims: ClaimsRead, source: ClaimSource) -> JobRequest:
     """`request` whose every identical member claims `claims`: its own claims booked per member, the claims they
     share booked once (on the one node they then go to while not allocated; where their allocation allows when
     allocated), and the GPUs of both counted."""
@@ -95,12 +95,12 @@ def claiming(request: JobRequest, claims: PodClaims, source: ClaimSource) -> Job
         raise ConvertError(f"gang {request.key}", "resourceClaims", f"{request.size} pods share a ResourceClaim, "
                            f"which may be reserved for at most {MOST_CONSUMERS}")
     shared = [found for _, found in claims.shared]
-    every = (*claims.own, *(found.spec for found in shared))
+    specs = tuple(found.spec for found in shared)
     return replace(request, claims=claims.own, claimed_gpus=claimed_gpus(claims.own, source.worth),
-                   gpu_classes=gpu_classes(every, source.worth),
+                   gpu_classes=gpu_classes((*claims.own, *specs), source.worth),
                    shared=tuple(found.spec for found in shared if found.on is None),
                    shared_on=tuple(sorted({found.on for found in shared if found.on})),
-                   shared_gpus=claimed_gpus(tuple(found.spec for found in shared), source.worth))
+                   shared_gpus=claimed_gpus(specs, source.worth))
 
 
 def selector_text(selector: dict) -> str:

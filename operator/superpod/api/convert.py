@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from superpod.api.claims import ClaimSource, PodClaims, claiming, read_pod_claims
+from superpod.api.claims import ClaimSource, ClaimsRead, claiming, read_pod_claims
 from superpod.api.compute_domain import with_channel
 from superpod.api.manifests import replica_requests
 from superpod.api.models import API_VERSION, ClusterTopology, GPUQueue, GPUUsage, TrainingJob
@@ -116,7 +116,7 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
     reqs = replica_requests(obj)
     pod = with_channel(obj, _field(name, spec.template, "spec", dict, {}, "spec.template"), name)
     selector = _field(name, pod, "nodeSelector", dict, {}, "spec.template.spec")
-    claims = PodClaims()
+    claims = ClaimsRead()
     if pod.get("resourceClaims"):
         if source is None:
             raise ConvertError(name, "spec.template.spec.resourceClaims", "its claims are read from the cluster's "

@@ -141,10 +141,9 @@ class Claims:
             reserved = [_consumer(pod)]
             for key, allocation in zip(claims_of(pod).keys, allocated, strict=True):
                 writes.append(self._hold(state, gang, key, allocation, reserved, now))
-        unallocated = iter(shared)
+        unallocated, users = iter(shared), {_uid(pod) for pod in pods}
         for key in claims_of(pods[0]).shared if pods else ():
             claim = state.dra.claims[key]
-            users = {_uid(pod) for pod in pods}
             reserved = [c for c in _reserved(claim) if c.get("uid") not in users] + [_consumer(pod) for pod in pods]
             if (claim.get("status") or {}).get("allocation"):
                 self.in_flight[key] = InFlight(claim["metadata"].get("resourceVersion") or "", (), now, gang)

@@ -29,22 +29,33 @@ def claim_status(c, name="x"):
     return c.store.peek(RESOURCECLAIMS, f"team-a/{name}").get("status") or {}
 
 
-def test_a_gang_whose_other_sharers_ended_is_counted_at_what_the_claim_holds():
-    """1 pod keeps an 8-GPU shared claim after its 3 co-sharers exited; kube-controller-manager drops their
-    reservations. The queue must count 8, not the stale 8/4."""
+def four_sharing(queue: dict):
+    """A cluster with GPUQueue `queue` and gang `s` of 4 pods sharing an 8-GPU claim `x`, settled; and the claim's
+    status then."""
     c = dra_cluster(4)
-    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
+    run(c.admin.create(GPUQUEUES, queue))
     shared_claim(c)
     create(c, *[sharing_pod(f"s-{i}", "s", 4, i) for i in range(4)])
     c.settle(4)
-    assert all(stored(c, f"s-{i}")["spec"].get("nodeName") for i in range(4))
-    status = claim_status(c)
-    assert len(status["allocation"]["devices"]["results"]) == 8 and len(status["reservedFor"]) == 4
+    return c, claim_status(c)
+
+
+def leave_s0_alone(c, status: dict) -> None:
+    """Pods s-1..s-3 end, and their reservations of `x` are dropped (kube-controller-manager's cleanup)."""
     for i in (1, 2, 3):
         c.kubelet.finish(f"team-a/s-{i}", 0)
     c.settle(2)
-    keep = [r for r in status["reservedFor"] if r["name"] == "s-0"]  # (kube-controller-manager's cleanup)
+    keep = [r for r in status["reservedFor"] if r["name"] == "s-0"]
     run(c.admin.patch_status(RESOURCECLAIMS, "x", {"status": {"reservedFor": keep}}, "team-a"))
+
+
+def test_a_gang_whose_other_sharers_ended_is_counted_at_what_the_claim_holds():
+    """1 pod keeps an 8-GPU shared claim after its 3 co-sharers exited; kube-controller-manager drops their
+    reservations. The queue must count 8, not the stale 8/4."""
+    c, status = four_sharing(gpu_queue("a", 8, limit=8))
+    assert all(stored(c, f"s-{i}")["spec"].get("nodeName") for i in range(4))
+    assert len(status["allocation"]["devices"]["results"]) == 8 and len(status["reservedFor"]) == 4
+    leave_s0_alone(c, status)
     c.settle(3)
     [placed] = [r for r in c.controller.room.gangs.placed(c.state) if r.name == "s"]
     assert claim_status(c)["allocation"], "s-0 still holds all 8 GPUs"
@@ -52,17 +63,8 @@ def test_a_gang_whose_other_sharers_ended_is_counted_at_what_the_claim_holds():
 
 
 def test_a_queue_at_its_limit_through_a_shared_claim_admits_no_more():
-    c = dra_cluster(4)
-    run(c.admin.create(GPUQUEUES, gpu_queue("a", 8, limit=8)))
-    shared_claim(c)
-    create(c, *[sharing_pod(f"s-{i}", "s", 4, i) for i in range(4)])
-    c.settle(4)
-    status = claim_status(c)
-    for i in (1, 2, 3):
-        c.kubelet.finish(f"team-a/s-{i}", 0)
-    c.settle(2)
-    keep = [r for r in status["reservedFor"] if r["name"] == "s-0"]
-    run(c.admin.patch_status(RESOURCECLAIMS, "x", {"status": {"reservedFor": keep}}, "team-a"))
+    c, status = four_sharing(gpu_queue("a", 8, limit=8))
+    leave_s0_alone(c, status)
     c.settle(3)
     c.submit(training_job("after", 1, 6))  # 6 more GPUs in queue a (limit 8), whose 8 are held by s-0's claim
     c.settle(3)
@@ -212,18 +214,9 @@ def test_a_pod_left_alone_on_a_shared_claim_is_billed_what_it_holds():
     of what a claim holds, so once the other sharers left (their reservations dropped) it ran 8 GPUs billed at 2 (its
     queue's budget counts the running bills)."""
     from superpod.k8s.api import GPUUSAGES
-    c = dra_cluster(4)
-    run(c.admin.create(GPUQUEUES, gpu_queue("a", 32)))
-    shared_claim(c)
-    create(c, *[sharing_pod(f"s-{i}", "s", 4, i) for i in range(4)])
-    c.settle(4)
-    status = claim_status(c)
+    c, status = four_sharing(gpu_queue("a", 32))
     assert len(status["reservedFor"]) == 4, "the dangerous moment: four pods share 8 GPUs"
-    for i in (1, 2, 3):
-        c.kubelet.finish(f"team-a/s-{i}", 0)
-    c.settle(2)
-    keep = [r for r in status["reservedFor"] if r["name"] == "s-0"]  # (kube-controller-manager's cleanup)
-    run(c.admin.patch_status(RESOURCECLAIMS, "x", {"status": {"reservedFor": keep}}, "team-a"))
+    leave_s0_alone(c, status)
     c.settle(2)
     running = c.controller.bills.live["team-a/s-0"]
     assert running.claimed == 8, f"s-0 holds the claim's 8 GPUs alone, billed {running.claimed} while it runs"

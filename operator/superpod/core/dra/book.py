@@ -75,8 +75,10 @@ class DeviceBook:
                        shared: tuple[ClaimSpec, ...]) -> int | Shortfall:
         """`fits` with claims shared by all the pods: those allocated first, then the pods' own counted beside them."""
         found = self.allocator.allocate(node, self.pools(node), taken, list(shared))
-        if isinstance(found, Shortfall) or not claims:
-            return found if isinstance(found, Shortfall) else limit
+        if isinstance(found, Shortfall):
+            return found
+        if not claims:
+            return limit
         held = taken.union(*(allocation.devices for allocation in found))
         return self.allocator.count(node, self.pools(node), held, claims, limit)
 
