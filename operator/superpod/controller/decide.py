@@ -47,6 +47,9 @@ ALWAYS_THERE = ("cpu", "memory", "pods", "ephemeral-storage")  # every node has 
 # waited, at least WAIT_REFRESH and at most WAIT_REFRESH_LONGEST (a change of its cause's code is written at once).
 WAIT_REFRESH, WAIT_REFRESH_LONGEST, WAIT_REFRESH_SHARE = 30.0, 300.0, 0.1
 REWRITES_PER_SECOND, REWRITE_BURST = 20.0, 200  # waiting-message rewrites: the API load a long queue may cause
+# Both say the job waits for room; which one holds flips with every gang that ends and starts under a reservation:
+# a flip between them is refreshed as counts are, not written at once as a new cause is.
+FOR_ROOM = frozenset({Reason.NO_ROOM, Reason.RESERVED_FOR_OTHERS})
 
 
 @dataclass
@@ -229,12 +232,13 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
     A job whose status does not say a waiting cause yet is written at once. For a job that does, the cause is
     rewritten when its code changes, and when only the sentence and details move at most every `refresh_after`
     seconds (from 30 s for a job that just started waiting to 5 minutes for one that has waited 50 minutes or more);
-    these rewrites take from `budget` (None: no bound), the longest unwritten first, so a long queue whose cause flips
-    with every gang that ends (NoRoom / ReservedForOthers) does not rewrite every waiting job each time. `said`: job
+    so is a flip between NoRoom and ReservedForOthers (FOR_ROOM), which a long queue makes with every gang that ends
+    and starts. These rewrites take from `budget` (None: no bound), the longest unwritten first. `said`: job
     uid -> when its cause was last written, its code and the hash of its sentence then. `passed`: the keys of jobs
-    the cycle passed over (controller/waiting.py): only a change of code rewrites them, not counts (every gang that
-    ends moves the counts of thousands of them); what their status says is compared, not what was said (a write may
-    have failed), by its code, or for a pod gang (whose pods say no code) by its sentence."""
+    the cycle passed over (controller/waiting.py): only a change of code rewrites them (not a flip within FOR_ROOM),
+    not counts (every gang that ends moves the counts and flips the room codes of thousands of them); what their
+    status says is compared, not what was said (a write may have failed), by its code, or for a pod gang (whose pods
+    say no code) by its sentence."""
     plans: list[Plan] = []
     rewrites: list[tuple[float, str, JobView, Cause, dict]] = []
     for decision in decisions:
@@ -260,7 +264,8 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
                     code = view.status.reason
                 elif hash(view.status.message) != sentence:  # a pod gang's pods say no code: their sentence tells
                     code = ""
-            if code != cause.code or (now - when >= refresh_after(decision.job.submitted, now) and key not in passed):
+            news = code != cause.code and not {code, cause.code} <= FOR_ROOM  # else only counts moved
+            if news or (now - when >= refresh_after(decision.job.submitted, now) and key not in passed):
                 rewrites.append((when, key, view, cause, details))
     rewrites.sort(key=lambda item: (item[0], item[1]))
     written = 0

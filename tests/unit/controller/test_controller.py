@@ -544,6 +544,41 @@ def test_the_longer_a_job_waited_the_less_often_its_moving_counts_are_rewritten(
     assert "old" not in told[230] and "old" in told[240], "rewritten 5 minutes after it was last written"
 
 
+def test_a_flip_between_no_room_and_room_reserved_for_others_is_refreshed_like_counts():
+    """Replaying Philly, 82,000 of 118,000 status writes in 16 days were waiting jobs whose cause flipped between
+    NoRoom and ReservedForOthers as gangs ended and started under a head's reservation. Such a flip is refreshed
+    as counts are: every tenth of the wait when the job is visited, not in turn when it is passed over (most
+    turns caught the other code); any other change of code is written at once."""
+    from superpod.controller.decide import wait_plans
+    from superpod.controller.jobs import _view
+    from superpod.core.cycle import Decision
+    from superpod.core.request import make_request
+
+    def view(name: str):
+        obj = training_job(name, 1, 8)
+        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
+        obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "the cluster has room for 0"}
+        return _view(GangKey("team-a", name), obj)
+
+    now = 10_000.0
+    names = ("visited", "passed", "cordoned")
+    views = {GangKey("team-a", name): view(name) for name in names}
+    said = {f"uid-{name}": (now - 60, "NoRoom", 0) for name in names}  # written a minute ago, after an hour's wait
+    inside = Cause(Reason.RESERVED_FOR_OTHERS, "fits only inside node n1, reserved for team-a/head (priority 0); it "
+                   "runs after that job starts")
+    cordoned = Cause(Reason.NO_NODE_QUALIFIES, "all nodes are cordoned")
+    causes = {"visited": inside, "passed": inside, "cordoned": cordoned}
+    decisions = [Decision(make_request("team-a", name, 1, {"nvidia.com/gpu": 8}, submitted=now - 3_600), None, cause,
+                          blocked_by=(GangKey("team-a", "head"),) if cause is inside else ()) for name, cause in
+                 causes.items()]
+    passed = frozenset({GangKey("team-a", "passed")})
+    plans, _ = wait_plans(decisions, views, {}, {}, now, said, passed=passed)
+    assert [p.key.name for p in plans] == ["cordoned"], "a flip within the room codes waits its refresh"
+    plans, _ = wait_plans(decisions, views, {}, {}, now + 240, said, passed=passed)
+    assert [p.key.name for p in plans] == ["visited"], "5 minutes after the last write; not in turn"
+    assert plans[0].steps[0].status["reason"] == "ReservedForOthers"
+
+
 def test_an_admission_plugin_refusing_the_pod_is_invalid_but_a_full_quota_is_waited_out():
     """Found by bench/fuzz_specs.py: a template naming a PriorityClass that does not exist (or an overhead without a
     RuntimeClass) is refused by admission with 403 and was retried with backoff forever. Found by bench_operator: a
