@@ -38,7 +38,7 @@ from superpod.controller.podbills import PodBills, gang_labels, own_request
 from superpod.controller.queues import QueueBook
 from superpod.controller.snapshot import SnapshotCache
 from superpod.controller.state import ClusterState
-from superpod.controller.waiting import WaitingRoom
+from superpod.controller.waiting import Views, WaitingRoom
 from superpod.core import estimates, spares
 from superpod.core import replace as replace_nodes
 from superpod.core.cycle import Decision, PriorityFifo, QueuePolicy
@@ -413,7 +413,7 @@ class Controller:
 
     def _tell_waiting(self, turn: Turn) -> None:
         """11. Why each waiting job waits, within the rewrite budget (preemptors were told in step 9)."""
-        by_key = ChainMap(self.reader.by_key, self.room.ready)  # pod gangs are only in the room
+        by_key = Views(self.reader.by_key, self.room.ready)
         budget = self._rewrite_budget(turn.now)
         passed = self.room.to_tell(self.parked)
         waiting = [decision for decision in self.visited if not decision.preempts] + passed
@@ -424,7 +424,7 @@ class Controller:
 
     def _report_faults(self, turn: Turn) -> None:
         """12. A bug met while deciding a job, said on that job."""
-        by_key = ChainMap(self.reader.by_key, self.room.ready)
+        by_key = Views(self.reader.by_key, self.room.ready)
         for decision in self.visited:
             if decision.error and (view := by_key.get(decision.job.key)):
                 log.error("placing %s failed: %s", decision.job.key, decision.error)

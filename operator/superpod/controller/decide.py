@@ -20,6 +20,7 @@ from superpod.controller.job_status import NO_DETAILS, cause_details
 from superpod.controller.jobs import JobView
 from superpod.controller.judge import Settings, abandoned, describe_domains
 from superpod.controller.metering import Labels, outside_queues
+from superpod.controller.podgangs import GangView
 from superpod.controller.state import ClusterState
 from superpod.core.cycle import Decision
 from superpod.core.gang_key import GangKey
@@ -251,6 +252,8 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
                 if note := notes.get(key):
                     cause = cause._replace(message=f"{cause.message}; {note}")
                 details = cause_details(decision)
+            if key in passed and key not in mig and told_room(view, cause.code):
+                continue
             if view.says(cause, details):
                 said[view.uid] = (now, cause.code, hash(cause.message))
                 continue
@@ -274,6 +277,13 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
             break
         written += _say(plans, said, view, cause, details, now)
     return plans, written
+
+
+def told_room(view: JobView | GangView, code: str) -> bool:
+    """Whether a TrainingJob passed over, whose cause now has `code`, is not rewritten: its status says it waits
+    for room (a code of FOR_ROOM, as written) and so does `code` (the waiting room skips such jobs in turn)."""
+    return code in FOR_ROOM and isinstance(view, JobView) and view.phase == Phase.QUEUED and \
+        view.status.reason in FOR_ROOM and not view.problems
 
 
 def refresh_after(submitted: float, now: float) -> float:

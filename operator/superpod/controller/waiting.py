@@ -5,7 +5,8 @@ until the cache says either changed (ClusterState.touched); verdicts that read t
 stopping pods, repairs) are taken again every cycle. The ready jobs wait in a core.waiting.WaitingLine, which
 `schedule_waiting` walks without visiting the jobs behind a shape that did not fit. Those jobs are told their
 cause when they start waiting or change, and then in turn, SWEEP per cycle (round robin), under the rewrite budget;
-in turn, only a change of their cause's words rewrites them, not its counts (decide.wait_plans).
+in turn, only a change of their cause's code rewrites them, not its counts nor a flip between NoRoom and
+ReservedForOthers (decide.wait_plans; `decide.told_room` skips those whose status and cause both say the latter).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable, Collection
 from itertools import islice
 
 from superpod.controller.actions import BindPods, Plan
-from superpod.controller.decide import Offered, Pending, pending, servable, starts
+from superpod.controller.decide import Offered, Pending, pending, servable, starts, told_room
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings
 from superpod.controller.metering import Labels, outside_queues
@@ -29,6 +30,20 @@ from superpod.core.request import JobRequest
 from superpod.core.waiting import Parked, WaitingLine, schedule_waiting
 
 SWEEP = 64  # jobs passed over whose message is looked at again per cycle (round robin)
+
+
+class Views:
+    """A waiting job's view by key: the reader's, else the room's (pod gangs are only there); a ChainMap's `get`
+    without its cost (a fortieth of a replay's time under a backlog)."""
+
+    __slots__ = ("jobs", "room")
+
+    def __init__(self, jobs: dict, room: dict) -> None:
+        self.jobs, self.room = jobs, room
+
+    def get(self, key: GangKey, default=None):
+        view = self.jobs.get(key)
+        return view if view is not None else self.room.get(key, default)
 
 
 class WaitingRoom:
@@ -179,7 +194,8 @@ class WaitingRoom:
         for key in sorted(self.fresh.union(turn)):
             job = self.line.jobs.get(key)
             for run in runs.get(job.shape(), ()) if job is not None else ():
-                if run.jobs[0].queue_key <= job.queue_key <= run.jobs[-1].queue_key:
+                if run.jobs[0].queue_key <= job.queue_key <= run.jobs[-1].queue_key and not told_room(
+                        self.ready[key], run.cause.code):
                     out.append(run.decision(job))
         return out
 

@@ -20,6 +20,7 @@ from superpod.core.request import Requests
 
 G = TypeVar("G", bound=Hashable)
 Entry = tuple[float, str, str, Requests]  # (predicted end, holder, node, what it frees there)
+FEW_NODES = 8  # nodes fewer than an eighth of those holding gangs: their own ends are merged, not every node's read
 
 
 @dataclass(frozen=True)
@@ -208,7 +209,7 @@ def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[s
         return found
     copied: set[str] = set()
     first = None
-    for end, holder, name, released in horizon.merged():
+    for end, holder, name, released in _ends_on(horizon, free):
         if name not in free:
             continue
         at = max(end, horizon.now)
@@ -226,6 +227,14 @@ def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[s
         if totals[group] >= replicas and group not in found:
             found[group], first = Start(at, holder), at
     return found
+
+
+def _ends_on(horizon: Horizon, nodes: dict[str, dict[str, int]]) -> Iterable[Entry]:
+    """The ends on `nodes` in time order (with others' ends among them when read from every node's list): merged
+    from each node's own list when they are a few of the nodes that hold gangs, else every node's list read at once."""
+    if len(nodes) * FEW_NODES < len(horizon.on):
+        return heapq.merge(*(horizon.ends(name) for name in nodes))
+    return horizon.merged()
 
 
 def slots_at(horizon: Horizon, name: str, free: dict[str, int], requests: Requests, replicas: int, until: float,
