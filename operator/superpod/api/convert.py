@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import re
+from collections import OrderedDict
+from dataclasses import replace
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from superpod.api.claims import ClaimSource, ClaimsRead, claiming, read_pod_claims
 from superpod.api.compute_domain import with_channel
 from superpod.api.manifests import replica_requests
-from superpod.api.models import API_VERSION, ClusterTopology, GPUQueue, GPUUsage, TrainingJob
+from superpod.api.models import API_VERSION, ClusterTopology, GPUQueue, GPUUsage, ObjectMeta, TrainingJob
 from superpod.api.resources import ConvertError, pod_requests, quantity
 from superpod.api.times import rfc3339, timestamp
 from superpod.core.model import Level, Node, Pod, Topology
@@ -20,6 +23,8 @@ from superpod.core.request import JobRequest, Requirement, Taint, Toleration
 from superpod.core.usage import Record
 
 SPEC_DEPTH = 64  # a TrainingJob's spec; its template's deepest pod field is about 15 levels below it
+SPECS_READ = 256  # the specs whose reading is kept (job_from_k8s), the least recently read dropped first
+_specs_read: OrderedDict[bytes, JobRequest] = OrderedDict()  # spec key -> its request, without name, namespace, time
 
 
 def describe(obj: Any) -> str:
@@ -103,7 +108,43 @@ def topology_from_k8s(obj: dict) -> Topology:
 def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
     """The core request of a TrainingJob, from its metadata and spec (the status is the operator's own and is read
     elsewhere: a damaged status never makes a spec invalid); `source`: the ResourceClaimTemplates its pods' DRA
-    claims are made from, and what their devices are worth."""
+    claims are made from, and what their devices are worth. A spec read before (most jobs share a few: a team's,
+    a trace's) is not read again, only the metadata: its name, namespace and submit time."""
+    key = _spec_key(obj)
+    known = _specs_read.get(key) if key is not None else None
+    if known is not None:
+        meta = obj.get("metadata")
+        try:
+            ObjectMeta.model_validate(meta)
+        except ValidationError:
+            known = None  # the whole reading says what does not read
+    if known is None:
+        request = _job_from_k8s(obj, source)
+        if key is not None:
+            _specs_read[key] = replace(request, namespace="", name="", submitted=0.0)
+            while len(_specs_read) > SPECS_READ:
+                _specs_read.popitem(last=False)
+        return request
+    _specs_read.move_to_end(key)
+    return replace(known, namespace=meta.get("namespace") or "default", name=meta["name"],
+                   submitted=submitted_at(obj))
+
+
+def _spec_key(obj: dict) -> bytes | None:
+    """What a job's request reads of it but its metadata, as one key; None when it reads more (its claims read the
+    cluster's templates) or does not encode (the whole reading says why)."""
+    spec = obj.get("spec")
+    template = spec.get("template") if isinstance(spec, dict) else None
+    pod = template.get("spec") if isinstance(template, dict) else None
+    if not isinstance(pod, dict) or pod.get("resourceClaims") or spec.get("computeDomain") is not None:
+        return None
+    try:
+        return orjson.dumps([obj.get("apiVersion"), obj.get("kind"), spec], option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+
+
+def _job_from_k8s(obj: dict, source: ClaimSource | None) -> JobRequest:
     if _deeper_than(obj.get("spec"), SPEC_DEPTH):
         raise ConvertError(describe(obj), "spec", f"nests deeper than {SPEC_DEPTH} levels (no field of a pod "
                            "template is that deep)")

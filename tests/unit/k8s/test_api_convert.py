@@ -182,3 +182,31 @@ def test_a_spec_nested_deeper_than_any_pod_field_is_invalid_saying_so():
         spec = {"replicas": 1, "resources": {"gpus": 8}, "template": {"spec": {"x": nested(levels)}}}
         with pytest.raises(ConvertError, match="spec: nests deeper than 64 levels"):
             job_from_k8s(tj(spec))
+
+
+def test_a_spec_read_before_is_read_from_memory_with_each_jobs_own_name_and_time_and_metadata_checked():
+    """Reading each new job's spec was about 5 % of a replay's time though most jobs share a few specs; a spec read
+    before is taken from memory (bounded), with the job's own name, namespace and submit time."""
+    from dataclasses import replace
+
+    from superpod.api import convert
+
+    spec = {"replicas": 2, "resources": {"gpus": 8}, "priority": 7}
+    first = job_from_k8s(tj(spec))
+    other = tj(copy.deepcopy(spec))
+    other["metadata"].update(name="second", namespace="team-b", creationTimestamp="2026-12-01T00:00:00Z")
+    convert._specs_read.clear()
+    fresh = job_from_k8s(other)
+    job_from_k8s(tj(spec))
+    remembered = job_from_k8s(other)
+    assert remembered == fresh and remembered.key == GangKey("team-b", "second") and remembered.submitted != \
+        first.submitted and replace(remembered, namespace="team-a", name="llm", submitted=first.submitted) == first
+    assert len(convert._specs_read) == 1, "the dangerous moment: the second reading came from memory"
+    damaged = copy.deepcopy(other)
+    damaged["metadata"]["labels"] = {"team": 7}  # what the API server never stores: the whole reading says why
+    with pytest.raises(ConvertError) as e:
+        job_from_k8s(damaged)
+    assert e.value.field == "metadata.labels.team"
+    for replicas in range(1, convert.SPECS_READ + 10):
+        job_from_k8s(tj({**spec, "replicas": replicas}))
+    assert len(convert._specs_read) == convert.SPECS_READ

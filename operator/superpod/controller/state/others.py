@@ -35,6 +35,7 @@ class TopologyStore:
     def __init__(self, topology_name: str, relayout: Callable[[], None]) -> None:
         self.topology_name, self.relayout = topology_name, relayout
         self.topologies: dict[str, dict] = {}
+        self._read: tuple[dict | None, tuple[Topology, str | None]] | None = None  # the object in force, as read
 
     def job_of(self, key: str) -> GangKey | None:
         return None
@@ -48,7 +49,8 @@ class TopologyStore:
         self.relayout()
 
     def in_force(self) -> tuple[Topology, str | None]:
-        """The ClusterTopology in force (the one named topology_name, else the only one), and a problem if any."""
+        """The ClusterTopology in force (the one named topology_name, else the only one), and a problem if any; read
+        once per object stored (every placement's message asks)."""
         obj = self.topologies.get(self.topology_name)
         if obj is None and len(self.topologies) == 1:
             obj = next(iter(self.topologies.values()))
@@ -57,10 +59,12 @@ class TopologyStore:
                 return Topology(), (f"{len(self.topologies)} ClusterTopologies and none is named "
                                     f"{self.topology_name!r}")
             return Topology(), None
-        try:
-            return topology_from_k8s(obj), None
-        except ConvertError as e:
-            return Topology(), str(e)
+        if self._read is None or self._read[0] is not obj:
+            try:
+                self._read = (obj, (topology_from_k8s(obj), None))
+            except ConvertError as e:
+                self._read = (obj, (Topology(), str(e)))
+        return self._read[1]
 
 
 class QueueStore:
