@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections import OrderedDict
 from dataclasses import replace
@@ -24,7 +25,7 @@ from superpod.core.usage import Record
 
 SPEC_DEPTH = 64  # a TrainingJob's spec; its template's deepest pod field is about 15 levels below it
 SPECS_READ = 256  # the specs whose reading is kept (job_from_k8s), the least recently read dropped first
-_specs_read: OrderedDict[bytes, JobRequest] = OrderedDict()  # spec key -> its request, without name, namespace, time
+_specs_read: OrderedDict[bytes, JobRequest] = OrderedDict()  # spec digest -> its request, but name, namespace, time
 
 
 def describe(obj: Any) -> str:
@@ -131,15 +132,17 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
 
 
 def _spec_key(obj: dict) -> bytes | None:
-    """What a job's request reads of it but its metadata, as one key; None when it reads more (its claims read the
-    cluster's templates) or does not encode (the whole reading says why)."""
+    """The digest of what a job's request reads of it but its metadata (a digest: a tenant's large spec costs the
+    memory of its reading, not of its text); None when it reads more (its claims read the cluster's templates) or does
+    not encode (the whole reading says why)."""
     spec = obj.get("spec")
     template = spec.get("template") if isinstance(spec, dict) else None
     pod = template.get("spec") if isinstance(template, dict) else None
     if not isinstance(pod, dict) or pod.get("resourceClaims") or spec.get("computeDomain") is not None:
         return None
     try:
-        return orjson.dumps([obj.get("apiVersion"), obj.get("kind"), spec], option=orjson.OPT_SORT_KEYS)
+        text = orjson.dumps([obj.get("apiVersion"), obj.get("kind"), spec], option=orjson.OPT_SORT_KEYS)
+        return hashlib.sha256(text).digest()
     except (TypeError, orjson.JSONEncodeError):
         return None
 

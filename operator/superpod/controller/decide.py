@@ -279,7 +279,7 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
     return plans, written
 
 
-def told_room(view: JobView | GangView, code: str) -> bool:
+def told_room(view: JobView | GangView | None, code: str) -> bool:
     """Whether a TrainingJob passed over, whose cause now has `code`, is not rewritten: its status says it waits
     for room (a code of FOR_ROOM, as written) and so does `code` (the waiting room skips such jobs in turn)."""
     return code in FOR_ROOM and isinstance(view, JobView) and view.phase == Phase.QUEUED and \

@@ -195,7 +195,7 @@ class WaitingRoom:
             job = self.line.jobs.get(key)
             for run in runs.get(job.shape(), ()) if job is not None else ():
                 if run.jobs[0].queue_key <= job.queue_key <= run.jobs[-1].queue_key and not told_room(
-                        self.ready[key], run.cause.code):
+                        self.ready.get(key), run.cause.code):
                     out.append(run.decision(job))
         return out
 
