@@ -25,6 +25,7 @@ from superpod.core.usage import Record
 
 SPEC_DEPTH = 64  # a TrainingJob's spec; its template's deepest pod field is about 15 levels below it
 SPECS_READ = 256  # the specs whose reading is kept (job_from_k8s), the least recently read dropped first
+SPEC_KEPT_BYTES = 16_384  # the largest spec kept (as JSON): a few times any spec a person writes
 _specs_read: OrderedDict[bytes, JobRequest] = OrderedDict()  # spec digest -> its request, but name, namespace, time
 
 
@@ -132,9 +133,9 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
 
 
 def _spec_key(obj: dict) -> bytes | None:
-    """The digest of what a job's request reads of it but its metadata (a digest: a tenant's large spec costs the
-    memory of its reading, not of its text); None when it reads more (its claims read the cluster's templates) or does
-    not encode (the whole reading says why)."""
+    """The digest of what a job's request reads of it but its metadata; None when it reads more (its claims read the
+    cluster's templates), does not encode (the whole reading says why), or is larger than any spec worth keeping (a
+    tenant's large specs are not kept past their jobs)."""
     spec = obj.get("spec")
     template = spec.get("template") if isinstance(spec, dict) else None
     pod = template.get("spec") if isinstance(template, dict) else None
@@ -142,9 +143,9 @@ def _spec_key(obj: dict) -> bytes | None:
         return None
     try:
         text = orjson.dumps([obj.get("apiVersion"), obj.get("kind"), spec], option=orjson.OPT_SORT_KEYS)
-        return hashlib.sha256(text).digest()
     except (TypeError, orjson.JSONEncodeError):
         return None
+    return hashlib.sha256(text).digest() if len(text) <= SPEC_KEPT_BYTES else None
 
 
 def _job_from_k8s(obj: dict, source: ClaimSource | None) -> JobRequest:

@@ -210,4 +210,8 @@ def test_a_spec_read_before_is_read_from_memory_with_each_jobs_own_name_and_time
     for replicas in range(1, convert.SPECS_READ + 10):
         job_from_k8s(tj({**spec, "replicas": replicas}))
     assert len(convert._specs_read) == convert.SPECS_READ
-    assert {len(key) for key in convert._specs_read} == {32}, "kept by digest: a large spec's text is not kept"
+    assert {len(key) for key in convert._specs_read} == {32}, "kept by digest"
+    large = {**spec, "template": {"spec": {"containers": [{"name": "main", "image": "x" * convert.SPEC_KEPT_BYTES}]}}}
+    convert._specs_read.clear()
+    job_from_k8s(tj(large))
+    assert not convert._specs_read, "a tenant's large spec is not kept past its job"
