@@ -266,20 +266,32 @@ class Snapshot:
             self._apply(i, pod.requests, -1)
 
     def update(self, gone: Iterable[str], pods: Iterable[Pod]) -> None:
-        """Remove pods and add or replace others as one change: what did not fit is forgotten only if some node
-        ends with more of something free than before (an assumed replica replaced by its pod frees nothing)."""
-        pods = list(pods)
-        nodes = {self.index.get(p.node) for p in pods} | {self.index.get(p.node) for p in map(self.pods.get, gone)
-                                                            if p is not None}
-        nodes |= {self.index.get(old.node) for p in pods if (old := self.pods.get(p.key)) is not None}
-        before = {i: dict(self.free[i]) for i in nodes if i is not None}
-        unfit = self.unfit
+        """Remove pods and add or replace others as one change, each node's capacity moved once by what it nets (an
+        assumed replica replaced by its pod moves nothing): what did not fit is forgotten only if some node ends with
+        more of something free than before."""
+        net: dict[int, dict[str, int]] = {}
+
+        def move(pod: Pod, sign: int) -> None:
+            if (i := self.index.get(pod.node)) is not None:
+                change = net.setdefault(i, {})
+                for r, q in pod.requests:
+                    change[r] = change.get(r, 0) + sign * q
+
         for key in gone:
-            self.remove_pod(key)
+            if (pod := self.pods.pop(key, None)) is not None:
+                move(pod, -1)
         for pod in pods:
-            self.add_pod(pod)
-        if all(self.free[i].get(r, 0) <= amount for i, free in before.items() for r, amount in free.items()):
-            self.unfit = unfit
+            if (old := self.pods.pop(pod.key, None)) is not None:
+                move(old, -1)
+            self.pods[pod.key] = pod
+            move(pod, 1)
+        freed = False
+        for i, change in net.items():
+            if taken := [(r, q) for r, q in change.items() if q]:
+                self._apply(i, taken, 1)  # (a negative amount taken is freed)
+                freed = freed or any(q < 0 for _, q in taken)
+        if freed:
+            self.unfit = {}
 
     def _widen(self, node: Node) -> None:
         for resource, amount in node.allocatable.items():
