@@ -115,10 +115,11 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
     key = _spec_key(obj)
     known = _specs_read.get(key) if key is not None else None
     if known is not None:
-        meta = obj.get("metadata")
         try:
-            ObjectMeta.model_validate(meta)
+            meta = ObjectMeta.model_validate(obj.get("metadata"))
         except ValidationError:
+            meta = None
+        if meta is None:
             known = None  # the whole reading says what does not read
     if known is None:
         request = _job_from_k8s(obj, source)
@@ -128,8 +129,8 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
                 _specs_read.popitem(last=False)
         return request
     _specs_read.move_to_end(key)
-    return replace(known, namespace=meta.get("namespace") or "default", name=meta["name"],
-                   submitted=submitted_at(obj))
+    return replace(known, namespace=meta.namespace or "default", name=meta.name, submitted=submitted_at(obj),
+                   extra=dict(known.extra))
 
 
 def _spec_key(obj: dict) -> bytes | None:
@@ -145,7 +146,9 @@ def _spec_key(obj: dict) -> bytes | None:
         text = orjson.dumps([obj.get("apiVersion"), obj.get("kind"), spec], option=orjson.OPT_SORT_KEYS)
     except (TypeError, orjson.JSONEncodeError):
         return None
-    return hashlib.sha256(text).digest() if len(text) <= SPEC_KEPT_BYTES else None
+    if len(text) > SPEC_KEPT_BYTES or b"null" in text and orjson.loads(text)[2] != spec:
+        return None  # (NaN and infinities encode as null: such a spec is read whole)
+    return hashlib.sha256(text).digest()
 
 
 def _job_from_k8s(obj: dict, source: ClaimSource | None) -> JobRequest:
@@ -158,7 +161,8 @@ def _job_from_k8s(obj: dict, source: ClaimSource | None) -> JobRequest:
     for resource in ("cpu", "memory"):  # checked here to name the field the user wrote
         if (value := getattr(res, resource)) is not None:
             quantity(value, resource, name, f"spec.resources.{resource}")
-    reqs = replica_requests(obj)
+    namespace = tj.metadata.namespace or "default"
+    reqs = replica_requests({**obj, "metadata": {**obj["metadata"], "namespace": namespace}})
     pod = with_channel(obj, _field(name, spec.template, "spec", dict, {}, "spec.template"), name)
     selector = _field(name, pod, "nodeSelector", dict, {}, "spec.template.spec")
     claims = ClaimsRead()
@@ -166,13 +170,13 @@ def _job_from_k8s(obj: dict, source: ClaimSource | None) -> JobRequest:
         if source is None:
             raise ConvertError(name, "spec.template.spec.resourceClaims", "its claims are read from the cluster's "
                                "ResourceClaimTemplates, which this reading does not have")
-        claims = read_pod_claims(name, tj.metadata.namespace or "default", pod, "spec.template.spec", source)
+        claims = read_pod_claims(name, namespace, pod, "spec.template.spec", source)
         if pod.get("priorityClassName") or pod.get("priority") is not None:
             raise ConvertError(name, "spec.template.spec.priorityClassName", "not accepted with resourceClaims: these "
                                "pods are bound by kube-scheduler, whose preemption would bypass the queues; set "
                                "spec.priority")
     request = JobRequest(
-        namespace=tj.metadata.namespace or "default",
+        namespace=namespace,
         name=tj.metadata.name,
         replicas=spec.replicas,
         requests=tuple(sorted((k, v) for k, v in reqs.items() if v)),

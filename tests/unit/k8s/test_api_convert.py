@@ -215,3 +215,10 @@ def test_a_spec_read_before_is_read_from_memory_with_each_jobs_own_name_and_time
     convert._specs_read.clear()
     job_from_k8s(tj(large))
     assert not convert._specs_read, "a tenant's large spec is not kept past its job"
+    job_from_k8s(tj({**spec, "queue": None}))
+    with pytest.raises(ConvertError):  # found by review: NaN encodes as null, and was read as the spec with null
+        job_from_k8s(tj({**spec, "queue": float("nan")}))
+    nameless = tj(spec)
+    del nameless["metadata"]["namespace"]  # (a file given to `superpod plan`): found by review, a KeyError when read
+    convert._specs_read.clear()           # whole, namespace "default" once its spec was kept
+    assert job_from_k8s(nameless).key == job_from_k8s(nameless).key == GangKey("default", "llm")

@@ -84,3 +84,22 @@ def test_ends_kept_while_the_clock_moves_are_the_ends_read_afresh(case, steps):
         for name in NODES:
             assert horizon.ends(name) == fresh.ends(name), (name, now)
         assert horizon.merged() == sorted(end for name in NODES for end in fresh.ends(name)), now
+
+
+@settings(max_examples=200, deadline=None)
+@given(horizons(), st.sampled_from([100.0, 130.0, 260.0, 600.0]))
+def test_a_few_nodes_own_ends_merged_start_the_gang_as_every_nodes_ends_read(case, now):
+    """Found by review: with six nodes the merge of a few nodes' own ends (FEW_NODES) was never taken; both ways of
+    reading the ends give every group the same start."""
+    from superpod.core import horizon as module
+
+    horizon, groups, requests, replicas = case
+    horizon.now = now
+    kept, module.FEW_NODES = module.FEW_NODES, 0  # any nodes count as few: their own ends are merged
+    try:
+        merged = earliest_starts(horizon, groups, requests, replicas)
+        module.FEW_NODES = 10**9  # none do: every node's ends are read
+        read = earliest_starts(horizon, groups, requests, replicas)
+    finally:
+        module.FEW_NODES = kept
+    assert merged == read
