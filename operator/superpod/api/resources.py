@@ -25,9 +25,25 @@ class ConvertError(ValueError):
 
 
 def quantity(value: Any, resource: str, obj: str = "object", field: str = "quantity") -> int:
-    """Canonical integer: millicores for cpu, bytes for memory, a count otherwise (rounded up)."""
+    """Canonical integer: millicores for cpu, bytes for memory, a count otherwise (rounded up). The quantities read
+    are kept (a few thousand: a cluster's pods ask for a few dozen distinct ones), each pod's are read at each of
+    its versions."""
     if isinstance(value, bool) or not isinstance(value, int | float | str):
         raise ConvertError(obj, field, f"expected a quantity, got {value!r}")
+    key = (value, resource == "cpu")
+    if (known := _read.get(key)) is not None:
+        return known
+    amount = _quantity(value, resource, obj, field)
+    if len(_read) < QUANTITIES_KEPT:
+        _read[key] = amount
+    return amount
+
+
+QUANTITIES_KEPT = 4096
+_read: dict[tuple[int | float | str, bool], int] = {}  # (quantity as written, counted in millicores) -> canonical
+
+
+def _quantity(value: int | float | str, resource: str, obj: str, field: str) -> int:
     try:
         amount = parse_quantity(value)
     except ValueError:

@@ -20,6 +20,7 @@ from tests.unit.builders import TOPOLOGY_OBJECT
 )  # fmt: skip
 def test_quantities(value, resource, expected):
     assert quantity(value, resource) == expected
+    assert quantity(value, resource) == expected, "read again from those kept"
 
 
 def test_bad_quantity_names_object_and_field():
