@@ -281,9 +281,14 @@ def wait_plans(decisions: list[Decision], views: dict[GangKey, JobView], mig: di
 
 def told_room(view: JobView | GangView | None, code: str) -> bool:
     """Whether a TrainingJob passed over, whose cause now has `code`, is not rewritten: its status says it waits
-    for room (a code of FOR_ROOM, as written) and so does `code` (the waiting room skips such jobs in turn)."""
-    return isinstance(view, JobView) and view.status.reason in FOR_ROOM and code in FOR_ROOM and \
-        view.status.phase == Phase.QUEUED and not view.problems  # (asked of 64 jobs a cycle: cheapest first)
+    for room (says_room) and so does `code` (the waiting room skips such jobs in turn)."""
+    return code in FOR_ROOM and says_room(view)
+
+
+def says_room(view: JobView | GangView | None) -> bool:
+    """Whether a TrainingJob's status says, as written, that it is Queued for room (a code of FOR_ROOM)."""
+    return isinstance(view, JobView) and view.status.reason in FOR_ROOM and view.status.phase == Phase.QUEUED and \
+        not view.problems
 
 
 def refresh_after(submitted: float, now: float) -> float:

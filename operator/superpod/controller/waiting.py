@@ -16,7 +16,7 @@ from collections.abc import Callable, Collection
 from itertools import islice
 
 from superpod.controller.actions import BindPods, Plan
-from superpod.controller.decide import Offered, Pending, pending, servable, starts, told_room
+from superpod.controller.decide import FOR_ROOM, Offered, Pending, pending, says_room, servable, starts, told_room
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Settings
 from superpod.controller.metering import Labels, outside_queues
@@ -55,6 +55,7 @@ class WaitingRoom:
         self.fresh: set[str] = set()  # jobs that started waiting, or changed, this cycle
         self.mig_jobs = 0  # ready jobs asking for MIG slices (the MIG flow must see every one: none is passed over)
         self.rotation: OrderedDict[str, None] = OrderedDict()  # ready jobs, in the order their turn comes
+        self.unsettled: set[GangKey] = set()  # ready jobs whose status does not say they wait for room (says_room)
         self.invalid: dict[str, str] = {}  # ready jobs out of the line -> why no node can serve them ("": check failed)
         self.replacing: set[str] = set()  # ready pod gangs partly bound: their rest is placed by `replace`
         self._first = True
@@ -106,6 +107,8 @@ class WaitingRoom:
             self.replacing.add(view.key)
         self.fresh.add(view.key)
         self.rotation[view.key] = None
+        if not says_room(view):
+            self.unsettled.add(view.key)
         if isinstance(view.request, JobRequest):
             self.mig_jobs += view.request.mig_profile is not None
 
@@ -114,6 +117,7 @@ class WaitingRoom:
         if view is None:
             return
         self.rotation.pop(key, None)
+        self.unsettled.discard(key)
         self.replacing.discard(key)
         self.line.discard(key)
         self.invalid.pop(key, None)
@@ -181,15 +185,17 @@ class WaitingRoom:
 
     def to_tell(self, parked: list[Parked]) -> list[Decision]:
         """The decisions of the jobs passed over that should be told now: those that started waiting or changed
-        this cycle, and the next SWEEP in turn."""
+        this cycle, and the next SWEEP in turn (no turn is taken while nothing in turn could be told)."""
         if not parked:
             return []
         runs: dict = {}
         for run in parked:
             runs.setdefault(run.jobs[0].shape(), []).append(run)
-        turn = list(islice(self.rotation, SWEEP))
-        for key in turn:
-            self.rotation.move_to_end(key)
+        turn = []  # none while every job passed over would be skipped (told_room): all say and are told "room"
+        if self.unsettled or any(run.cause.code not in FOR_ROOM for run in parked):
+            turn = list(islice(self.rotation, SWEEP))
+            for key in turn:
+                self.rotation.move_to_end(key)
         out = []
         for key in sorted(self.fresh.union(turn)):
             job = self.line.jobs.get(key)

@@ -419,6 +419,16 @@ def test_a_bug_that_meets_one_job_is_said_on_it_and_the_rest_schedules_on(monkey
     assert not [x for x in c.status("cursed")["conditions"] if x["type"] == "OperatorError"], "cleared"
 
 
+def queued_for_room(name: str, message: str):
+    """A TrainingJob's view, Queued with reason NoRoom and `message`, written as the operator writes it."""
+    from superpod.controller.jobs import _view
+
+    obj = training_job(name, 1, 8)
+    obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
+    obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": message}
+    return _view(GangKey("team-a", name), obj)
+
+
 def test_a_waiting_jobs_message_is_refreshed_at_most_every_half_minute_while_its_reason_stays():
     """Review finding: a message with counts in it was rewritten (a status write, an Event) every cycle the cluster
     changed; with a thousand waiting jobs that is a thousand writes a second."""
@@ -492,15 +502,10 @@ def test_a_rewrite_that_changes_nothing_takes_no_turn_from_the_budget():
     """Found by review: a job whose status already said its message (with a MIG note) stayed the longest unwritten
     and took the only rewrite of every cycle, so a job whose cause changed was never rewritten."""
     from superpod.controller.decide import wait_plans
-    from superpod.controller.jobs import _view
     from superpod.core.cycle import Decision
     from superpod.core.request import make_request
 
-    def view(name: str, message: str):
-        obj = training_job(name, 1, 8)
-        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-        obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": message}
-        return _view(GangKey("team-a", name), obj)
+    view = queued_for_room
 
     views = {GangKey("team-a", "noted"): view("noted", "no room; no node can be repartitioned"),
              GangKey("team-a", "moved"): view("moved", "no room")}
@@ -519,15 +524,11 @@ def test_the_longer_a_job_waited_the_less_often_its_moving_counts_are_rewritten(
     it had waited. Counts are refreshed every tenth of the wait (30 s to 5 minutes); a new code is written at once
     however long the job waited."""
     from superpod.controller.decide import wait_plans
-    from superpod.controller.jobs import _view
     from superpod.core.cycle import Decision
     from superpod.core.request import make_request
 
     def view(name: str):
-        obj = training_job(name, 1, 8)
-        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-        obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "the cluster has room for 3"}
-        return _view(GangKey("team-a", name), obj)
+        return queued_for_room(name, "the cluster has room for 3")
 
     now = 10_000.0
     submitted = {"new": now - 100, "old": now - 3_600, "old-moved": now - 3_600}  # waited 100 s, and an hour
@@ -550,15 +551,11 @@ def test_a_flip_between_no_room_and_room_reserved_for_others_is_refreshed_like_c
     as counts are: every tenth of the wait when the job is visited, not in turn when it is passed over (most
     turns caught the other code); any other change of code is written at once."""
     from superpod.controller.decide import wait_plans
-    from superpod.controller.jobs import _view
     from superpod.core.cycle import Decision
     from superpod.core.request import make_request
 
     def view(name: str):
-        obj = training_job(name, 1, 8)
-        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-        obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "the cluster has room for 0"}
-        return _view(GangKey("team-a", name), obj)
+        return queued_for_room(name, "the cluster has room for 0")
 
     now = 10_000.0
     names = ("visited", "passed", "cordoned")
@@ -703,15 +700,11 @@ def test_only_a_changed_cause_rewrites_a_job_passed_over_not_its_counts():
     ("room for 3"), and each job told in turn was rewritten, its write came back as a change, and it was told
     again: 26 status writes a cycle. A job passed over is rewritten when the code of its cause changes."""
     from superpod.controller.decide import wait_plans
-    from superpod.controller.jobs import _view
     from superpod.core.cycle import Decision
     from superpod.core.request import make_request
 
     def view(name: str):
-        obj = training_job(name, 1, 8)
-        obj["metadata"].update(uid=f"uid-{name}", resourceVersion="1")
-        obj["status"] = {"phase": "Queued", "reason": "NoRoom", "message": "the cluster has room for 3"}
-        return _view(GangKey("team-a", name), obj)
+        return queued_for_room(name, "the cluster has room for 3")
 
     views = {GangKey("team-a", name): view(name) for name in ("head", "passed", "moved")}
     said = {f"uid-{name}": (0.0, "NoRoom", 0) for name in ("head", "passed", "moved")}
