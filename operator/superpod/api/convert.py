@@ -114,14 +114,8 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
     a trace's) is not read again, only the metadata: its name, namespace and submit time."""
     key = _spec_key(obj)
     known = _specs_read.get(key) if key is not None else None
-    if known is not None:
-        try:
-            meta = ObjectMeta.model_validate(obj.get("metadata"))
-        except ValidationError:
-            meta = None
-        if meta is None:
-            known = None  # the whole reading says what does not read
-    if known is None:
+    meta = _metadata(obj) if known is not None else None
+    if meta is None:  # not kept, or its metadata does not read (the whole reading says why)
         request = _job_from_k8s(obj, source)
         if key is not None:
             _specs_read[key] = replace(request, namespace="", name="", submitted=0.0)
@@ -131,6 +125,13 @@ def job_from_k8s(obj: dict, source: ClaimSource | None = None) -> JobRequest:
     _specs_read.move_to_end(key)
     return replace(known, namespace=meta.namespace or "default", name=meta.name, submitted=submitted_at(obj),
                    extra=dict(known.extra))
+
+
+def _metadata(obj: dict) -> ObjectMeta | None:
+    try:
+        return ObjectMeta.model_validate(obj.get("metadata"))
+    except ValidationError:
+        return None
 
 
 def _spec_key(obj: dict) -> bytes | None:

@@ -24,6 +24,10 @@ class ConvertError(ValueError):
         self.obj, self.field, self.problem = obj, field, problem
 
 
+QUANTITIES_KEPT = 4096
+_read: dict[tuple[int | float | str, bool], int] = {}  # (quantity as written, counted in millicores) -> canonical
+
+
 def quantity(value: Any, resource: str, obj: str = "object", field: str = "quantity") -> int:
     """Canonical integer: millicores for cpu, bytes for memory, a count otherwise (rounded up). The quantities read
     are kept (a few thousand: a cluster's pods ask for a few dozen distinct ones), each pod's are read at each of
@@ -37,10 +41,6 @@ def quantity(value: Any, resource: str, obj: str = "object", field: str = "quant
     if len(_read) < QUANTITIES_KEPT:
         _read[key] = amount
     return amount
-
-
-QUANTITIES_KEPT = 4096
-_read: dict[tuple[int | float | str, bool], int] = {}  # (quantity as written, counted in millicores) -> canonical
 
 
 def _quantity(value: int | float | str, resource: str, obj: str, field: str) -> int:
