@@ -229,7 +229,7 @@ def record_from_k8s(obj: dict) -> Record:
     spec = _validate(GPUUsage, obj).spec
     return Record(spec.queue, spec.namespace, spec.job, spec.flavor, spec.serviceClass, spec.attempt, spec.gpus,
                   spec.start.timestamp(), spec.end.timestamp(), spec.gpuSeconds, spec.pod or "", spec.estimateKey or "",
-                  spec.outcome or "", spec.maxRuntimeSeconds)
+                  spec.outcome or "", spec.maxRuntimeSeconds, spec.jobUid or "")
 
 
 def usage_name(job_uid: str, attempt: int) -> str:

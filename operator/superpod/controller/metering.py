@@ -203,14 +203,9 @@ def _unbilled(state: ClusterState, pod_uid: str, run: Run) -> list[Run]:
 def apart_usage(state: ClusterState, view: JobView, attempt: int) -> float:
     """GPU-seconds of the pods of an open attempt billed on their own records (replaced replicas' pods, billed when
     they were replaced): the attempt's usage, not its record's. Not the tail of the pods left after it closed (they
-    start where its record ends), nor those of an earlier job of the same name (before this attempt started)."""
-    status = view.status
-    records = state.ledger.pods_of(view.key.namespace, view.obj["metadata"]["name"], attempt)
-    if not records:
-        return 0.0
+    start where its record ends)."""
     own = state.ledger.get(usage_name(view.uid, attempt))
-    since = (view.time(status.attemptStartTime) or 0.0) if attempt == status.attempt else 0.0
-    return sum(r.gpu_seconds for r in records if r.start >= since and (own is None or r.start < own.end))
+    return sum(r.gpu_seconds for r in state.ledger.pods_of(view.uid, attempt) if own is None or r.start < own.end)
 
 
 def attempt_usage(state: ClusterState, view: JobView, attempt: int, now: float) -> float:

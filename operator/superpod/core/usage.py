@@ -35,6 +35,7 @@ class Record:
     estimate_key: str = ""  # what its runtime teaches the estimator about (api.convert.estimate_key)
     outcome: str = ""  # how the attempt ended: the job's phase after it (Succeeded, Failed, Queued), "" unknown
     limit: float | None = None  # the runtime limit the attempt ran under (None: none, or not recorded)
+    job_uid: str = ""  # the uid of the TrainingJob it bills ("" for pods of no TrainingJob, or whose job is gone)
 
     @property
     def teaches(self) -> bool:
@@ -100,8 +101,9 @@ class Ledger:
     # (namespace, job, attempt) -> names of the TrainingJob attempt records (a job made again under its name starts
     # at attempt 1 again): where the pods an attempt left behind start to be billed on their own
     by_attempt: dict[tuple[str, str, int], set[str]] = field(default_factory=dict)
-    # (namespace, job, attempt) -> names of the records of its pods billed on their own (replaced, left behind)
-    pods_by_attempt: dict[tuple[str, str, int], set[str]] = field(default_factory=dict)
+    # (job uid, attempt) -> names of the records of its pods billed on their own (replaced, left behind): by uid, as
+    # a job made again under its name has pods of the same names and attempts as the one before
+    pods_by_attempt: dict[tuple[str, int], set[str]] = field(default_factory=dict)
     totals: dict[tuple[str, str, str], float] = field(default_factory=dict)  # (queue, flavor, class) -> all time
     _spent: dict[tuple[str, float], float] = field(default_factory=dict)  # (queue, since) -> GPU-seconds after it
     _past: dict[str, tuple[float, float, float]] = field(default_factory=dict)  # queue -> (half-life, value, at)
@@ -113,8 +115,8 @@ class Ledger:
         self.remove(name)
         self.by_queue.setdefault(record.queue, {})[name] = record
         self.queue_of[name] = record.queue
-        index = self.pods_by_attempt if record.pod else self.by_attempt
-        index.setdefault((record.namespace, record.job, record.attempt), set()).add(name)
+        index, key = self._index(record)
+        index.setdefault(key, set()).add(name)
         if record.teaches:
             bisect.insort(self.taught.setdefault((record.namespace, record.estimate_key, record.gpus), []),
                           _taught_entry(name, record))
@@ -127,12 +129,12 @@ class Ledger:
     def remove(self, name: str) -> None:
         if name in self.queue_of:
             record = self.by_queue[self.queue_of.pop(name)].pop(name)
-            index = self.pods_by_attempt if record.pod else self.by_attempt
-            names = index.get((record.namespace, record.job, record.attempt))
+            index, key = self._index(record)
+            names = index.get(key)
             if names is not None:
                 names.discard(name)
                 if not names:
-                    del index[(record.namespace, record.job, record.attempt)]
+                    del index[key]
             if record.teaches:
                 key = (record.namespace, record.estimate_key, record.gpus)
                 entry = _taught_entry(name, record)
@@ -152,9 +154,15 @@ class Ledger:
         return [(runtime, limit or None) for _, runtime, _, limit in
                 self.taught.get((namespace, estimate_key, gpus), [])[-last:]]
 
-    def pods_of(self, namespace: str, job: str, attempt: int) -> list[Record]:
+    def _index(self, record: Record) -> tuple[dict, tuple]:
+        """The index a record is found by, and its key there."""
+        if record.pod:
+            return self.pods_by_attempt, (record.job_uid, record.attempt)
+        return self.by_attempt, (record.namespace, record.job, record.attempt)
+
+    def pods_of(self, job_uid: str, attempt: int) -> list[Record]:
         """The records of a TrainingJob attempt's pods billed on their own."""
-        return [record for name in self.pods_by_attempt.get((namespace, job, attempt), ())
+        return [record for name in self.pods_by_attempt.get((job_uid, attempt), ())
                 if (record := self.get(name)) is not None]
 
     def attempt(self, namespace: str, job: str, attempt: int, started: float) -> Record | None:
