@@ -69,16 +69,31 @@ def predicted_end(start: float, estimate: float | None, limit: float | None, now
         return start + limit if limit else None
     end = start + estimate
     if end <= now:
+        if limit and now >= moving_until(start, limit):
+            return start + limit
         end = start + max(now - start, 1.0) * OUTLIVED
     return min(end, start + limit) if limit else end
 
 
-def steady_until(start: float, estimate: float | None, now: float) -> float:
+def steady_until(start: float, estimate: float | None, limit: float | None, now: float) -> float:
     """Until when predicted_end, read at `now`, stays what it is: the predicted end while it is ahead (inf with no
-    estimate: the limit alone never moves); -inf once outlived, as the prediction then moves with the clock."""
+    estimate: the limit alone never moves); once outlived, the end of its first second (it is predicted to run
+    OUTLIVED seconds) or, once its limit caps it, forever; -inf while the prediction moves with the clock."""
     if estimate is None:
         return float("inf")
-    return start + estimate if start + estimate > now else float("-inf")
+    if start + estimate > now:
+        return start + estimate
+    if limit and now >= moving_until(start, limit):
+        return float("inf")
+    return start + 1.0 if now - start < 1.0 else float("-inf")
+
+
+def moving_until(start: float, limit: float | None) -> float:
+    """When an outlived gang's predicted end, which moves with the clock (OUTLIVED times what it has run), reaches
+    its limit and stays there (inf with no limit)."""
+    if not limit:
+        return float("inf")
+    return start if limit <= OUTLIVED else start + limit / OUTLIVED
 
 
 def turn(submitted: float, estimate: float | None, gpus: float, weight: float, unknown: float) -> float:

@@ -10,11 +10,11 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
-from superpod.core.estimates import predicted_end, steady_until
+from superpod.core.estimates import moving_until, predicted_end, steady_until
 from superpod.core.gang_key import GangKey
 from superpod.core.request import Requests
 
@@ -97,75 +97,86 @@ class Horizon:
         if node not in self.on:
             return []  # nothing kept for a node no gang holds: what is kept goes with the gangs put and dropped
         known = self._ends.get(node)
-        if known is not None and (known[1] == self.now or self.now < known[2]):
+        if known is not None and (known[1] == self.now or known[1] < self.now < known[2]):  # (a clock set back: afresh)
             return known[0]
         ends = sorted((end, release.holder, node, release.requests) for end, release in self.releases(node))
-        until = min((steady_until(r.start, r.estimate, self.now) for r in self.on[node].values()), default=math.inf)
+        until = min((steady_until(r.start, r.estimate, r.limit, self.now) for r in self.on[node].values()),
+                    default=math.inf)
         self._ends[node] = (ends, self.now, until)
         return ends
 
-    def merged(self) -> list[Entry]:
-        """Every node's `ends` in one list, in that order."""
+    def merged(self) -> Iterator[Entry]:
+        """Every node's `ends` in that order, read as far as the caller goes."""
         return self._all.read(self.now)
 
 
 class _AllEnds:
-    """Every node's ends in one list, kept as gangs are put and dropped: the ends that stay put while the clock is
-    below their steady_until, sorted; the outlived ones, whose ends move with the clock, read at each clock."""
+    """Every node's ends in time order, kept as gangs are put and dropped: the ends that stay put while the clock is
+    below their steady_until, sorted; and the outlived ones, whose ends move with the clock at one pace (OUTLIVED
+    times what they have run), in the order of their start (the later started, the sooner predicted to end), their
+    ends read only as far as they are merged."""
 
     def __init__(self) -> None:
         self.steady: list[Entry] = []  # sorted
         # (holder, node) -> its steady entry, until when it stays, its release
         self.entry_of: dict[tuple[str, str], tuple[Entry, float, Release]] = {}
-        self.due: list[tuple[float, str, str]] = []  # heap of (until, holder, node) of steady entries, some gone since
-        self.moving: dict[tuple[str, str], Release] = {}  # (holder, node) -> its release, once outlived
-        self.moved: tuple[float, dict[tuple[str, str], Entry]] = (math.nan, {})  # a clock, the moving entries then
-        self.kept: tuple[list[Entry], float] | None = None  # the last list read, and the clock it was read at
+        self.moving: list[tuple[float, str, str]] = []  # (-start, holder, node) of the outlived releases, sorted
+        # (holder, node) -> its moving key, until when it moves (its limit reached), its release
+        self.moving_of: dict[tuple[str, str], tuple[tuple[float, str, str], float, Release]] = {}
+        self.due: list[tuple[float, str, str]] = []  # heap of (until, holder, node) of both kinds, some gone since
+        self.clock = -math.inf  # the latest clock read at
 
     def add(self, node: str, release: Release, now: float) -> None:
-        key, until = (release.holder, node), steady_until(release.start, release.estimate, now)
-        self.kept = None
+        key, start = (release.holder, node), release.start
+        self.clock = max(self.clock, now)
+        until = steady_until(start, release.estimate, release.limit, now)
         if until <= now:
-            self.moving[key] = release
-            if self.moved[0] == now:
-                self.moved[1][key] = (release.end(now), release.holder, node, release.requests)
+            until = moving_until(start, release.limit)
+            order = (-start, release.holder, node)
+            self.moving_of[key] = (order, until, release)
+            insort(self.moving, order)
         elif (end := release.end(now)) is not None:  # (no estimate and no limit: it frees nothing here)
             entry = (end, release.holder, node, release.requests)
             self.entry_of[key] = (entry, until, release)
             insort(self.steady, entry)
-            if until < math.inf:  # (no estimate: its end never moves)
-                heapq.heappush(self.due, (until, release.holder, node))
+        else:
+            return
+        if until < math.inf:
+            heapq.heappush(self.due, (until, release.holder, node))
 
     def remove(self, holder: str, node: str) -> None:
         key = (holder, node)
-        self.kept = None
-        self.moved[1].pop(key, None)
-        if self.moving.pop(key, None) is None and (known := self.entry_of.pop(key, None)) is not None:
+        if (known := self.entry_of.pop(key, None)) is not None:
             del self.steady[bisect_left(self.steady, known[0])]
+        elif (moving := self.moving_of.pop(key, None)) is not None:
+            del self.moving[bisect_left(self.moving, moving[0])]
 
-    def read(self, now: float) -> list[Entry]:
-        if self.kept is not None and (self.kept[1] == now or not self.moving and now < self._next_due()):
-            return self.kept[0]
-        self._outlive(now)
-        ends = sorted(self.steady + list(self._moving_at(now).values())) if self.moving else self.steady
-        self.kept = (ends, now)
-        return ends
+    def read(self, now: float) -> Iterator[Entry]:
+        """The ends at `now`, in time order, read as far as the caller goes."""
+        if now < self.clock:  # a clock set back: what moved may stay put again
+            self._rebuild(now)
+        self.clock = now
+        self._change_pace(now)
+        if not self.moving:
+            return iter(self.steady)
+        releases = self.moving_of
+        moving = ((release.end(now), holder, node, release.requests)
+                  for _, holder, node in self.moving for release in (releases[(holder, node)][2],))
+        return heapq.merge(self.steady, moving)
 
-    def _moving_at(self, now: float) -> dict[tuple[str, str], Entry]:
-        """The outlived releases' entries at `now`: read once per clock (gangs put and dropped meanwhile in place)."""
-        if self.moved[0] != now:
-            self.moved = (now, {key: (release.end(now), key[0], key[1], release.requests)
-                                for key, release in self.moving.items()})
-        return self.moved[1]
+    def _rebuild(self, now: float) -> None:
+        releases = [(key[1], known[2]) for known_of in (self.entry_of, self.moving_of)
+                    for key, known in known_of.items()]
+        self.__init__()
+        for node, release in releases:
+            self.add(node, release, now)
 
-    def _next_due(self) -> float:
-        return self.due[0][0] if self.due else math.inf
-
-    def _outlive(self, now: float) -> None:
-        """The steady entries whose end the clock reached: their ends move with it from now on."""
+    def _change_pace(self, now: float) -> None:
+        """The releases the clock took past their steady end (they move from now on) or past their limit (they
+        stay put from now on)."""
         while self.due and self.due[0][0] <= now:
             until, holder, node = heapq.heappop(self.due)
-            known = self.entry_of.get((holder, node))
+            known = self.entry_of.get((holder, node)) or self.moving_of.get((holder, node))
             if known is not None and known[1] == until:
                 self.remove(holder, node)
                 self.add(node, known[2], now)

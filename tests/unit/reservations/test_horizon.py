@@ -83,7 +83,7 @@ def test_ends_kept_while_the_clock_moves_are_the_ends_read_afresh(case, steps):
         fresh.on = horizon.on
         for name in NODES:
             assert horizon.ends(name) == fresh.ends(name), (name, now)
-        assert horizon.merged() == sorted(end for name in NODES for end in fresh.ends(name)), now
+        assert list(horizon.merged()) == sorted(end for name in NODES for end in fresh.ends(name)), now
 
 
 @settings(max_examples=200, deadline=None)
