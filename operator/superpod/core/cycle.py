@@ -25,7 +25,7 @@ from superpod.core import spares
 from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.explain import explain_solver
 from superpod.core.gang_key import GangKey
-from superpod.core.horizon import Start, earliest_starts, predicted_start, slots_at
+from superpod.core.horizon import Groups, Start, earliest_starts, earliest_starts_of, predicted_start, slots_at
 from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.phases import Cause, Reason
 from superpod.core.placement import FIRST_FIT, Placement, Solver, could_ever_hold, solve, validate
@@ -315,12 +315,33 @@ def _soonest(sv: Solver, domains: list[int]) -> tuple[int, Start | None]:
     frees enough), the one closest to fitting: most room now, then most free GPUs (or the job's primary resource)."""
     snap = sv.snap
     if snap.horizon.on:
-        starts = earliest_starts(snap.horizon, {d: _open_free(sv, snap.nodes_under(d)) for d in domains}, sv.requests,
-                                 sv.replicas, sv.node_step)
+        if sv.claiming or sv.slice_level not in (None, sv.node_level):  # room counted otherwise than node by node
+            groups = {d: _open_free(sv, snap.nodes_under(d)) for d in domains}
+            starts = earliest_starts(snap.horizon, groups, sv.requests, sv.replicas, sv.node_step)
+        else:
+            starts = earliest_starts_of(snap.horizon, _groups(sv, domains), sv.requests, sv.replicas, sv.node_step)
         if starts:
             soonest = min(starts, key=lambda d: (-sv.room(d), -sv.free_primary(d), d))
             return soonest, starts[soonest]
     return max(domains, key=lambda d: (sv.room(d), sv.free_primary(d), -d)), None
+
+
+def _groups(sv: Solver, domains: list[int]) -> Groups[int]:
+    """`domains` (of one level) as groups of the nodes the gang may use, read as the search needs them: their members
+    now are their room (which counts node by node here, as the horizon does: no DRA devices, no slices across
+    nodes)."""
+    snap = sv.snap
+    level, wanted = snap.domains[domains[0]].level, set(domains)
+
+    def member(name: str) -> tuple[int, dict[str, int], int] | None:
+        i = snap.index.get(name)
+        if i is None or (d := snap.ancestors[i][level]) not in wanted or not sv.is_open(i):
+            return None
+        return d, snap.free[i], sv.node_room(i)
+
+    return Groups({d: sv.room(d) for d in domains}, member,
+                  lambda: [snap.nodes[i].name for d in domains for i in snap.nodes_under(d) if sv.is_open(i)],
+                  sum(sv.view.node_count[d] for d in domains))
 
 
 def _open_free(sv: Solver, nodes) -> list[tuple[str, dict[str, int]]]:

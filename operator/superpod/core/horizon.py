@@ -10,9 +10,9 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, insort
-from collections.abc import Hashable, Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from superpod.core.estimates import moving_until, predicted_end, steady_until
 from superpod.core.gang_key import GangKey
@@ -202,36 +202,56 @@ def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[s
     """Of `groups` of nodes (disjoint, each as predicted_start takes them), those predicted to hold the members
     first, each with its start (several when they start at the same time); {} if the predicted ends never free
     enough in any. The nodes' ends are merged in time order and read only up to that start."""
-    free: dict[str, dict[str, int]] = {}
-    slots: dict[str, int] = {}
-    group_of: dict[str, G] = {}
+    members: dict[str, tuple[G, dict[str, int], int]] = {}
     totals: dict[G, int] = {}
-    found: dict[G, Start] = {}
     for group, nodes in groups.items():
         total = 0
         for name, now_free in nodes:
-            free[name], group_of[name] = now_free, group
-            slots[name] = _slots(now_free, requests, replicas, step)
-            total += slots[name]
+            slots = _slots(now_free, requests, replicas, step)
+            members[name] = (group, now_free, slots)
+            total += slots
         totals[group] = total
-        if total >= replicas:
-            found[group] = Start(horizon.now)
+    return earliest_starts_of(horizon, Groups(totals, members.get, lambda: members, len(members)), requests,
+                              replicas, step)
+
+
+@dataclass(frozen=True)
+class Groups(Generic[G]):
+    """Groups of nodes, read only as far as a search needs them: each group's members now (of `requests`, as
+    _slots counts them on each node); a node's group, free resources and members now (None: in no group); every
+    node's name (read only when they are few); and about how many nodes there are."""
+
+    totals: dict[G, int]
+    member: Callable[[str], tuple[G, dict[str, int], int] | None]
+    names: Callable[[], Iterable[str]]
+    count: int
+
+
+def earliest_starts_of(horizon: Horizon, groups: Groups[G], requests: Requests, replicas: int,
+                       step: int = 1) -> dict[G, Start]:
+    """earliest_starts, of groups read lazily: a node is looked at only when one of its ends is."""
+    totals = dict(groups.totals)
+    found = {group: Start(horizon.now) for group, total in totals.items() if total >= replicas}
     if found:
         return found
-    copied: set[str] = set()
+    free: dict[str, dict[str, int]] = {}  # the nodes an end was read on: what they have free by then
+    slots: dict[str, int] = {}
+    group_of: dict[str, G] = {}
     first = None
-    for end, holder, name, released in _ends_on(horizon, free):
+    for end, holder, name, released in _ends_on(horizon, groups):
         if name not in free:
-            continue
+            if name in group_of or (known := groups.member(name)) is None:
+                group_of[name] = None
+                continue
+            group_of[name], now_free, slots[name] = known
+            free[name] = dict(now_free)  # the caller's free counts are never changed
         at = max(end, horizon.now)
         if first is not None and at > first:
             break
-        if name not in copied:
-            free[name] = dict(free[name])  # the caller's free counts are never changed
-            copied.add(name)
+        node_free = free[name]
         for resource, amount in released:
-            free[name][resource] = free[name].get(resource, 0) + amount
-        now_slots = _slots(free[name], requests, replicas, step)
+            node_free[resource] = node_free.get(resource, 0) + amount
+        now_slots = _slots(node_free, requests, replicas, step)
         group = group_of[name]
         totals[group] += now_slots - slots[name]
         slots[name] = now_slots
@@ -240,11 +260,12 @@ def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[s
     return found
 
 
-def _ends_on(horizon: Horizon, nodes: dict[str, dict[str, int]]) -> Iterable[Entry]:
-    """The ends on `nodes` in time order (with others' ends among them when read from every node's list): merged
-    from each node's own list when they are a few of the nodes that hold gangs, else every node's list read at once."""
-    if len(nodes) * FEW_NODES < len(horizon.on):
-        return heapq.merge(*(horizon.ends(name) for name in nodes))
+def _ends_on(horizon: Horizon, groups: Groups) -> Iterable[Entry]:
+    """The ends on the groups' nodes in time order (with others' ends among them when read from every node's list):
+    merged from each node's own list when they are a few of the nodes that hold gangs, else every node's list read
+    at once."""
+    if groups.count * FEW_NODES < len(horizon.on):
+        return heapq.merge(*(horizon.ends(name) for name in groups.names()))
     return horizon.merged()
 
 

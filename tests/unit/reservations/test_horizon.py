@@ -103,3 +103,50 @@ def test_a_few_nodes_own_ends_merged_start_the_gang_as_every_nodes_ends_read(cas
     finally:
         module.FEW_NODES = kept
     assert merged == read
+
+
+@st.composite
+def blocked_gangs(draw):
+    """Three leaves of three 8-GPU nodes, some GPUs used and some nodes cordoned or left out of the search, gangs with
+    predicted ends on them (some outlived, some capped), the clock somewhere, and a gang of 1-12 members."""
+    from tests.unit.builders import job, node, snapshot
+
+    names = [f"su{leaf}-n{i}" for leaf in range(3) for i in range(3)]
+    nodes = [node(name).gpus(8).spine("spine-1").leaf(name.split("-")[0]) for name in names]
+    for built in nodes:
+        if draw(st.integers(0, 5)) == 0:
+            built.cordoned()
+    used = {name: draw(st.integers(0, 8)) for name in names}
+    snap = snapshot(nodes, used=used)
+    snap.horizon = Horizon(draw(st.sampled_from([100.0, 130.0, 260.0, 600.0])))
+    for k, name in enumerate(names):
+        if used[name]:
+            snap.horizon.put(f"ns/g{k}", draw(st.sampled_from([0.0, 50.0, 90.0, 99.5])),
+                             draw(st.sampled_from([None, 0.5, 20.0, 60.0, 200.0])),
+                             draw(st.sampled_from([None, 1.0, 150.0, 400.0])), [(name, ((GPU, used[name]),))])
+    gang = job("gang").gpus(draw(st.sampled_from([1, 2, 4, 8]))).replicas(draw(st.integers(1, 12)))
+    if draw(st.booleans()):
+        gang = gang.required("leaf")
+    left_out = frozenset(draw(st.sets(st.integers(0, len(names) - 1), max_size=2)))
+    return snap, gang.build(), left_out
+
+
+@settings(max_examples=300, deadline=None)
+@given(blocked_gangs())
+def test_domains_read_node_by_node_as_ends_come_start_the_gang_as_every_node_listed(case):
+    """A blocked head's soonest domain is found reading a node only when one of its ends is (its room now from the
+    search's own counts): each level's domains start the gang as when every node is listed up front."""
+    from superpod.core.cycle import _groups, _open_free
+    from superpod.core.horizon import earliest_starts_of
+    from superpod.core.placement import Solver, could_ever_hold
+
+    snap, gang, left_out = case
+    sv = Solver(snap, gang, exclude_nodes=left_out)
+    for level in range(sv.node_level):
+        domains = could_ever_hold(sv, level)
+        if not domains:
+            continue
+        listed = earliest_starts(snap.horizon, {d: _open_free(sv, snap.nodes_under(d)) for d in domains},
+                                 sv.requests, sv.replicas, sv.node_step)
+        assert earliest_starts_of(snap.horizon, _groups(sv, domains), sv.requests, sv.replicas,
+                                  sv.node_step) == listed, level
