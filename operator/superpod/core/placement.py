@@ -348,16 +348,25 @@ class Solver:
             return self.replicas if eligible else 0
         return min(self.replicas, eligible * (self.snap.max_gpus_per_node // gpus))
 
-    def _gpu_capacity(self, domain: int) -> tuple[int, list[int]]:
-        """(replicas `domain` holds by free GPUs alone, its children's such capacities descending), memoised."""
+    def _gpu_capacity(self, domain: int) -> tuple[int, list[int], list[int]]:
+        """(replicas `domain` holds by free GPUs alone, its children's such capacities descending, the same in the
+        order of its children), memoised."""
         view, gpus = self.view, self.gpus_per_replica
         memo = view.capacity_memo.get((domain, gpus))
         if memo is None or memo[0] != view.version[domain]:
             histogram = view.gpu_histogram[domain]
             capacity = sum(histogram[h] * (h // gpus) for h in range(gpus, len(histogram)))
-            children = sorted((self._gpu_capacity(c)[0] for c in self.snap.child_domains[domain]), reverse=True)
-            memo = view.capacity_memo[(domain, gpus)] = (view.version[domain], capacity, children)
-        return memo[1], memo[2]
+            children = [self._gpu_capacity(c)[0] for c in self.snap.child_domains[domain]]
+            memo = view.capacity_memo[(domain, gpus)] = (view.version[domain], capacity,
+                                                         sorted(children, reverse=True), children)
+        return memo[1], memo[2], memo[3]
+
+    def _child_bounds(self, domain: int) -> list[int]:
+        """_capacity_bound of each child of `domain`, in the order of snap.child_domains, uncapped by the gang's size
+        where free GPUs bind (compare them only with amounts up to the gang's size)."""
+        if self.gpus_per_replica <= 0 or self.excluded_domains:
+            return [self._capacity_bound(c) for c in self.snap.child_domains[domain]]
+        return self._gpu_capacity(domain)[2]
 
     def _domain_cost(self, domain: int) -> int:
         """Cost of using `domain`: one domain at its level plus its place there (first fit) or its free primary
@@ -454,8 +463,9 @@ class Solver:
         if level == self.finest_level:
             return self._best_from_table(domain, amount)
         floor = self._floor(level + 1, amount)
-        children = [(self._domain_cost(c) + floor, c) for c in self.snap.child_domains[domain]
-                    if self._capacity_bound(c) >= amount]
+        children = [(self._domain_cost(c) + floor, c)
+                    for c, bound in zip(self.snap.child_domains[domain], self._child_bounds(domain), strict=True)
+                    if bound >= amount]
         best: tuple[int, int, list[tuple[int, int]]] | None = None  # (cost, child, parts)
 
         def known() -> tuple[int, int] | None:
@@ -492,7 +502,8 @@ class Solver:
     def _children_table(self, domain: int, most: int) -> _ChildrenTable:
         cost = [0] + [INF] * most
         steps: list[tuple[_Table, int, list[int]]] = []
-        children = [(min(most, self._capacity_bound(c)), c) for c in self.snap.child_domains[domain]]
+        children = [(min(most, bound), c)
+                    for c, bound in zip(self.snap.child_domains[domain], self._child_bounds(domain), strict=True)]
         children = [(capacity, c) for capacity, c in children if capacity > 0]
         if sum(capacity for capacity, _ in children) * most > self.budget:
             # Too big to combine exactly in Python time: keep the largest children, a few more than the fewest
