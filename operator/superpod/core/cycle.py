@@ -25,7 +25,7 @@ from superpod.core import spares
 from superpod.core.estimates import LIMIT_GRACE, Ordering
 from superpod.core.explain import explain_solver
 from superpod.core.gang_key import GangKey
-from superpod.core.horizon import Groups, Start, earliest_starts, earliest_starts_of, predicted_start, slots_at
+from superpod.core.horizon import Groups, Start, earliest_starts, predicted_start, slots_at, starts_and_members
 from superpod.core.model import UNLABELLED, Snapshot
 from superpod.core.phases import Cause, Reason
 from superpod.core.placement import FIRST_FIT, Placement, Solver, could_ever_hold, solve, validate
@@ -257,11 +257,11 @@ def _reservation(sv: Solver) -> Reservation | None:
     snap, job, replicas = sv.snap, sv.job, sv.job.replicas
     finest = sv.finest_level
     levels = [min(sv.required_level, finest)] if sv.required_level else range(finest, -1, -1)
-    chosen = start = None
+    chosen = start = read = None
     for level in levels:
         domains = could_ever_hold(sv, level)
         if domains:
-            chosen, start = _soonest(sv, domains)
+            chosen, start, read = _soonest(sv, domains)
             break
     if chosen is None:
         return None
@@ -280,7 +280,7 @@ def _reservation(sv: Solver) -> Reservation | None:
                 node_start, i = min(((_start_on(sv, [i]), i) for i in one),
                                     key=lambda found: (_at(found[0]), -sv.slots(found[1]), found[1]))
             return Reservation(job, nodes=frozenset([i]), label=f"node {snap.nodes[i].name}", start=node_start)
-        kids = [((_room_at(sv, [i], at), sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True))
+        kids = [((_room_at(sv, [i], at, read), sv.slots(i), sv.node_free_primary(i)), i, sv.node_room(i, idle=True))
                 for i in nodes]
         picked = _enough(kids, replicas, (lambda ids: sv.covers(sv.idle_capacity(ids))) if sv.others else None)
         if picked is None or len(picked) == len(kids):
@@ -290,7 +290,7 @@ def _reservation(sv: Solver) -> Reservation | None:
             return whole
         label = _many("node", [snap.nodes[i].name for i in sorted(picked)], snap.domain_label(chosen))
         return Reservation(job, nodes=frozenset(picked), label=label, start=narrowed)
-    kids = [((_room_at(sv, snap.nodes_under(c), at), sv.room(c), sv.free_primary(c)), c, sv.room(c, idle=True))
+    kids = [((_room_at(sv, snap.nodes_under(c), at, read), sv.room(c), sv.free_primary(c)), c, sv.room(c, idle=True))
             for c in snap.child_domains[chosen]]
     others = (lambda ids: sv.covers(sv.idle_capacity(i for c in ids for i in snap.nodes_under(c)))) if sv.others \
         else None
@@ -310,20 +310,23 @@ def _reservation(sv: Solver) -> Reservation | None:
     return Reservation(job, domains=frozenset(picked), label=label, start=narrowed)
 
 
-def _soonest(sv: Solver, domains: list[int]) -> tuple[int, Start | None]:
-    """The domain predicted to hold the gang soonest, and that start; without predicted ends (or with none that
-    frees enough), the one closest to fitting: most room now, then most free GPUs (or the job's primary resource)."""
+def _soonest(sv: Solver, domains: list[int]) -> tuple[int, Start | None, dict[str, int] | None]:
+    """The domain predicted to hold the gang soonest, that start, and (if known) the members of the nodes whose
+    ends were read by then (as starts_and_members); without predicted ends (or with none that frees enough), the
+    one closest to fitting: most room now, then most free GPUs (or the job's primary resource)."""
     snap = sv.snap
     if snap.horizon.on:
+        read = None
         if sv.claiming or sv.slice_level not in (None, sv.node_level):  # room counted otherwise than node by node
             groups = {d: _open_free(sv, snap.nodes_under(d)) for d in domains}
             starts = earliest_starts(snap.horizon, groups, sv.requests, sv.replicas, sv.node_step)
         else:
-            starts = earliest_starts_of(snap.horizon, _groups(sv, domains), sv.requests, sv.replicas, sv.node_step)
+            starts, read = starts_and_members(snap.horizon, _groups(sv, domains), sv.requests, sv.replicas,
+                                              sv.node_step)
         if starts:
             soonest = min(starts, key=lambda d: (-sv.room(d), -sv.free_primary(d), d))
-            return soonest, starts[soonest]
-    return max(domains, key=lambda d: (sv.room(d), sv.free_primary(d), -d)), None
+            return soonest, starts[soonest], read
+    return max(domains, key=lambda d: (sv.room(d), sv.free_primary(d), -d)), None, None
 
 
 def _groups(sv: Solver, domains: list[int]) -> Groups[int]:
@@ -355,11 +358,14 @@ def _start_on(sv: Solver, nodes) -> Start | None:
     return predicted_start(sv.snap.horizon, _open_free(sv, nodes), sv.requests, sv.replicas, sv.node_step)
 
 
-def _room_at(sv: Solver, nodes, at: float | None) -> int:
-    """Replicas `nodes` are predicted to hold at `at` (0 when no start is predicted: the order falls to room now)."""
+def _room_at(sv: Solver, nodes, at: float | None, read: dict[str, int] | None = None) -> int:
+    """Replicas `nodes` are predicted to hold at `at` (0 when no start is predicted: the order falls to room now);
+    `read`: their members at `at` where the search for that start read them (the others hold their room now)."""
     if at is None:
         return 0
     snap = sv.snap
+    if read is not None:
+        return sum(read.get(snap.nodes[i].name, sv.node_room(i)) for i in nodes if sv.is_open(i))
     return sum(slots_at(snap.horizon, snap.nodes[i].name, snap.free[i], sv.requests, sv.replicas, at, sv.node_step)
                for i in nodes if sv.is_open(i))
 

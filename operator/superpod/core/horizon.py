@@ -230,10 +230,17 @@ class Groups(Generic[G]):
 def earliest_starts_of(horizon: Horizon, groups: Groups[G], requests: Requests, replicas: int,
                        step: int = 1) -> dict[G, Start]:
     """earliest_starts, of groups read lazily: a node is looked at only when one of its ends is."""
+    return starts_and_members(horizon, groups, requests, replicas, step)[0]
+
+
+def starts_and_members(horizon: Horizon, groups: Groups[G], requests: Requests, replicas: int,
+                       step: int = 1) -> tuple[dict[G, Start], dict[str, int] | None]:
+    """earliest_starts_of, and the members each node whose ends were read holds at the start found (a node of
+    the groups left out holds its members now; None if the start is now, read no end)."""
     totals = dict(groups.totals)
     found = {group: Start(horizon.now) for group, total in totals.items() if total >= replicas}
     if found:
-        return found
+        return found, None
     free: dict[str, dict[str, int]] = {}  # the nodes an end was read on: what they have free by then
     slots: dict[str, int] = {}
     group_of: dict[str, G] = {}
@@ -257,7 +264,7 @@ def earliest_starts_of(horizon: Horizon, groups: Groups[G], requests: Requests, 
         slots[name] = now_slots
         if totals[group] >= replicas and group not in found:
             found[group], first = Start(at, holder), at
-    return found
+    return found, slots
 
 
 def _ends_on(horizon: Horizon, groups: Groups) -> Iterable[Entry]:

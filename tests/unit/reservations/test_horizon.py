@@ -135,9 +135,10 @@ def blocked_gangs(draw):
 @given(blocked_gangs())
 def test_domains_read_node_by_node_as_ends_come_start_the_gang_as_every_node_listed(case):
     """A blocked head's soonest domain is found reading a node only when one of its ends is (its room now from the
-    search's own counts): each level's domains start the gang as when every node is listed up front."""
-    from superpod.core.cycle import _groups, _open_free
-    from superpod.core.horizon import earliest_starts_of
+    search's own counts): each level's domains start the gang as when every node is listed up front, and the
+    members it read on each node of those domains are what the node is predicted to hold at that start."""
+    from superpod.core.cycle import _groups, _open_free, _room_at
+    from superpod.core.horizon import starts_and_members
     from superpod.core.placement import Solver, could_ever_hold
 
     snap, gang, left_out = case
@@ -148,5 +149,9 @@ def test_domains_read_node_by_node_as_ends_come_start_the_gang_as_every_node_lis
             continue
         listed = earliest_starts(snap.horizon, {d: _open_free(sv, snap.nodes_under(d)) for d in domains},
                                  sv.requests, sv.replicas, sv.node_step)
-        assert earliest_starts_of(snap.horizon, _groups(sv, domains), sv.requests, sv.replicas,
-                                  sv.node_step) == listed, level
+        starts, read = starts_and_members(snap.horizon, _groups(sv, domains), sv.requests, sv.replicas, sv.node_step)
+        assert starts == listed, level
+        for domain, start in starts.items():
+            if read is not None:
+                for i in snap.nodes_under(domain):
+                    assert _room_at(sv, [i], start.at, read) == _room_at(sv, [i], start.at), (level, i)
