@@ -190,9 +190,10 @@ class WaitingRoom:
             return []
         runs: dict = {}
         for run in parked:
-            runs.setdefault(run.jobs[0].shape(), []).append(run)
-        turn = []  # none while every job passed over would be skipped (told_room): all say and are told "room"
-        if self.unsettled or any(run.cause.code not in FOR_ROOM for run in parked):
+            runs.setdefault(run.head.shape(), []).append(run)
+        turn = []  # none while every job passed over would be skipped (told_room) or is told now (fresh): all
+        # say and are told "room", or do not yet and are fresh
+        if not self.unsettled <= self.fresh or any(run.cause.code not in FOR_ROOM for run in parked):
             turn = list(islice(self.rotation, SWEEP))
             for key in turn:
                 self.rotation.move_to_end(key)
@@ -200,7 +201,7 @@ class WaitingRoom:
         for key in sorted(self.fresh.union(turn)):
             job = self.line.jobs.get(key)
             for run in runs.get(job.shape(), ()) if job is not None else ():
-                if run.jobs[0].queue_key <= job.queue_key <= run.jobs[-1].queue_key and not told_room(
+                if run.head.queue_key <= job.queue_key <= run.last.queue_key and not told_room(
                         self.ready.get(key), run.cause.code):
                     out.append(run.decision(job))
         return out

@@ -25,23 +25,35 @@ from superpod.core.request import JobRequest, Shape
 class Line:
     """The waiting jobs of one shape, in queue order (queue_key)."""
 
-    __slots__ = ("keys", "jobs")
+    __slots__ = ("keys", "jobs", "lent")
 
     def __init__(self) -> None:
         self.keys: list[tuple] = []
         self.jobs: list[JobRequest] = []
+        self.lent = False  # `jobs` is read by a Parked run: copied before it changes
+
+    def lend(self) -> list[JobRequest]:
+        """The jobs as they are, for a Parked run to keep: not copied now (a long line is passed over every cycle)
+        but before the line next changes."""
+        self.lent = True
+        return self.jobs
 
     def add(self, job: JobRequest) -> None:
         at = bisect_left(self.keys, job.queue_key)
         self.keys.insert(at, job.queue_key)
-        self.jobs.insert(at, job)
+        self._own().insert(at, job)
 
     def remove(self, job: JobRequest) -> None:
         at, end = bisect_left(self.keys, job.queue_key), bisect_right(self.keys, job.queue_key)
         for i in range(at, end):
             if self.jobs[i] is job:
-                del self.keys[i], self.jobs[i]
+                del self.keys[i], self._own()[i]
                 return
+
+    def _own(self) -> list[JobRequest]:
+        if self.lent:
+            self.jobs, self.lent = self.jobs[:], False
+        return self.jobs
 
 
 class WaitingLine:
@@ -70,12 +82,26 @@ class WaitingLine:
 
 @dataclass(frozen=True)
 class Parked:
-    """Jobs of one shape a cycle passed over, in queue order: each got the decision of the visited job before them
-    (`cause`, `blocked_by`)."""
+    """Jobs of one shape a cycle passed over, in queue order (`source[first:until]`, their line's jobs as they were
+    then: Line.lend): each got the decision of the visited job before them (`cause`, `blocked_by`)."""
 
-    jobs: tuple[JobRequest, ...]
+    source: list[JobRequest]
+    first: int
+    until: int
     cause: Cause
     blocked_by: tuple[GangKey, ...] = ()
+
+    @property
+    def jobs(self) -> list[JobRequest]:
+        return self.source[self.first : self.until]
+
+    @property
+    def head(self) -> JobRequest:
+        return self.source[self.first]
+
+    @property
+    def last(self) -> JobRequest:
+        return self.source[self.until - 1]
 
     def decision(self, job: JobRequest) -> Decision:
         return Decision(job, None, self.cause, blocked_by=self.blocked_by)
@@ -130,4 +156,4 @@ def schedule_waiting(snap: Snapshot, waiting: WaitingLine,
 
 def _park(parked: list[Parked], line: Line, first: int, until: int, repeated: Decision) -> None:
     if until > first:
-        parked.append(Parked(tuple(line.jobs[first:until]), repeated.cause, repeated.blocked_by))
+        parked.append(Parked(line.lend(), first, until, repeated.cause, repeated.blocked_by))

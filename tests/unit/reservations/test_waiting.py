@@ -112,3 +112,20 @@ def test_a_shape_passed_over_before_a_reservation_is_searched_again_behind_it():
     decided = {**visited, **passed}
     assert [(decided[k].reason, decided[k].reserved) for k in sorted(full)] == \
         [(full[k].reason, full[k].reserved) for k in sorted(full)]
+
+
+def test_the_jobs_passed_over_stay_as_they_were_while_their_line_changes():
+    """A run passed over reads its line's jobs without copying them; the line copies them before it changes (a
+    job placed, another come), so the run still says the jobs it passed over."""
+    used = {f"l{leaf}-n{i}": 8 for leaf in range(3) for i in range(4)}
+    waiting = WaitingLine()
+    jobs = [job(f"w{index:03d}").gpus(8).priority(0, float(index)).build() for index in range(20)]
+    for request in jobs:
+        waiting.add(request)
+    _, [run] = schedule_waiting(cluster(used), waiting, POLICIES["superpod-nobackfill"](0))
+    line = waiting.lines[jobs[0].shape()]
+    assert run.source is line.jobs, "the run reads the line's own list"
+    waiting.discard(jobs[5].key)
+    waiting.add(job("w100").gpus(8).priority(0, 0.5).build())
+    assert run.jobs == jobs[1:] and (run.head, run.last) == (jobs[1], jobs[-1])
+    assert run.source is not line.jobs and len(line.jobs) == 20
