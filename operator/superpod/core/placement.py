@@ -337,7 +337,7 @@ class Solver:
             return 0
         if self.gpus_per_replica <= 0:
             return self.replicas if self.view.node_count[domain] else 0
-        return min(self.replicas, self._gpu_capacity(domain)[0])
+        return min(self.replicas, self._gpu_capacity(domain))
 
     def _idle_bound(self, domain: int) -> int:
         """Upper bound on room(domain, idle=True)."""
@@ -348,25 +348,33 @@ class Solver:
             return self.replicas if eligible else 0
         return min(self.replicas, eligible * (self.snap.max_gpus_per_node // gpus))
 
-    def _gpu_capacity(self, domain: int) -> tuple[int, list[int], list[int]]:
-        """(replicas `domain` holds by free GPUs alone, its children's such capacities descending, the same in the
-        order of its children), memoised."""
+    def _gpu_capacity(self, domain: int) -> int:
+        """Replicas `domain` holds by free GPUs alone, memoised."""
         view, gpus = self.view, self.gpus_per_replica
         memo = view.capacity_memo.get((domain, gpus))
         if memo is None or memo[0] != view.version[domain]:
             histogram = view.gpu_histogram[domain]
-            capacity = sum(histogram[h] * (h // gpus) for h in range(gpus, len(histogram)))
-            children = [self._gpu_capacity(c)[0] for c in self.snap.child_domains[domain]]
-            memo = view.capacity_memo[(domain, gpus)] = (view.version[domain], capacity,
-                                                         sorted(children, reverse=True), children)
-        return memo[1], memo[2], memo[3]
+            memo = view.capacity_memo[(domain, gpus)] = (
+                view.version[domain], sum(histogram[h] * (h // gpus) for h in range(gpus, len(histogram))))
+        return memo[1]
+
+    def _children_capacities(self, domain: int) -> tuple[list[int], list[int]]:
+        """_gpu_capacity of `domain`'s children, descending and in their order, memoised (apart from its own
+        capacity: most questions need only that)."""
+        view, gpus = self.view, self.gpus_per_replica
+        memo = view.children_memo.get((domain, gpus))
+        if memo is None or memo[0] != view.version[domain]:
+            children = [self._gpu_capacity(c) for c in self.snap.child_domains[domain]]
+            memo = view.children_memo[(domain, gpus)] = (view.version[domain], sorted(children, reverse=True),
+                                                         children)
+        return memo[1], memo[2]
 
     def _child_bounds(self, domain: int) -> list[int]:
         """_capacity_bound of each child of `domain`, in the order of snap.child_domains, uncapped by the gang's size
         where free GPUs bind (compare them only with amounts up to the gang's size)."""
         if self.gpus_per_replica <= 0 or self.excluded_domains:
             return [self._capacity_bound(c) for c in self.snap.child_domains[domain]]
-        return self._gpu_capacity(domain)[2]
+        return self._children_capacities(domain)[1]
 
     def _domain_cost(self, domain: int) -> int:
         """Cost of using `domain`: one domain at its level plus its place there (first fit) or its free primary
@@ -393,7 +401,7 @@ class Solver:
         need = 1
         if level < self.finest_level:  # children needed at the next level, from their upper bounds
             if gpus > 0 and not self.excluded_domains:
-                capacities = self._gpu_capacity(domain)[1]
+                capacities = self._children_capacities(domain)[0]
             else:
                 capacities = sorted((self._capacity_bound(c) for c in self.snap.child_domains[domain]), reverse=True)
             need, held = 0, 0
