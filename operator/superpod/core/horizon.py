@@ -211,8 +211,8 @@ def earliest_starts(horizon: Horizon, groups: dict[G, Iterable[tuple[str, dict[s
             members[name] = (group, now_free, slots)
             total += slots
         totals[group] = total
-    return earliest_starts_of(horizon, Groups(totals, members.get, lambda: members, len(members)), requests,
-                              replicas, step)
+    return starts_and_members(horizon, Groups(totals, members.get, lambda: members, len(members)), requests,
+                              replicas, step)[0]
 
 
 @dataclass(frozen=True)
@@ -227,16 +227,11 @@ class Groups(Generic[G]):
     count: int
 
 
-def earliest_starts_of(horizon: Horizon, groups: Groups[G], requests: Requests, replicas: int,
-                       step: int = 1) -> dict[G, Start]:
-    """earliest_starts, of groups read lazily: a node is looked at only when one of its ends is."""
-    return starts_and_members(horizon, groups, requests, replicas, step)[0]
-
-
 def starts_and_members(horizon: Horizon, groups: Groups[G], requests: Requests, replicas: int,
                        step: int = 1) -> tuple[dict[G, Start], dict[str, int] | None]:
-    """earliest_starts_of, and the members each node whose ends were read holds at the start found (a node of
-    the groups left out holds its members now; None if the start is now, read no end)."""
+    """earliest_starts, of groups read lazily (a node is looked at only when one of its ends is), and the members
+    each node whose ends were read holds at the start found (a node of the groups left out holds its members now;
+    None if the start is now, read no end)."""
     totals = dict(groups.totals)
     found = {group: Start(horizon.now) for group, total in totals.items() if total >= replicas}
     if found:

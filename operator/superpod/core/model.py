@@ -121,9 +121,9 @@ class View:
         self.node_count = [0] * n_domains  # eligible nodes
         self.few_pods = [0] * n_domains  # eligible nodes with fewer free pod slots than a node has GPUs
         self.version = [0] * n_domains  # bumped on every change below a domain; keys the memo
-        # (domain, gpus per replica) -> (version, GPU-bound capacity); -> (version, its children's, descending and
-        # in their order)
+        # (domain, gpus per replica) -> (version, GPU-bound capacity)
         self.capacity_memo: dict[tuple[int, int], tuple[int, int]] = {}
+        # (domain, gpus per replica) -> (version, its children's capacities descending, the same in their order)
         self.children_memo: dict[tuple[int, int], tuple[int, list[int], list[int]]] = {}
         self.static: dict[tuple, object] = {}  # facts of the eligible nodes' allocatable and labels
         for d in range(n_domains):  # per finest domain from its nodes, then fold upwards
