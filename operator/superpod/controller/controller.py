@@ -30,6 +30,7 @@ from superpod.controller.deadlines import Deadlines
 from superpod.controller.decide import REWRITE_BURST, REWRITES_PER_SECOND, Offered, Pending, wait_plans
 from superpod.controller.estimates import Estimator
 from superpod.controller.gang_limits import GangLimits
+from superpod.controller.held_claims import counted
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.judge import Lost, Preempt, Settings, judge, record_deleted, replacement, requeue, revisit_at
 from superpod.controller.metering import Meter
@@ -226,8 +227,8 @@ class Controller:
         placed, gangs = turn.placed, self.room.gangs
         turn.snap = self.snapshots.build(self.state, placed, gangs.holdings(), turn.touched)
         turn.snap.set_devices(self._devices(turn.snap, placed))
-        holding = lambda: [gang[0] for gang in placed.values()] + gangs.placed(self.state) + self.bills.foreign() + \
-            self._unrecorded_holdings(placed)  # noqa: E731 - asked only when GPUQueues exist
+        holding = lambda: [counted(self.state, gang) for gang in placed.values()] + gangs.placed(self.state) + \
+            self.bills.foreign() + self._unrecorded_holdings(placed)  # noqa: E731 - asked only when GPUQueues exist
         turn.fair, turn.closed = self._queue_policy(turn.snap, holding, turn.now)
         turn.plans += gangs.tell_relabelled(self.state)
         turn.snap.horizon = self.estimator.horizon_at(self.reader, turn.now)

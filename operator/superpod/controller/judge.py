@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from superpod.api import manifests
 from superpod.api.convert import estimate_key, pod_usage_name, usage_object
 from superpod.api.times import rfc3339
-from superpod.controller import job_status
+from superpod.controller import held_claims, job_status
 from superpod.controller.actions import CreatePods, CreateService, DeletePods, Plan, RecordUsage
 from superpod.controller.job_status import Change, Closing
 from superpod.controller.jobs import JobView
@@ -18,7 +18,7 @@ from superpod.controller.metering import (
     Labels,
     apart_usage,
     attempt_bill,
-    attempt_runs,
+    attempt_pod_runs,
     attempt_usage,
     outside_queues,
 )
@@ -127,6 +127,8 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     displaced = [p for p in mine if p.attempt == attempt and p.index in replacing and p.node != placement[p.index]]
     ours = [p for p in mine if p.attempt == attempt and p.index is not None and p not in displaced]
     current = {p.index: p for p in ours if not p.deleting}
+    if overclaim := held_claims.overclaimed(state, view, current.values()):
+        return requeue(state, view, now, Reason.CLAIMS_CHANGED, overclaim, labels, event="Warning")
     lost, not_ready = _node_trouble(state, set(placement.values()), now, settings.not_ready_grace)
     replace_lost = view.spec("nodeFailure") == REPLACE and isinstance(view.request, JobRequest)
     failed, short = _node_failures(state, view, placement, ours, replace_lost, now, settings.not_ready_grace)
@@ -375,13 +377,15 @@ def _usage_record(state: ClusterState, view: JobView, closing: Closing | None, o
     attempt = view.status.attempt
     if closing is None:
         return []
-    runs = [run for run in attempt_runs(state, view, attempt) if run.start is not None]
+    pod_runs = [(uid, run) for uid, run in attempt_pod_runs(state, view, attempt) if run.start is not None]
+    runs = [run for _, run in pod_runs]
     if not runs:
         return []
+    units = max(view.units, *(held_claims.replica_units(state, view, uid) for uid, _ in pod_runs))
     used = closing.finished - view.status.finishedGpuSeconds - apart_usage(state, view, attempt)
     queue, namespace, flavor, service_class = labels(view)
     record = Record(queue, namespace, view.obj["metadata"]["name"], flavor, service_class, attempt,
-                    view.gang_units, min(run.start for run in runs),
+                    round(units * view.replicas, 4), min(run.start for run in runs),
                     max(now if run.end is None else run.end for run in runs), round(max(0.0, used), 3),
                     estimate_key=estimate_key(view.obj), outcome=str(outcome or ""),
                     limit=limit.seconds if limit is not None else None)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from superpod.api import manifests
 from superpod.api.convert import pod_usage_name, usage_name
+from superpod.controller.held_claims import replica_units
 from superpod.controller.jobs import JobView
 from superpod.controller.state import ClusterState
 from superpod.core.accounting import Run, gpu_seconds
@@ -167,26 +168,30 @@ def usage(state: ClusterState, view: JobView, now: float) -> tuple[float, float]
     rate = 0.0
     if view.phase in ACTIVE and st.accountedAttempts < st.attempt:
         total += attempt_usage(state, view, st.attempt, now)
-        running = sum(1 for p in state.pods_of(view.key) if p.owner == view.uid and p.attempt == st.attempt
-                      and p.run.start is not None and p.run.end is None)
-        rate = running * view.units
+        rate = sum(replica_units(state, view, p.uid) for p in state.pods_of(view.key) if p.owner == view.uid
+                   and p.attempt == st.attempt and p.run.start is not None and p.run.end is None)
     return total, rate
 
 
 def attempt_runs(state: ClusterState, view: JobView, attempt: int) -> list[Run]:
-    """The runs one attempt's own record bills: observed pods, and pods already gone (their recorded runs) — both for
-    a replica whose pod is gone and was made again under its name — but of a pod billed on its own (a replaced
-    replica's pod: `apart_usage`) only what it ran past its record."""
-    runs: list[Run] = []
+    """The runs one attempt's own record bills (`attempt_pod_runs`)."""
+    return [run for _, run in attempt_pod_runs(state, view, attempt)]
+
+
+def attempt_pod_runs(state: ClusterState, view: JobView, attempt: int) -> list[tuple[str, Run]]:
+    """(pod uid, run) of the runs one attempt's own record bills: observed pods, and pods already gone (their
+    recorded runs) — both for a replica whose pod is gone and was made again under its name — but of a pod billed on
+    its own (a replaced replica's pod: `apart_usage`) only what it ran past its record."""
+    runs: list[tuple[str, Run]] = []
     prefix = f"{view.key.namespace}/"
     for i in range(view.replicas):
         key = prefix + manifests.pod_name(view.obj["metadata"]["name"], attempt, i)
         pod = state.pods.get(key)
         if pod is not None and pod.owner == view.uid:
-            runs += _unbilled(state, pod.uid, pod.run)
+            runs += ((pod.uid, run) for run in _unbilled(state, pod.uid, pod.run))
         ended = state.ended.get(key)
         if ended is not None and ended[:2] == (view.uid, attempt):
-            runs += _unbilled(state, ended[3], ended[2])
+            runs += ((ended[3], run) for run in _unbilled(state, ended[3], ended[2]))
     return runs
 
 
@@ -209,8 +214,10 @@ def apart_usage(state: ClusterState, view: JobView, attempt: int) -> float:
 
 
 def attempt_usage(state: ClusterState, view: JobView, attempt: int, now: float) -> float:
-    """GPU-seconds of one attempt's pods so far, those billed apart included."""
-    return gpu_seconds(attempt_runs(state, view, attempt), view.units, now) + apart_usage(state, view, attempt)
+    """GPU-seconds of one attempt's pods so far, those billed apart included; a replica whose DRA claims hold more
+    than it was admitted with at what they hold (held_claims.replica_units)."""
+    return sum(gpu_seconds((run,), replica_units(state, view, uid), now)
+               for uid, run in attempt_pod_runs(state, view, attempt)) + apart_usage(state, view, attempt)
 
 
 def attempt_bill(state: ClusterState, view: JobView, attempt: int, now: float) -> float:

@@ -1,0 +1,99 @@
+"""A TrainingJob's replicas whose DRA claims ask for or hold more GPUs than the job was admitted with: a template
+swapped after placement (delete and create under its name; the spec is immutable, the object is not) makes claims
+that kube-controller-manager makes and kube-scheduler allocates as the template says now. Found by review (H1): the
+queue counted and the bill charged what the templates were worth at placement, 1 GPU a replica for 8 held."""
+
+from __future__ import annotations
+
+from superpod.k8s.api import GPUQUEUES, GPUUSAGES, PODS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES
+from tests.unit.memory_cluster import MemoryCluster, run, training_job
+from tests.unit.podgangs.test_pod_gang_claims import CLAIM_SPEC, dra_cluster
+
+ONE = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}
+
+
+def template(name: str, spec: dict) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+            "metadata": {"name": name, "namespace": "team-a"}, "spec": {"spec": spec}}
+
+
+def placed_at_one_gpu() -> MemoryCluster:
+    """Queue `a` (limit 2 GPUs) and job `cheap`: 2 replicas claiming 1 GPU each from template `one`, placed; then the
+    tenant swaps `one` for a template of 8 GPUs."""
+    c = dra_cluster(2)
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, template("one", ONE)))
+    run(c.admin.create(GPUQUEUES, {"apiVersion": "superpod.dev/v1alpha1", "kind": "GPUQueue", "metadata": {"name": "a"},
+                                   "spec": {"namespaces": ["team-a"],
+                                            "resources": [{"flavor": "*", "guaranteed": 2, "limit": 2}]}}))
+    body = training_job("cheap", 2, gpus=None)
+    body["spec"]["resources"] = {}
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one"}]
+    c.submit(body)
+    c.settle(3)
+    assert c.decided("cheap")["admitted"]["claimedGpus"] == 1.0
+    run(c.admin.delete(RESOURCECLAIMTEMPLATES, "one", "team-a"))
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, template("one", CLAIM_SPEC)))
+    c.settle(2)
+    return c
+
+
+def pinned_node(pod: dict) -> str:
+    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    return terms["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+
+
+def make_claims(c: MemoryCluster, allocate: bool) -> None:
+    """What kube-controller-manager does for each pod (its claim from the template as it is now) and, if `allocate`,
+    what kube-scheduler does next (8 devices on the pod's node, reserved for it, the pod bound)."""
+    for pod in c.pods("cheap"):
+        name, uid, node = pod["metadata"]["name"], pod["metadata"]["uid"], pinned_node(pod)
+        run(c.admin.create(RESOURCECLAIMS, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": f"{name}-gpus", "namespace": "team-a",
+                         "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]},
+            "spec": CLAIM_SPEC}))
+        run(c.admin.patch_status(PODS, name, {"status": {"resourceClaimStatuses": [
+            {"name": "gpus", "resourceClaimName": f"{name}-gpus"}]}}, "team-a"))
+        if not allocate:
+            continue
+        run(c.admin.patch_status(RESOURCECLAIMS, f"{name}-gpus", {"status": {
+            "allocation": {"devices": {"results": [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": node,
+                                                    "device": f"gpu-{i}"} for i in range(8)]},
+                           "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                               {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
+            "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}}, "team-a"))
+        run(c.admin.patch(PODS, name, {"spec": {"nodeName": node}}, "team-a"))
+
+
+def held(c: MemoryCluster) -> int:
+    return sum(len((((c.store.peek(RESOURCECLAIMS, f"team-a/{p['metadata']['name']}-gpus") or {}).get("status") or {})
+                    .get("allocation") or {}).get("devices", {}).get("results", [])) for p in c.pods("cheap"))
+
+
+def test_claims_that_hold_more_than_admitted_are_counted_billed_and_stopped():
+    c = placed_at_one_gpu()
+    make_claims(c, allocate=True)
+    assert held(c) == 16, "the dangerous moment: the job's claims hold 8 GPUs a replica, admitted at 1"
+    c.tick(1)
+    c.tick(600)  # they run ten minutes while no operator looks (a restart, a long cycle)
+    c.cycle()
+    allocated = c.store.peek(GPUQUEUES, "a")["status"]["flavors"][0]["allocated"]
+    assert allocated == 16, f"queue a counts {allocated} GPUs while the job's claims hold 16"
+    c.settle(4)
+    assert c.decided("cheap")["phase"] == "Queued"
+    [why] = [message for reason, message in c.events("cheap") if reason == "ClaimsChanged"]
+    assert "claims hold 8 GPUs, but the job was admitted with 1 a replica" in why, why
+    [record] = [r["spec"] for r in c.store.objects.get(GPUUSAGES, {}).values() if r["spec"]["job"] == "cheap" and "pod" not in r["spec"]]
+    assert record["gpus"] == 16 and record["gpuSeconds"] >= 16 * 600, record
+
+
+def test_claims_that_ask_for_more_than_admitted_stop_the_attempt_before_it_runs():
+    c = placed_at_one_gpu()
+    make_claims(c, allocate=False)
+    c.settle(3)
+    status = c.decided("cheap")
+    assert status["phase"] == "Queued" and status["reason"] == "QueueAtLimit", "counted at what it asks now"
+    [why] = [message for reason, message in c.events("cheap") if reason == "ClaimsChanged"]
+    assert "claims ask for 8 GPUs" in why, why
+    assert not any(p["spec"].get("nodeName") for p in c.pods("cheap", live=False)), "no replica ran"
+    assert not [r for r in c.store.objects.get(GPUUSAGES, {}).values() if r["spec"]["job"] == "cheap" and "pod" not in r["spec"]]
