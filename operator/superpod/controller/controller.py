@@ -49,7 +49,7 @@ from superpod.core.model import Snapshot
 from superpod.core.phases import Phase, Reason
 from superpod.core.preempt import Nomination, Preempting, Preemption, lower_priority, victims
 from superpod.core.queues import Closed, FairQueues
-from superpod.core.request import JobRequest
+from superpod.core.request import GPU, JobRequest
 from superpod.core.runtime_limit import RuntimeLimit
 from superpod.core.waiting import Parked
 from superpod.k8s.api import ClusterAPI
@@ -112,6 +112,7 @@ class Controller:
         self._devices_key: tuple = ()  # what the DRA book in use was built from
         self._built: dict = {}  # what that book held booked when built (more booked since: a cycle placed on it)
         self._spared: tuple = ()  # (the snapshot's rebuilds, its generation, the waiting needs) of the last booking
+        self._told_pooled: set[str] = set()  # nodes warned that their nvidia.com/gpu and DRA devices are one pool
         self.room = WaitingRoom()
         # job uid (a pod gang: its key) -> when its cause was written, its code, the hash of its sentence
         self.said: dict[str | GangKey, tuple[float, str, int]] = {}
@@ -227,6 +228,7 @@ class Controller:
         placed, gangs = turn.placed, self.room.gangs
         turn.snap = self.snapshots.build(self.state, placed, gangs.holdings(), turn.touched)
         turn.snap.set_devices(self._devices(turn.snap, placed))
+        turn.plans += self._tell_pooled(turn.snap)
         holding = lambda: [counted(self.state, gang) for gang in placed.values()] + gangs.placed(self.state) + \
             self.bills.foreign() + self._unrecorded_holdings(placed)  # noqa: E731 - asked only when GPUQueues exist
         turn.fair, turn.closed = self._queue_policy(turn.snap, holding, turn.now)
@@ -252,6 +254,23 @@ class Controller:
             book.book(job_key.text, node, request.claims, count, request.shared if sharing else ())
         self._devices_key, self._built = key, _bookings(book) if book is not None else {}
         return book
+
+    def _tell_pooled(self, snap: Snapshot) -> list[Plan]:
+        """A Warning, once a term, on each node that advertises nvidia.com/gpu and publishes its GPUs as DRA devices
+        too: booked here as one pool (Snapshot._pool), but kube-scheduler and its kubelet hand each out apart."""
+        plans = []
+        for i in sorted(snap.pooled):
+            node = snap.nodes[i]
+            if node.name in self._told_pooled or (entry := self.state.nodes.get(node.name)) is None:
+                continue
+            self._told_pooled.add(node.name)
+            said = (f"node {node.name} advertises {node.allocatable.get(GPU, 0)} nvidia.com/gpu and publishes its "
+                    "GPUs as DRA devices too: this scheduler books them as one pool, but kube-scheduler and the "
+                    "kubelet hand them out apart (a pod asking nvidia.com/gpu and a claim may get the same GPU); run "
+                    "either the device plugin or the DRA driver's GPUs on a node")
+            plans.append(Plan(f"node:{node.name}:pooled", [Emit(node_ref(entry.obj), "Warning",
+                                                                 str(Reason.GPUS_PUBLISHED_TWICE), said)]))
+        return plans
 
     def _unallocated_replicas(self, placed: dict) -> tuple:
         """(job, node, replicas, whether the claims they share are to book too) of the placed TrainingJobs' replicas

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from superpod.core.request import GPU, PODS, PRODUCT_LABEL, JobRequest, Taint
 
 HOSTNAME = "kubernetes.io/hostname"
 UNLABELLED = "?"  # prefix of the domain a node forms on its own at a level whose label it lacks
+POOLED = "pooled#"  # the booking "pooled#<node>": GPUs DRA claims hold on a node whose nvidia.com/gpu they are too
 
 
 @dataclass(frozen=True)
@@ -196,6 +198,7 @@ class Snapshot:
         self.idle_answers: dict[tuple, object] = {}  # answers that read only nodes and topology, never pods
         self.horizon = Horizon()  # the predicted ends of what runs, and the clock (set by the cycle's owner)
         self.devices: DeviceBook | None = None  # the DRA devices (set by the cycle's owner: set_devices)
+        self.pooled: set[int] = set()  # nodes whose nvidia.com/gpu and own DRA devices are one pool of GPUs (_pool)
         self._build_tree()
         self.views: dict[tuple, View] = {}
         self.view_jobs: dict[tuple, JobRequest] = {}  # filter signature -> a job of it (to filter a changed node)
@@ -348,6 +351,26 @@ class Snapshot:
         if book is not self.devices:
             self.devices, self.unfit = book, {}
             self.generation += 1
+            both = {i for name in (book.gpu_nodes() if book is not None else ())
+                    if (i := self.index.get(name)) is not None and self.nodes[i].allocatable.get(GPU, 0) > 0}
+            self._pool(self.pooled | both, both)
+
+    def _pool(self, nodes: Iterable[int], pooled: set[int] | None = None) -> None:
+        """One pool of GPUs on a node that advertises nvidia.com/gpu and publishes GPUs as DRA devices too (the same
+        GPUs: a device plugin beside a DRA driver, or a driver serving one through the other): the GPUs its devices'
+        claims hold are booked as its nvidia.com/gpu (a booking keyed POOLED), and claims placed there fit its free
+        nvidia.com/gpu too (Solver), so neither hands out a GPU the other holds. `pooled`: the nodes pooled from
+        now on (None: as they are)."""
+        if pooled is not None:
+            self.pooled = pooled
+        for i in nodes:
+            key, taken = f"{POOLED}{self.nodes[i].name}", 0
+            if i in self.pooled and self.devices is not None:
+                taken = math.ceil(self.devices.gpus_taken(self.nodes[i].name) - 1e-9)
+            if taken:
+                self.add_pod(Pod(key, self.nodes[i].name, ((GPU, taken),)))
+            else:
+                self.remove_pod(key)
 
     def assume(self, job: JobRequest, assignments: dict[str, list[int]]) -> None:
         """Reserve capacity for a placed gang (pod keys `<its key's text>#<rank>`: a TrainingJob's and a pod gang's of
@@ -356,6 +379,7 @@ class Snapshot:
         if (job.claims or job.shared) and self.devices is not None:
             for node, ranks in assignments.items():
                 self.devices.book(job.key.text, node, job.claims, len(ranks), job.shared)
+            self._pool(i for node in assignments if (i := self.index.get(node)) in self.pooled)
         for node, ranks in assignments.items():
             for r in ranks:
                 self.add_pod(Pod(f"{job.key.text}#{r}", node, job.member_requests(r)))
@@ -365,7 +389,9 @@ class Snapshot:
         """Undo `assume` (a failed write rolls the whole gang back)."""
         prefix = f"{job.key.text}#"
         if self.devices is not None:
+            booked = self.devices.booked_nodes(job.key.text)
             self.devices.release(job.key.text)
+            self._pool(i for node in booked if (i := self.index.get(node)) in self.pooled)
         for k in [k for k in self.pods if k.startswith(prefix)]:
             self.remove_pod(k)
             self.assumed.add(k)

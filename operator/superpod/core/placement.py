@@ -199,8 +199,14 @@ class Solver:
         return self._device_slots(node, k, idle=True) if self.claiming and k else k
 
     def _device_slots(self, node: int, limit: int, idle: bool) -> int:
-        """Pods whose claims the node's DRA devices take (free ones, or all if `idle`), at most `limit`."""
+        """Pods whose claims the node's DRA devices take (free ones, or all if `idle`), at most `limit`; on a node
+        whose nvidia.com/gpu are the same GPUs (Snapshot._pool), at most as many as its free ones hold too."""
         devices = self.snap.devices
+        if node in self.snap.pooled and (share := self.job.claimed_per_member) > 0:
+            gpus = (self.snap.nodes[node].allocatable if idle else self.snap.free[node]).get(GPU, 0)
+            limit = min(limit, int(gpus / share + 1e-9))
+            if not limit:
+                return 0
         return 0 if devices is None else devices.slots(self.snap.nodes[node].name, self.claims, limit, idle,
                                                        self.shared)
 

@@ -70,6 +70,12 @@ def held(c: MemoryCluster) -> int:
                     .get("allocation") or {}).get("devices", {}).get("results", [])) for p in c.pods("cheap"))
 
 
+def job_records(c: MemoryCluster) -> list[dict]:
+    """The job's attempts' GPUUsage records (not its pods' own)."""
+    return [r["spec"] for r in c.store.objects.get(GPUUSAGES, {}).values()
+            if r["spec"]["job"] == "cheap" and "pod" not in r["spec"]]
+
+
 def test_claims_that_hold_more_than_admitted_are_counted_billed_and_stopped():
     c = placed_at_one_gpu()
     make_claims(c, allocate=True)
@@ -83,7 +89,7 @@ def test_claims_that_hold_more_than_admitted_are_counted_billed_and_stopped():
     assert c.decided("cheap")["phase"] == "Queued"
     [why] = [message for reason, message in c.events("cheap") if reason == "ClaimsChanged"]
     assert "claims hold 8 GPUs, but the job was admitted with 1 a replica" in why, why
-    [record] = [r["spec"] for r in c.store.objects.get(GPUUSAGES, {}).values() if r["spec"]["job"] == "cheap" and "pod" not in r["spec"]]
+    [record] = job_records(c)
     assert record["gpus"] == 16 and record["gpuSeconds"] >= 16 * 600, record
 
 
@@ -96,4 +102,4 @@ def test_claims_that_ask_for_more_than_admitted_stop_the_attempt_before_it_runs(
     [why] = [message for reason, message in c.events("cheap") if reason == "ClaimsChanged"]
     assert "claims ask for 8 GPUs" in why, why
     assert not any(p["spec"].get("nodeName") for p in c.pods("cheap", live=False)), "no replica ran"
-    assert not [r for r in c.store.objects.get(GPUUSAGES, {}).values() if r["spec"]["job"] == "cheap" and "pod" not in r["spec"]]
+    assert not job_records(c)

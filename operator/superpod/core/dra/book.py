@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from superpod.core.dra.allocate import Allocation, Allocator, Shortfall
 from superpod.core.dra.model import ClaimSpec, DeviceClass, DeviceID, Pool, Slice, node_pools
 from superpod.core.dra.selectors import Selectors, references
+from superpod.core.dra.units import device_units
 
 PodAllocations = list[Allocation]  # one pod's claims, in the order of its spec.resourceClaims
 
@@ -39,6 +40,16 @@ class DeviceBook:
 
     def has_devices(self, node: str) -> bool:
         return node in self._local or bool(self._shared)
+
+    def gpu_nodes(self) -> list[str]:
+        """The nodes whose own slices publish GPUs (core/dra/units.device_units)."""
+        return [node for node, slices in self._local.items()
+                if any(device_units(device) for s in slices for device in s.devices)]
+
+    def gpus_taken(self, node: str) -> float:
+        """GPUs of the node's own devices that claims hold or this cycle booked."""
+        return sum(device_units(device) for s in self._local.get(node, ()) for device in s.devices
+                   if device.id in self.taken)
 
     def pools(self, node: str) -> list[Pool]:
         """The pools `node` sees (core/dra/model.node_pools, given every slice of the pools it meets)."""
@@ -161,6 +172,11 @@ class DeviceBook:
         per_pod = [found[i * len(claims):(i + 1) * len(claims)] for i in range(pods)]
         self.booked.setdefault(gang, {}).setdefault(node, []).extend(per_pod)
         return per_pod
+
+    def booked_nodes(self, gang: str) -> set[str]:
+        """The nodes `book` holds devices on for `gang`."""
+        shared = self.booked_shared.get(gang)
+        return set(self.booked.get(gang, ())) | ({shared[0]} if shared is not None else set())
 
     def release(self, gang: str) -> None:
         """Give back what `book` held for `gang`."""
