@@ -3,7 +3,9 @@
 it makes them, and kube-scheduler allocates them: a template swapped after placement (delete and create under the same
 name) makes claims that ask for more than the job was counted at. So a replica counts and bills the larger of what was
 admitted and what its claims hold, and a claim that asks for or holds more than was admitted stops the attempt
-(judge): the job is placed again, counted at what its claims ask now."""
+(judge): the job is placed again, counted at what its claims ask now. So does a claim given a device an earlier claim
+holds: kube-scheduler allocates these claims while this operator allocates pod gangs' from the same devices, each
+from its own view of the other's writes."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from superpod.controller.state import ClusterState, PodInfo
 from superpod.core.accounting import gpu_units
 from superpod.core.dra.model import DraError, read_claim
 from superpod.core.dra.units import claimed_gpus
+from superpod.core.phases import Reason
 from superpod.core.request import JobRequest
 
 SLACK = 1e-6  # GPUs: a claim worth this much more than admitted is the same (float sums)
@@ -46,23 +49,31 @@ def counted(state: ClusterState, gang: tuple) -> JobRequest:
     return replace(request, claimed_gpus=held, shared_gpus=0.0)
 
 
-def overclaimed(state: ClusterState, view: JobView, pods: Iterable[PodInfo]) -> str:
-    """Why the attempt must stop: the first of `pods` (its replicas' pods) whose claims ask for or hold more GPUs
-    than the job was admitted with ("" when none does)."""
+def fault(state: ClusterState, view: JobView, pods: Iterable[PodInfo]) -> tuple[str, str] | None:
+    """Why the attempt must stop, as (reason, words), for the first of `pods` (its replicas' pods) whose claims hold
+    a device an earlier claim holds too, or ask for or hold more GPUs than the job was admitted with; None when none
+    does."""
     if not claiming(view):
-        return ""
+        return None
     admitted = view.request.claimed_per_member
     for pod in sorted(pods, key=lambda p: p.index if p.index is not None else -1):
+        for claim in state.dra.reserved_for(pod.uid):
+            if (device := state.dra.taken_before(claim)) is not None:
+                name = f"{claim['metadata'].get('namespace')}/{claim['metadata'].get('name')}"
+                return Reason.DEVICE_TAKEN_TWICE, (
+                    f"replica {pod.index}'s claim {name} was given device {device[2]} of pool {device[1]}, which an "
+                    "earlier claim holds: stopped, and placed again")
         specs = tuple(spec for claim in state.dra.owned_by(pod.uid) if (spec := _read(claim)) is not None)
         asked = claimed_gpus(specs, state.dra.worth)
         held = state.dra.gpus_of([pod.uid])
         most = max(asked, held)
         if most > admitted + SLACK:
             what = "hold" if held >= asked else "ask for"
-            return (f"replica {pod.index}'s claims {what} {most:g} GPUs, but the job was admitted with {admitted:g} "
-                    "a replica (a ResourceClaimTemplate it uses changed after it was placed): stopped, and placed "
-                    "again as its claims ask now")
-    return ""
+            return Reason.CLAIMS_CHANGED, (
+                f"replica {pod.index}'s claims {what} {most:g} GPUs, but the job was admitted with {admitted:g} a "
+                "replica (a ResourceClaimTemplate it uses changed after it was placed): stopped, and placed again as "
+                "its claims ask now")
+    return None
 
 
 def _read(claim: dict):

@@ -127,8 +127,8 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
     displaced = [p for p in mine if p.attempt == attempt and p.index in replacing and p.node != placement[p.index]]
     ours = [p for p in mine if p.attempt == attempt and p.index is not None and p not in displaced]
     current = {p.index: p for p in ours if not p.deleting}
-    if overclaim := held_claims.overclaimed(state, view, current.values()):
-        return requeue(state, view, now, Reason.CLAIMS_CHANGED, overclaim, labels, event="Warning")
+    if found := held_claims.fault(state, view, current.values()):
+        return requeue(state, view, now, *found, labels, event="Warning")
     lost, not_ready = _node_trouble(state, set(placement.values()), now, settings.not_ready_grace)
     replace_lost = view.spec("nodeFailure") == REPLACE and isinstance(view.request, JobRequest)
     failed, short = _node_failures(state, view, placement, ours, replace_lost, now, settings.not_ready_grace)

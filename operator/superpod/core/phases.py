@@ -56,6 +56,7 @@ class Reason(StrEnum):
     MAX_RUNTIME_EXCEEDED = "MaxRuntimeExceeded"  # its runtime limit came: stopped, Failed, not retried
     WRITE_FAILED = "WriteFailed"  # the API refused a write of the attempt; rolled back
     CLAIMS_CHANGED = "ClaimsChanged"  # a replica's DRA claims ask for more GPUs than the job was admitted with
+    DEVICE_TAKEN_TWICE = "DeviceTakenTwice"  # a replica's claim was given a device an earlier claim holds
     INTERNAL_ERROR = "InternalError"  # a bug met this object; the rest of the cluster schedules on
     STATUS_REPAIRED = "StatusRepaired"  # fields of the status could not be read: dropped and written anew
     NODE_UNREADABLE = "NodeUnreadable"  # a node object the operator cannot read: left out of placement

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, PODS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
-from tests.unit.podgangs.test_pod_gang_claims import CLAIM_SPEC, dra_cluster
+from tests.unit.podgangs.test_pod_gang_claims import CLAIM_SPEC, claiming, devices, dra_cluster
+from tests.unit.podgangs.test_pod_gangs import create, stored
 
 ONE = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 1}}]}}
 
@@ -103,3 +104,45 @@ def test_claims_that_ask_for_more_than_admitted_stop_the_attempt_before_it_runs(
     assert "claims ask for 8 GPUs" in why, why
     assert not any(p["spec"].get("nodeName") for p in c.pods("cheap", live=False)), "no replica ran"
     assert not job_records(c)
+
+
+def test_a_replica_given_a_device_an_earlier_claim_holds_is_stopped():
+    """Two allocators share the devices (L2): kube-scheduler, allocating a TrainingJob's claim from a view that has
+    not seen this operator's allocation for a pod gang yet, gives it the device the gang's claim holds."""
+    c = dra_cluster(1, nodes_per_unit=1)
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, template("one", ONE)))
+    gang = claiming("g-0", "g", 1, 0)
+    gang["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one"}]
+    create(c, gang)
+    run(c.admin.create(RESOURCECLAIMS, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": "g-0-gpus", "namespace": "team-a", "ownerReferences": [
+            {"apiVersion": "v1", "kind": "Pod", "name": "g-0", "uid": stored(c, "g-0")["metadata"]["uid"]}]},
+        "spec": ONE}))
+    run(c.admin.patch_status(PODS, "g-0", {"status": {"resourceClaimStatuses": [
+        {"name": "gpus", "resourceClaimName": "g-0-gpus"}]}}, "team-a"))
+    c.settle(3)
+    [taken] = devices(c, "g-0")
+    body = training_job("cheap", 1, gpus=None)
+    body["spec"]["resources"] = {}
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one"}]
+    c.submit(body)
+    c.settle(3)
+    [pod] = c.pods("cheap")
+    name, uid, node = pod["metadata"]["name"], pod["metadata"]["uid"], pinned_node(pod)
+    run(c.admin.create(RESOURCECLAIMS, {
+        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+        "metadata": {"name": f"{name}-gpus", "namespace": "team-a",
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]},
+        "spec": ONE}))
+    run(c.admin.patch_status(RESOURCECLAIMS, f"{name}-gpus", {"status": {
+        "allocation": {"devices": {"results": [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": taken[0],
+                                                "device": taken[1]}]},
+                       "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                           {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
+        "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}}, "team-a"))
+    assert devices(c, f"{name}") == [taken], "the dangerous moment: one device in two claims"
+    c.settle(3)
+    [why] = [message for reason, message in c.events("cheap") if reason == "DeviceTakenTwice"]
+    assert f"was given device {taken[1]} of pool {taken[0]}, which an earlier claim holds" in why, why
+    assert devices(c, "g-0") == [taken] and stored(c, "g-0")["spec"]["nodeName"], "the earlier claim keeps it"

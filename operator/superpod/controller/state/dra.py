@@ -58,6 +58,7 @@ class DraStore:
         self._selectors = Selectors()
         self._device_gpus: tuple[int, dict[DeviceID, float]] = (-1, {})  # (device_edits, device -> GPUs it is)
         self._taken: set[DeviceID] | None = None
+        self._twice: dict[str, DeviceID] | None = None
         self._by_pod: dict[str, list[dict]] | None = None
         self._by_consumer: dict[str, list[dict]] | None = None  # pod uid -> the claims reserved for it
 
@@ -67,7 +68,7 @@ class DraStore:
     def changed(self) -> None:
         """Devices, classes or what the claims hold changed: a book built before no longer stands."""
         self.generation += 1
-        self._taken = self._by_pod = self._by_consumer = None
+        self._taken = self._by_pod = self._by_consumer = self._twice = None
 
     def devices_changed(self) -> None:
         """A slice or a class stored or gone: what a class's devices are worth may have changed too."""
@@ -204,6 +205,24 @@ class DraStore:
         if self._taken is None:
             self._taken = allocated_devices(self.claims.values())
         return self._taken
+
+    def taken_before(self, claim: dict) -> DeviceID | None:
+        """A device `claim` holds that an earlier claim holds too (two allocators, or one that did not see the other's
+        write yet): kube-scheduler allocates TrainingJobs' claims, this operator pod gangs'. The earlier claim (by
+        creation, then name) keeps it. Devices that allow multiple allocations are left out."""
+        if self._twice is None:
+            shared = {device.id for s in self.slices.values() for device in s.devices if device.multiple_allocations}
+            first: dict[DeviceID, tuple] = {}
+            self._twice = {}
+            for key, held in sorted(((c["metadata"].get("creationTimestamp") or "", key), c)
+                                    for key, c in self.claims.items()):
+                for device in sorted(allocated_devices([held]) - shared):
+                    if device in first:
+                        self._twice.setdefault(key[1], device)
+                    else:
+                        first[device] = key
+        meta = claim["metadata"]
+        return self._twice.get(f"{meta.get('namespace')}/{meta.get('name')}")
 
     def book(self, labels: dict[str, dict[str, str]], in_flight: set[DeviceID]) -> DeviceBook | None:
         """A book of the devices as observed, with `in_flight` (allocations written, not yet observed) taken too;
