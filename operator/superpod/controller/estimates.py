@@ -51,7 +51,11 @@ class Estimator:
             return replace(request, estimate=guess, limit=limit) if (guess or limit) is not None else request
         order = self.ordering
         return replace(request, estimate=guess, limit=limit, turn=estimates.turn(
-            request.submitted, guess, request.total_units, order.weight, order.unknown))
+            request.submitted, self.counted(guess, limit), request.total_units, order.weight))
+
+    def counted(self, guess: float | None, limit: float | None) -> float:
+        """How long the turn counts a job as running (core/estimates.counted: not shorter than its bound)."""
+        return estimates.counted(guess, limit, self.ordering.unknown)
 
     def horizon_at(self, reader: JobReader, now: float) -> Horizon:
         """The predicted ends of the placed TrainingJobs, as of `now`: put when placed, dropped when they end,

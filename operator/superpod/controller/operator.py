@@ -367,9 +367,9 @@ def register(sub) -> None:
                         "run by then is written once, Running (under load most are); 0 writes Starting at the next "
                         "cycle")
     p.add_argument("--order", choices=(ARRIVAL, SERVICE), default=Settings.ordering.by,
-                   help="jobs of one priority: by arrival, or by predicted service (short, small jobs first, aged)")
+                   help="jobs of one priority: by arrival, or by service (short, small ones by limit first, aged)")
     p.add_argument("--service-weight", type=float, default=Settings.ordering.weight,
-                   help="--order service: seconds a job's turn moves back per square-root predicted GPU-hour")
+                   help="--order service: seconds a job's turn moves back per square-root GPU-hour (of its limit)")
     p.add_argument("--reservations", type=int, default=Settings.reserving.per_group,
                    help="blocked jobs that hold a reservation at once, per queue")
     p.add_argument("--reserve-after", type=float, default=Settings.reserving.after,

@@ -9,9 +9,12 @@
 - Estimates and limits are held in the waiting line rounded up to a grid of quarter octaves (at most 19 % more): a
   limit is part of a job's shape (it decides which reservations the job may use), so limits seconds apart make one.
 - A gang that outlives its prediction is predicted to run half as long again as it has so far, up to its limit.
-- Order by service: a job's turn is its submission time pushed back by the square root of its predicted GPU-hours,
-  `weight` seconds for one GPU-hour. Short, small jobs pass long, big ones; a job is passed only by those submitted
-  less than that push before it, so no job waits forever (aging by arrival, with no clock in the key)."""
+- Order by service: a job's turn is its submission time pushed back by the square root of its GPU-hours, `weight`
+  seconds for one GPU-hour. Short, small jobs pass long, big ones; a job is passed only by those submitted less than
+  that push before it, so no job waits forever (aging by arrival, with no clock in the key). The hours are those of
+  what binds the job, its limit (or `unknown` with none), and its estimate only where longer: a history is the
+  tenant's to make (runs that exit at once teach seconds; runs that fail or are stopped teach nothing, so a long one
+  never spoils the lesson), so it may push a turn back, never forward."""
 
 from __future__ import annotations
 
@@ -29,7 +32,7 @@ ARRIVAL, SERVICE = "arrival", "service"
 @dataclass(frozen=True)
 class Ordering:
     """How jobs of one priority are ordered: by arrival, or by service (`turn`: `weight` seconds of turn per
-    square-root GPU-hour; a job with no estimate is taken to run `unknown` seconds)."""
+    square-root GPU-hour; a job with no limit is counted to run at least `unknown` seconds)."""
 
     by: str = ARRIVAL
     weight: float = 600.0
@@ -96,8 +99,13 @@ def moving_until(start: float, limit: float | None) -> float:
     return start if limit <= OUTLIVED else start + limit / OUTLIVED
 
 
-def turn(submitted: float, estimate: float | None, gpus: float, weight: float, unknown: float) -> float:
-    """Its turn in the queue (core request.turn): `submitted` pushed back by `weight` × √(predicted GPU-hours); a job
-    with no estimate is taken to run `unknown` seconds."""
-    seconds = unknown if estimate is None else estimate
+def turn(submitted: float, seconds: float, gpus: float, weight: float) -> float:
+    """Its turn in the queue (core request.turn): `submitted` pushed back by `weight` × √(GPU-hours), for a job
+    counted to run `seconds` (`counted`)."""
     return submitted + weight * math.sqrt(max(gpus, 0.0) * seconds / 3600.0)
+
+
+def counted(estimate: float | None, limit: float | None, unknown: float) -> float:
+    """How long the turn counts a job as running: its limit, else `unknown`, or its estimate where that is longer
+    (never shorter: a limit binds the job, its history does not)."""
+    return max(estimate or 0.0, limit or unknown)

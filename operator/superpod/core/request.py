@@ -173,11 +173,16 @@ class JobRequest:
                 total[resource] = total.get(resource, 0) + amount
         return total
 
+    @property
+    def total_claimed(self) -> float:
+        """GPUs the whole gang's claims take: every member's own (the others claim alike) and those its pods share."""
+        return self.size * self.claimed_gpus + self.shared_gpus
+
     @cached_property
     def total_units(self) -> float:
         """GPU units the whole gang holds (a MIG slice g/7): what queues count and preemption frees."""
-        return self.replicas * gpu_units(self.requests) + self.size * self.claimed_gpus + self.shared_gpus + sum(
-            gpu_units(requests) for requests in self.others)  # (every member claims alike, the others too)
+        return self.replicas * gpu_units(self.requests) + self.total_claimed + sum(
+            gpu_units(requests) for requests in self.others)
 
     def at_largest(self) -> JobRequest:
         """The gang as `size` identical members each booked at the largest request of any member: what fits it

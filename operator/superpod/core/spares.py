@@ -3,8 +3,10 @@ whole on the snapshot so that no waiting job is placed there; a replacement (cor
 `release`, and so may a short job (`lends_to`: its enforced runtime limit ends it within `Snapshot.spare_runtime`,
 so a spare it takes is free again before a replacement waiting for it gives up), only when nothing else holds it
 (`lend`). Spares never make a waiting job unplaceable: a domain (of that level or a coarser one) whose usable nodes
-could hold a waiting job that requires its level, but not without its spares, keeps none. The booking is kept on the
-snapshot (`Snapshot.spares`) and changed only where the choice changed. Pure."""
+could hold a waiting job that requires its level, but not without its spares, keeps none. A job's GPUs are those it
+asks through nvidia.com/gpu and those its claims take; a node's, the more of its nvidia.com/gpu and of the GPUs its
+own DRA devices are (the device book's), as queues count them. The booking is kept on the snapshot
+(`Snapshot.spares`) and changed only where the choice changed. Pure."""
 
 from __future__ import annotations
 
@@ -18,19 +20,19 @@ from superpod.core.request import GPU, JobRequest
 SPARE = "spare#"  # a spare's booking is keyed "spare#<node>" (no pod's key or assumed replica's: those hold a "/")
 
 
-def needs(snap: Snapshot, level: int, jobs: Iterable[JobRequest]) -> dict[int, list[int]]:
+def needs(snap: Snapshot, level: int, jobs: Iterable[JobRequest]) -> dict[int, list[float]]:
     """Of the waiting `jobs` whose domain is `level` or coarser (0: anywhere), the GPUs each asks for in all, by the
     depth of its required level: distinct, sorted."""
-    out: dict[int, set[int]] = {}
+    out: dict[int, set[float]] = {}
     for job in jobs:
         depth = snap.topology.index(job.required) if job.required else 0
-        gpus = job.total_requests.get(GPU, 0)
+        gpus = job.total_requests.get(GPU, 0) + job.total_claimed
         if depth is not None and depth <= level and gpus > 0:
             out.setdefault(depth, set()).add(gpus)
     return {depth: sorted(amounts) for depth, amounts in sorted(out.items())}
 
 
-def choose(snap: Snapshot, level: int, count: int, waiting: dict[int, list[int]] | None = None) -> list[int]:
+def choose(snap: Snapshot, level: int, count: int, waiting: dict[int, list[float]] | None = None) -> list[int]:
     """The spare nodes: per domain of `level` (one of a label, not a node alone), the last `count` usable nodes whose
     GPUs are all free but for a spare's booking; none under a domain that only its spares keep from a job `waiting`
     (`needs`) needs."""
@@ -43,7 +45,7 @@ def choose(snap: Snapshot, level: int, count: int, waiting: dict[int, list[int]]
     return _lent(snap, out, waiting) if out and waiting else out
 
 
-def keep(snap: Snapshot, level: int, count: int, waiting: dict[int, list[int]] | None = None) -> None:
+def keep(snap: Snapshot, level: int, count: int, waiting: dict[int, list[float]] | None = None) -> None:
     """Book the spares `choose` gives on `snap`, each taking what its node has free; drop the bookings of nodes no
     longer chosen."""
     wanted: dict[str, Pod] = {}
@@ -96,34 +98,43 @@ def lend(snap: Snapshot, place: Callable[[], Placement | None]) -> Placement | N
     return placement
 
 
-def _lent(snap: Snapshot, chosen: list[int], waiting: dict[int, list[int]]) -> list[int]:
+def _lent(snap: Snapshot, chosen: list[int], waiting: dict[int, list[float]]) -> list[int]:
     """`chosen` but the spares under each domain whose usable nodes hold as many GPUs as a waiting job requiring its
     level asks for, but not once its spares are set aside: a spare is never why a job cannot run."""
     spare = set(chosen)
     for depth, amounts in waiting.items():
         for domain in snap.domains_by_level[depth]:
             under = snap.nodes_under(domain)
-            kept = [node for node in under if node in spare]
-            if not kept:
+            if spare.isdisjoint(under):
                 continue
-            usable = sum(snap.nodes[node].allocatable.get(GPU, 0) for node in under if _usable(snap, node))
-            outside = usable - sum(snap.nodes[node].allocatable.get(GPU, 0) for node in kept)
+            usable = outside = 0.0
+            for node in under:
+                gpus = _usable_gpus(snap, node)
+                usable += gpus
+                outside += gpus if node not in spare else 0.0
             if bisect_right(amounts, usable) > bisect_right(amounts, outside):  # some job needs (outside, usable]
-                spare.difference_update(kept)
+                spare.difference_update(under)
     return [node for node in chosen if node in spare]
 
 
-def _usable(snap: Snapshot, node: int) -> bool:
-    """A node with GPUs that takes pods: ready, not cordoned, not being drained or failing."""
+def _usable_gpus(snap: Snapshot, node: int) -> float:
+    """The GPUs of a node that takes pods (ready, not cordoned, not being drained or failing), else 0: the more of its
+    nvidia.com/gpu and its DRA GPUs (a driver may serve one through the other)."""
     info = snap.nodes[node]
-    return info.allocatable.get(GPU, 0) > 0 and info.ready and not info.unschedulable and not info.held and not any(
-        taint.effect == "NoExecute" for taint in info.taints)
+    if not info.ready or info.unschedulable or info.held or any(taint.effect == "NoExecute" for taint in info.taints):
+        return 0.0
+    gpus = info.allocatable.get(GPU, 0)
+    return max(gpus, snap.published_gpus(info.name)[0]) if snap.devices is not None else gpus
 
 
 def _free(snap: Snapshot, node: int) -> bool:
+    """A node with GPUs that takes pods, whose GPUs are all free (but for a spare's booking): its nvidia.com/gpu, and
+    its DRA GPUs no claim holds."""
     info = snap.nodes[node]
-    gpus = info.allocatable.get(GPU, 0)
-    if not _usable(snap, node):
+    if not _usable_gpus(snap, node):
         return False
-    booked = snap.spares.get(info.name)
-    return snap.free[node].get(GPU, 0) + (dict(booked.requests).get(GPU, 0) if booked else 0) >= gpus
+    booked = dict(snap.spares[info.name].requests) if info.name in snap.spares else {}
+    if snap.free[node].get(GPU, 0) + booked.get(GPU, 0) < info.allocatable.get(GPU, 0):
+        return False
+    _, devices = snap.published_gpus(info.name)
+    return not devices or snap.devices is None or snap.devices.taken.isdisjoint(devices)

@@ -14,6 +14,9 @@ from superpod.core.model import Level, Node, Pod, Snapshot, Topology
 from superpod.core.placement import Placement
 from superpod.core.request import GPU, JobRequest
 from superpod.k8s.api import NODES, TRAININGJOBS
+from tests.unit.dra.test_dra_placement import cluster as dra_cluster
+from tests.unit.dra.test_dra_placement import gang
+from tests.unit.dra.test_dra_queues import claiming, dra_only
 from tests.unit.memory_cluster import MemoryCluster, training_job
 
 LEAF = {"required": "leaf"}
@@ -186,6 +189,45 @@ def test_choose_takes_the_last_free_nodes_of_each_domain_and_keep_books_them_who
     spares.keep(snap, 1, 1)
     assert sorted(snap.spares) == ["n1", "n4"] and snap.recount_ok()
     assert spares.release(snap) == ["n1", "n4"] and snap.free[snap.index["n1"]][GPU] == 8 and not snap.spares
+
+
+def test_a_spare_never_keeps_a_job_whose_gpus_are_claimed_from_the_leaf_it_requires():
+    """A job's GPUs are those its claims take too: a leaf-required gang of four 8-GPU claims is placed on the whole
+    leaf, as the same gang asking nvidia.com/gpu is."""
+    for advertised in (True, False):  # nvidia.com/gpu advertises the GPUs too, or not
+        c = dra_only(settings=SPARES, advertised=advertised)
+        body = claiming("claims", 4)
+        body["spec"]["topology"] = LEAF
+        c.submit(body)
+        c.settle(6)
+        st = c.decided("claims")
+        assert st.get("phase") in ("Starting", "Running"), (advertised, st.get("message"))
+
+
+def test_a_fleet_whose_gpus_only_dra_publishes_keeps_spares():
+    """Nodes that advertise no nvidia.com/gpu: their DRA GPUs make them spares, kept from waiting jobs."""
+    c = dra_only(settings=SPARES)
+    c.submit(claiming("three", 3))
+    c.settle(3)
+    assert c.decided("three").get("phase") in ("Starting", "Running"), c.decided("three")
+    c.submit(claiming("one", 1))
+    c.settle(3)
+    st = c.decided("one")
+    assert (st.get("phase"), st.get("reason")) == ("Queued", "NoRoom"), st
+    assert "1 node kept spare for replacing lost nodes" in st["message"], st["message"]
+
+
+def test_choose_reads_the_gpus_dra_publishes_and_the_claims_that_hold_them():
+    snap, _ = dra_cluster(4)  # two leaves of two nodes; no nvidia.com/gpu
+    level = snap.topology.index("leaf")
+    named = lambda waiting=None: [snap.nodes[i].name for i in spares.choose(snap, level, 1, waiting)]  # noqa: E731
+    assert named() == ["d-dgx-su01-n02", "d-dgx-su02-n02"]
+    snap.devices.take(frozenset([snap.published_gpus("d-dgx-su02-n02")[1][0]]))  # a claim holds one of its GPUs
+    assert named() == ["d-dgx-su01-n02", "d-dgx-su02-n01"]
+    two, three = spares.needs(snap, level, [gang("g", 2)]), spares.needs(snap, level, [gang("g", 3)])
+    assert two == {level: [16.0]}, "a job's GPUs are what its claims take"
+    assert named(two) == [], "each leaf holds it only without its spare"
+    assert named(three) == ["d-dgx-su01-n02", "d-dgx-su02-n01"], "no leaf holds it: spares stay"
 
 
 def test_the_flag_reads_level_equals_count():

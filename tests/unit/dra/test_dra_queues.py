@@ -3,6 +3,7 @@ DRA-only node advertises no nvidia.com/gpu), and a queue's flavor may name a Dev
 
 from __future__ import annotations
 
+from superpod.controller.judge import Settings
 from superpod.hardware import dra_slices
 from superpod.k8s.api import DEVICECLASSES, GPUQUEUES, NODES, RESOURCECLAIMTEMPLATES, RESOURCESLICES
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
@@ -10,12 +11,14 @@ from tests.unit.memory_cluster import MemoryCluster, run, training_job
 EIGHT = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 8}}]}}
 
 
-def dra_only(nodes: int = 4) -> MemoryCluster:
-    """H100 nodes whose GPUs only DRA hands out (no nvidia.com/gpu in their allocatable), a template of 8 GPUs."""
-    c = MemoryCluster(nodes=nodes, nodes_per_unit=nodes)
+def dra_only(nodes: int = 4, settings: Settings | None = None, advertised: bool = False) -> MemoryCluster:
+    """One leaf of H100 nodes whose GPUs only DRA hands out (no nvidia.com/gpu in their allocatable; `advertised`:
+    nvidia.com/gpu advertises them too), a template of 8 GPUs."""
+    c = MemoryCluster(nodes=nodes, nodes_per_unit=nodes, settings=settings)
     for node in c.store.items(NODES):
-        c.update_node(node["metadata"]["name"], lambda n: [n["status"][k].pop("nvidia.com/gpu")
-                                                           for k in ("allocatable", "capacity")])
+        if not advertised:
+            c.update_node(node["metadata"]["name"], lambda n: [n["status"][k].pop("nvidia.com/gpu")
+                                                               for k in ("allocatable", "capacity")])
         for body in dra_slices.node_slices(node):
             run(c.admin.create(RESOURCESLICES, body))
     for body in dra_slices.device_classes():

@@ -6,8 +6,9 @@ from __future__ import annotations
 from dataclasses import replace
 
 from superpod.api.convert import estimate_key
+from superpod.controller.judge import Settings
 from superpod.core.cycle import ESTIMATE, PriorityFifo, ReservationRule, schedule
-from superpod.core.estimates import estimate, predicted_end, rounded, turn
+from superpod.core.estimates import SERVICE, Ordering, counted, estimate, predicted_end, rounded, turn
 from superpod.core.gang_key import GangKey
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU
@@ -109,10 +110,16 @@ def test_estimates_from_history_and_limits():
 
 
 def test_order_by_service_lets_short_small_jobs_pass_but_only_those_submitted_soon_enough():
-    small = turn(100.0, 3_600.0, 1, 600.0, 3_600.0)
-    huge = turn(0.0, 86_400.0, 1_024, 600.0, 3_600.0)
+    small = turn(100.0, 3_600.0, 1, 600.0)
+    huge = turn(0.0, 86_400.0, 1_024, 600.0)
     assert small < huge  # a one-GPU hour, submitted later, goes first
-    assert huge < turn(huge + 1.0, 60.0, 1, 600.0, 3_600.0) + 1.0  # the huge one is passed only for a while
+    assert huge < turn(huge + 1.0, 60.0, 1, 600.0) + 1.0  # the huge one is passed only for a while
+
+
+def test_the_turn_counts_a_job_as_running_what_binds_it_and_its_estimate_only_where_longer():
+    assert counted(None, None, 14_400.0) == counted(2.0, None, 14_400.0) == 14_400.0, "a history cannot shorten it"
+    assert counted(2.0, 600.0, 14_400.0) == counted(None, 600.0, 14_400.0) == 600.0, "a limit binds the job"
+    assert counted(36_000.0, None, 14_400.0) == 36_000.0, "a history may lengthen it"
 
 
 def test_the_operator_predicts_a_start_from_a_limit_and_forgets_the_gangs_that_ended():
@@ -191,3 +198,29 @@ def test_a_run_teaches_the_share_of_its_limit_it_used_and_that_survives_in_its_u
     c.cycle()
     view = c.controller.reader.by_key[GangKey("team-a", "tune-2")]
     assert c.controller.estimator.runtime(view) == rounded(4 * 1200)
+
+
+def test_by_service_two_runs_that_exit_at_once_do_not_let_a_long_job_pass_one_submitted_before_it():
+    """A tenant must not buy a long job the turn of a short one: two 8-GPU runs that succeed at once teach its key an
+    estimate of seconds, but its next job, bound by no limit, may run for as long as it likes. A job whose limit is
+    short still passes."""
+    c = MemoryCluster(nodes=1, nodes_per_unit=1, settings=Settings(not_ready_grace=300, ordering=Ordering(SERVICE)))
+    for i in (1, 2):
+        run_to_success(c, training_job(f"big-{i}", 1, 8), 1)
+    c.submit(training_job("blocker", 1, 8))
+    c.settle(3)
+    honest = training_job("honest", 1, 8)
+    honest["metadata"]["namespace"] = "team-b"
+    c.submit(honest)
+    c.settle(1, seconds=2400)
+    c.submit(training_job("big-3", 1, 8))
+    c.submit(training_job("quick", 1, 8, maxRuntimeSeconds=600))
+    c.settle(3)
+    assert c.controller.estimator.runtime(c.controller.reader.by_key[GangKey("team-a", "big-3")]) < 10
+    for ended, started in (("blocker", "quick"), ("quick", "honest")):
+        for key in [key for key in c.store.objects[PODS] if f"/{ended}-" in key]:
+            c.kubelet.finish(key, 0)
+        c.settle(4)
+        running = {name for name in ("honest", "big-3", "quick") if c.decided(
+            name, "team-b" if name == "honest" else "team-a").get("phase") in ("Starting", "Running")}
+        assert running == {started}, (ended, running)
