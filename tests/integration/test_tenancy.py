@@ -4,8 +4,9 @@ chart's tenant roles aggregated into it; 32 simulated GPUs of this module's own.
 attacking tenant's own token (TokenRequest API), so RBAC decides as it would for a real user.
 
 The API must refuse what a tenant may not write: a placed job's admission (CEL), the status of its pods and jobs,
-usage records, queues, the other tenant's namespace; and, from an admin, a budget period of 0. The operator must
-withstand what a tenant may write: the annotations and labels of its own pods. After every attack the other
+usage records, queues, the other tenant's namespace, a bound pod's runtime limit and what its gang was bound with;
+and, from an admin, a budget period of 0. The operator must withstand what a tenant may write: the annotations and
+labels of its own pods. After every attack the other
 tenant's guarantee holds (its job runs at once), the fleet schedules, and no queue is over its limit."""
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ SCHEDULER = "superpod-scheduler"
 FORGED_NOMINATION = "superpod.dev/nomination"  # the pod annotation a preempting pod gang once held its nodes by
 NOMINATED = "superpod.dev/Nominated"  # the pod condition that holds them now, written through pods/status
 QUEUE_LABEL = "superpod.dev/queue"
+MAX_RUNTIME = "superpod.dev/max-runtime-seconds"
+BOUND_WITH = "superpod.dev/bound-with"  # what a pod gang was bound with: its binding writes it
 
 
 @dataclass
@@ -393,3 +396,35 @@ def test_a_spec_nested_past_what_the_operator_reads_stops_nothing(fleet, cluster
             assert "spec: nests deeper than 64 levels" in said()[1], said()
     finally:  # by name: a list of these jobs is past the Python client's decoder
         cluster.kubectl("delete", "trainingjobs.superpod.dev", *depths, "-n", a.namespace, "--ignore-not-found")
+
+
+def test_a_bound_pods_runtime_limit_is_fixed_and_its_gang_keeps_it_past_a_leader_change(fleet, operator):
+    """M1 of the DRA review: a tenant removed or raised the runtime limit on its bound pods, and after a leader change
+    the gang ran without one. The policy refuses the edit, and any write of what the gang was bound with (its binding
+    writes it); a new leader stops the gang at the limit it was bound with, though an admin (exempt) removed it."""
+    a, limit = fleet.a, 30
+    a.core.create_namespaced_pod(a.namespace, gang_pod("limited", fleet.sim, 8, annotations={MAX_RUNTIME: str(limit)}))
+    bound = wait_for(lambda: (p := a.pod("limited")).spec.node_name and p, 30, "limited bound")
+    assert json.loads(bound.metadata.annotations[BOUND_WITH]) == {"maxRuntimeSeconds": limit}, "written by its binding"
+
+    def annotate(key: str, value: str | None, api: client.ApiClient = a.api):
+        return lambda: client.CoreV1Api(api).patch_namespaced_pod("limited", a.namespace, {
+            "metadata": {"annotations": {key: value}}})
+    for value in (None, "999999"):
+        assert "runtime limit is fixed" in refused(annotate(MAX_RUNTIME, value), 422)
+    for value in (None, json.dumps({"maxRuntimeSeconds": 999999})):
+        assert f"{BOUND_WITH} says what a pod gang was bound with" in refused(annotate(BOUND_WITH, value), 422)
+    assert not [c for c in a.pod("limited").status.conditions or [] if c.type == "DisruptionTarget"], \
+        "the dangerous moment: the leader goes before the limit comes"
+    operator.kill()
+    try:
+        annotate(MAX_RUNTIME, None, fleet.admin)()
+    finally:
+        operator.start()
+
+    def stopped() -> str:
+        events = a.core.list_namespaced_event(a.namespace, field_selector="involvedObject.name=limited").items
+        return next((e.message for e in events if e.reason == "MaxRuntimeExceeded"), "")
+    said = wait_for(stopped, limit + 90, "the new leader stopping the gang at its limit")
+    assert f"{MAX_RUNTIME} {limit} reached" in said, said
+    assert_the_fleet_holds(fleet, "limit")

@@ -1,13 +1,16 @@
 """The admission policy the chart ships for tenants' pods (hack/gen-admission.py renders it into the chart).
 
-What the operator counts and bills a pod as rests on two facts a tenant could otherwise write: who placed it, and
-whether it is a TrainingJob's replica. The API server keeps both the operator's (a ValidatingAdmissionPolicy):
+What the operator counts and bills a pod as rests on facts a tenant could otherwise write: who placed it, whether it
+is a TrainingJob's replica, and what a pod gang was bound with. The API server keeps them the operator's (a
+ValidatingAdmissionPolicy):
 - a pod that asks for GPUs (or any device, through resource claims: not counted yet) is placed by this scheduler:
   created with this scheduler's name and no spec.nodeName (a pod that skips the scheduler would hold GPUs no queue
   admitted, which the operator could count and bill but never refuse);
 - what marks a pod as a TrainingJob's replica — a TrainingJob owner reference, the job-name, attempt and replica-index
   labels — is never given to a pod, nor changed, by anyone but the operator (a pod passing for a replica would be
-  billed and counted as one GPU-for-GPU, whatever it holds).
+  billed and counted as one GPU-for-GPU, whatever it holds);
+- what a pod gang was bound with (BOUND_WITH, written by its binding) is the operator's alone, and a bound pod's
+  runtime limit (MAX_RUNTIME) is fixed: a gang let into a reservation or onto spares by its limit keeps it.
 Exempt: whoever may write a TrainingJob's status in the namespace (the operator and cluster admins: not
 kube-controller-manager's controllers, whose pods a tenant's DaemonSet or Deployment asks for), and kubelets (mirror
 pods). The chart applies it to every namespace but the system's, the release's and those in
@@ -17,8 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL
+from superpod.api.manifests import ATTEMPT_LABEL, INDEX_LABEL, JOB_LABEL, MAX_RUNTIME
 from superpod.api.models import GROUP
+from superpod.api.podgang import BOUND_WITH
 
 GPU_PREFIX = "nvidia.com/"  # whole GPUs and MIG slices
 REPLICA_LABELS = (JOB_LABEL, ATTEMPT_LABEL, INDEX_LABEL)
@@ -46,6 +50,19 @@ def _job_owners(obj: str) -> str:
             "'TrainingJob') : []")
 
 
+def _kept(keys: tuple[str, ...], new: str, old: str) -> str:
+    """Each key is in both maps or in neither, and the same in both."""
+    return (f"{_quoted(keys)}.all(k, (k in variables.{new}) == (k in variables.{old}) && "
+            f"(!(k in variables.{new}) || variables.{new}[k] == variables.{old}[k]))")
+
+
+def _metadata(field: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    """The variables of a metadata map of the pod, as it is and as it was."""
+    return ((field, f"has(object.metadata.{field}) ? object.metadata.{field} : {{}}"),
+            ("old" + field.capitalize(),
+             f"oldObject != null && has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {{}}"))
+
+
 MATCH = (  # who it applies to: all but the exempt (above)
     ("not-the-operator-nor-an-admin", f"!authorizer.group('{GROUP}').resource('trainingjobs').subresource('status')"
                                       ".namespace(request.namespace).check('update').allowed()"),
@@ -54,13 +71,14 @@ MATCH = (  # who it applies to: all but the exempt (above)
 )
 
 VARIABLES = (
-    ("labels", "has(object.metadata.labels) ? object.metadata.labels : {}"),
-    ("oldLabels", "oldObject != null && has(oldObject.metadata.labels) ? oldObject.metadata.labels : {}"),
+    *_metadata("labels"),
+    *_metadata("annotations"),
     ("asksDevices", "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
                     f".exists(c, has(c.resources) && ({_asks('requests')} || {_asks('limits')})) || "
                     "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)"),
     ("jobOwners", _job_owners("object")),
     ("oldJobOwners", f"oldObject == null ? [] : ({_job_owners('oldObject')})"),
+    ("wasBound", "oldObject != null && has(oldObject.spec.nodeName) && oldObject.spec.nodeName != ''"),
 )
 
 RULES = (
@@ -72,8 +90,12 @@ RULES = (
     Rule("variables.jobOwners.all(o, variables.oldJobOwners.exists(old, old == o))",
          "only superpod-scheduler makes a TrainingJob's pods: a pod may not be given a TrainingJob owner reference, "
          "nor have one changed (only removed)"),
-    Rule(f"{_quoted(REPLICA_LABELS)}.all(k, (k in variables.labels) == (k in variables.oldLabels) && "
-         "(!(k in variables.labels) || variables.labels[k] == variables.oldLabels[k]))",
+    Rule(_kept(REPLICA_LABELS, "labels", "oldLabels"),
          f"the labels {', '.join(REPLICA_LABELS)} mark a TrainingJob's pods: only superpod-scheduler gives them to a "
          "pod or changes them"),
+    Rule(_kept((BOUND_WITH,), "annotations", "oldAnnotations"),
+         f"the annotation {BOUND_WITH} says what a pod gang was bound with: only superpod-scheduler writes it"),
+    Rule(f"!variables.wasBound || {_kept((MAX_RUNTIME,), 'annotations', 'oldAnnotations')}",
+         f"a bound pod's runtime limit is fixed: {MAX_RUNTIME} may not be added, changed or removed once the pod is "
+         "bound"),
 )
