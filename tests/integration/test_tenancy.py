@@ -428,3 +428,44 @@ def test_a_bound_pods_runtime_limit_is_fixed_and_its_gang_keeps_it_past_a_leader
     said = wait_for(stopped, limit + 90, "the new leader stopping the gang at its limit")
     assert f"{MAX_RUNTIME} {limit} reached" in said, said
     assert_the_fleet_holds(fleet, "limit")
+
+
+def test_no_container_of_a_tenants_pod_sets_what_the_container_toolkit_hands_gpus_out_by(fleet):
+    """L3 of the DRA review: a pod asking for no GPUs, with NVIDIA_VISIBLE_DEVICES=all and a GPU node in spec.nodeName,
+    sees every GPU there where the container toolkit honours the variable; so would an ephemeral container, added
+    through pods/ephemeralcontainers (kubectl debug: granted to the tenant here, as clusters that let tenants debug
+    their pods do)."""
+    a = fleet.a
+    node = client.CoreV1Api(fleet.admin).list_node(label_selector=f"{SIM_LABEL}={fleet.sim}").items[0].metadata.name
+    words = "a container may not set NVIDIA_VISIBLE_DEVICES nor NVIDIA_DRIVER_CAPABILITIES"
+
+    def cpu_pod(name: str, where: str = "containers", **container) -> dict:
+        spec: dict = {"nodeName": node, "restartPolicy": "Never", "containers": [{"name": "main", "image": "cuda"}]}
+        spec.setdefault(where, []).append({"name": "peek", "image": "cuda", **container})
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    attempts = [("NVIDIA_VISIBLE_DEVICES", {"value": "all"}, "containers"),
+                ("NVIDIA_VISIBLE_DEVICES", {"valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, "containers"),
+                ("NVIDIA_DRIVER_CAPABILITIES", {"value": "all"}, "containers"),
+                ("NVIDIA_VISIBLE_DEVICES", {"value": "all"}, "initContainers")]
+    for variable, source, where in attempts:
+        body = cpu_pod("peek", where, env=[{"name": variable, **source}])
+        assert words in refused(lambda b=body: a.core.create_namespaced_pod(a.namespace, b), 422)
+    a.core.create_namespaced_pod(a.namespace, cpu_pod("debuggee"))
+    rbac = client.RbacAuthorizationV1Api(fleet.admin)
+    rbac.create_namespaced_role(a.namespace, {"metadata": {"name": "debug"}, "rules": [
+        {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch", "update"]}]})
+    rbac.create_namespaced_role_binding(a.namespace, {
+        "metadata": {"name": "debug"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "debug"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": a.namespace}]})
+    try:
+        def debug(name: str, **container):
+            return lambda: a.core.patch_namespaced_pod_ephemeralcontainers("debuggee", a.namespace, {"spec": {
+                "ephemeralContainers": [{"name": name, "image": "cuda", **container}]}})
+        wait_for(lambda: once_allowed(debug("debug")) is not None, 30, "the tenant may debug its pods")
+        assert words in refused(debug("debug-all", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), 422)
+        assert [c.name for c in a.pod("debuggee").spec.ephemeral_containers] == ["debug"]
+    finally:
+        rbac.delete_namespaced_role_binding("debug", a.namespace)
+        rbac.delete_namespaced_role("debug", a.namespace)
+    assert_the_fleet_holds(fleet, "toolkit")

@@ -11,6 +11,10 @@ ValidatingAdmissionPolicy):
   billed and counted as one GPU-for-GPU, whatever it holds);
 - what a pod gang was bound with (BOUND_WITH, written by its binding) is the operator's alone, and a bound pod's
   runtime limit (MAX_RUNTIME) is fixed: a gang let into a reservation or onto spares by its limit keeps it.
+It also closes the side doors to GPUs it can see: no container sets the environment the NVIDIA container toolkit
+hands GPUs out by (TOOLKIT_ENV: a pod asking for none would see a node's GPUs where the toolkit honours it), ephemeral
+containers included. Its image's own environment, envFrom, privileged containers and host paths are past its sight:
+docs/guides/access.md says what is the cluster's to set.
 Exempt: whoever may write a TrainingJob's status in the namespace (the operator and cluster admins: not
 kube-controller-manager's controllers, whose pods a tenant's DaemonSet or Deployment asks for), and kubelets (mirror
 pods). The chart applies it to every namespace but the system's, the release's and those in
@@ -26,7 +30,10 @@ from superpod.api.podgang import BOUND_WITH
 
 GPU_PREFIX = "nvidia.com/"  # whole GPUs and MIG slices
 REPLICA_LABELS = (JOB_LABEL, ATTEMPT_LABEL, INDEX_LABEL)
+TOOLKIT_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 EXEMPT_GROUPS = ("system:nodes",)
+# what it applies to: pods, and the subresource ephemeral containers are added through (kubectl debug)
+RESOURCES = ("pods", "pods/ephemeralcontainers")
 SCHEDULER = "{{ .Values.schedulerName }}"  # Helm fills it in
 
 
@@ -63,6 +70,10 @@ def _metadata(field: str) -> tuple[tuple[str, str], tuple[str, str]]:
              f"oldObject != null && has(oldObject.metadata.{field}) ? oldObject.metadata.{field} : {{}}"))
 
 
+def _of_spec(field: str) -> str:
+    return f"(has(object.spec.{field}) ? object.spec.{field} : [])"
+
+
 MATCH = (  # who it applies to: all but the exempt (above)
     ("not-the-operator-nor-an-admin", f"!authorizer.group('{GROUP}').resource('trainingjobs').subresource('status')"
                                       ".namespace(request.namespace).check('update').allowed()"),
@@ -73,9 +84,9 @@ MATCH = (  # who it applies to: all but the exempt (above)
 VARIABLES = (
     *_metadata("labels"),
     *_metadata("annotations"),
-    ("asksDevices", "(object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : []))"
-                    f".exists(c, has(c.resources) && ({_asks('requests')} || {_asks('limits')})) || "
-                    "(has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)"),
+    ("containers", f"object.spec.containers + {_of_spec('initContainers')} + {_of_spec('ephemeralContainers')}"),
+    ("asksDevices", f"variables.containers.exists(c, has(c.resources) && ({_asks('requests')} || {_asks('limits')}))"
+                    " || (has(object.spec.resourceClaims) && size(object.spec.resourceClaims) > 0)"),
     ("jobOwners", _job_owners("object")),
     ("oldJobOwners", f"oldObject == null ? [] : ({_job_owners('oldObject')})"),
     ("wasBound", "oldObject != null && has(oldObject.spec.nodeName) && oldObject.spec.nodeName != ''"),
@@ -98,4 +109,9 @@ RULES = (
     Rule(f"!variables.wasBound || {_kept((MAX_RUNTIME,), 'annotations', 'oldAnnotations')}",
          f"a bound pod's runtime limit is fixed: {MAX_RUNTIME} may not be added, changed or removed once the pod is "
          "bound"),
+    Rule("(request.operation != 'CREATE' && !(has(request.subResource) && request.subResource == "
+         "'ephemeralcontainers')) || variables.containers.all(c, !has(c.env) || c.env.all(e, !(e.name in "
+         f"{_quoted(TOOLKIT_ENV)})))",  # (a container's env is fixed once made: those of pods made before pass)
+         f"a container may not set {' nor '.join(TOOLKIT_ENV)}: the NVIDIA container toolkit would hand it GPUs no "
+         "queue admitted (a pod's GPUs are those it asks for)"),
 )

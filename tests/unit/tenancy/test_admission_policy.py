@@ -89,3 +89,36 @@ def test_a_bound_pods_runtime_limit_is_fixed(policy, value):
 def test_a_bound_pod_without_a_limit_may_not_be_given_one(policy):
     bound = tenant_pod(gpus=8, nodeName="n1")
     assert "runtime limit is fixed" in refused(policy, annotated(bound, **{MAX_RUNTIME: "60"}), bound)
+
+
+@pytest.mark.parametrize("variable", ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"])
+@pytest.mark.parametrize("where", ["containers", "initContainers"])
+@pytest.mark.parametrize("source", [{"value": "all"}, {"valueFrom": {"configMapKeyRef": {"name": "g", "key": "all"}}}],
+                         ids=["value", "valueFrom"])
+def test_no_container_sets_what_the_container_toolkit_hands_gpus_out_by(policy, variable, where, source):
+    """L3 of the DRA review: a pod asking for no GPUs, with NVIDIA_VISIBLE_DEVICES=all on a GPU node, sees them all
+    where the toolkit honours the variable."""
+    pod = tenant_pod(scheduler="default-scheduler", nodeName="gpu-node")
+    pod["spec"].setdefault(where, []).append({"name": "c", "image": "cuda", "env": [
+        {"name": "OTHER", "value": "1"}, {"name": variable, **source}]})
+    assert "a container may not set NVIDIA_VISIBLE_DEVICES nor NVIDIA_DRIVER_CAPABILITIES" in refused(policy, pod)
+    pod["spec"][where][-1]["env"] = [{"name": "OTHER", "value": "1"}]
+    assert policy.refusals(pod) == []
+
+
+def test_nor_an_ephemeral_container_added_to_a_running_pod(policy):
+    """L3: ephemeral containers are added through pods/ephemeralcontainers (kubectl debug), an UPDATE."""
+    running = tenant_pod(scheduler="default-scheduler", nodeName="gpu-node")
+    debugged = edited(running, lambda p: p["spec"].update(ephemeralContainers=[
+        {"name": "debug", "image": "cuda", "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]))
+    assert "may not set NVIDIA_VISIBLE_DEVICES" in refused(policy, debugged, running, "ephemeralcontainers")
+    debugged["spec"]["ephemeralContainers"][0].pop("env")
+    assert policy.refusals(debugged, running, "ephemeralcontainers") == []
+
+
+def test_a_pod_made_before_the_rule_may_still_be_updated(policy):
+    """A container's env is fixed once it is made: a pod made before the chart had the rule is not stuck (its Job's
+    controller still removes its finalizer)."""
+    old = tenant_pod(scheduler="default-scheduler")
+    old["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,video"}]
+    assert policy.refusals(edited(old, lambda p: p["metadata"].update(finalizers=[])), old) == []
