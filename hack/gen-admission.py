@@ -22,8 +22,8 @@ def _expression(text: str) -> str:
 def render() -> str:
     out = [HEADER, "{{- if .Values.tenantPolicy.enabled }}\n",
            "# Pods asking for GPUs go through superpod-scheduler; only the operator marks a pod as a TrainingJob's\n"
-           "# or writes what a pod gang was bound with; no container sets the toolkit's GPU environment\n"
-           "# (operator/superpod/api/admission.py says why).\n",
+           "# or writes what a pod gang was bound with; no container sets the toolkit's GPU environment, and\n"
+           "# no pod preempts by a PriorityClass not allowed (operator/superpod/api/admission.py says why).\n",
            "apiVersion: admissionregistration.k8s.io/v1\nkind: ValidatingAdmissionPolicy\nmetadata:\n"
            '  name: {{ include "superpod.name" . }}-tenant-pods\n  labels:\n'
            '    {{- include "superpod.labels" . | nindent 4 }}\n'

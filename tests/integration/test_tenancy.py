@@ -78,6 +78,7 @@ class Fleet:
     admin: client.ApiClient
     a: Tenant
     b: Tenant
+    allowed_class: str  # the one PriorityClass the chart allows tenants' pods (tenantPolicy.priorityClasses)
 
 
 def gpu_queue(namespace: str, **spec) -> dict:
@@ -130,7 +131,9 @@ def assert_the_fleet_holds(fleet: Fleet, attack: str) -> None:
 @pytest.fixture(scope="module")
 def fleet(cluster, operator):
     run = uuid.uuid4().hex[:6]
+    allowed_class = f"tenants-{run}"
     roles = cluster.helm("template", f"tenancy-{run}", CHART, "--kube-version", "1.37.2",
+                         "--set", f"tenantPolicy.priorityClasses={{{allowed_class}}}",
                          "--show-only", "templates/tenant-rbac.yaml", "--show-only",
                          "templates/tenant-pod-policy.yaml").stdout
     # the chart's aggregated roles and its tenant pod policy, as `helm install` leaves them (the operator here runs
@@ -158,7 +161,7 @@ def fleet(cluster, operator):
         for tenant in tenants:  # through `edit` alone, once the chart's roles are aggregated into it
             wait_for(lambda t=tenant: once_allowed(lambda: t.custom.list_namespaced_custom_object(
                 GROUP, VERSION, t.namespace, "trainingjobs")) is not None, 30, f"{tenant.name} may list its jobs")
-        yield Fleet(sim, cluster.api, *tenants)
+        yield Fleet(sim, cluster.api, *tenants, allowed_class)
     finally:
         for namespace in namespaces:
             for call in (lambda n=namespace: custom.delete_cluster_custom_object(GROUP, VERSION, "gpuqueues", n),
@@ -469,3 +472,30 @@ def test_no_container_of_a_tenants_pod_sets_what_the_container_toolkit_hands_gpu
         rbac.delete_namespaced_role_binding("debug", a.namespace)
         rbac.delete_namespaced_role("debug", a.namespace)
     assert_the_fleet_holds(fleet, "toolkit")
+
+
+def test_a_pod_kube_scheduler_places_names_only_a_priority_class_the_chart_allows(fleet):
+    """L3 of the DRA review: a pod asking for no GPUs, of a high PriorityClass and with an affinity to a GPU node, has
+    kube-scheduler preempt other tenants' GPU pods there, past every queue. The chart allows tenants' pods only the
+    classes it lists (here one that preempts nothing); pods for this scheduler may name any."""
+    a, scheduling = fleet.a, client.SchedulingV1Api(fleet.admin)
+    high = f"{a.namespace}-high"
+    scheduling.create_priority_class({"metadata": {"name": high}, "value": 1_000_000})
+    scheduling.create_priority_class({"metadata": {"name": fleet.allowed_class}, "value": 1_000_000,
+                                      "preemptionPolicy": "Never"})
+    try:
+        def cpu_pod(name: str, priority_class: str) -> dict:
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+                "priorityClassName": priority_class, "nodeSelector": {SIM_LABEL: fleet.sim},
+                "restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer"}]}}
+        said = refused(lambda: a.core.create_namespaced_pod(a.namespace, cpu_pod("preemptor", high)), 422)
+        assert "may name only the PriorityClasses the cluster's admins allow" in said, said
+        a.core.create_namespaced_pod(a.namespace, cpu_pod("patient", fleet.allowed_class))
+        ranked = gang_pod("ranked", "no-such-cluster", 8)  # matches no node: it waits, and holds nothing
+        ranked["spec"]["priorityClassName"] = high
+        a.core.create_namespaced_pod(a.namespace, ranked)
+        assert a.pod("ranked").spec.priority == 1_000_000
+    finally:
+        for name in (high, fleet.allowed_class):
+            scheduling.delete_priority_class(name)
+    assert_the_fleet_holds(fleet, "priority")

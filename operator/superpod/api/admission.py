@@ -13,8 +13,9 @@ ValidatingAdmissionPolicy):
   runtime limit (MAX_RUNTIME) is fixed: a gang let into a reservation or onto spares by its limit keeps it.
 It also closes the side doors to GPUs it can see: no container sets the environment the NVIDIA container toolkit
 hands GPUs out by (TOOLKIT_ENV: a pod asking for none would see a node's GPUs where the toolkit honours it), ephemeral
-containers included. Its image's own environment, envFrom, privileged containers and host paths are past its sight:
-docs/guides/access.md says what is the cluster's to set.
+containers included; and a pod another scheduler places names only a PriorityClass the chart allows (kube-scheduler
+would preempt other tenants' pods, GPU pods too, for one of a higher priority). Its image's own environment, envFrom,
+privileged containers and host paths are past its sight: docs/guides/access.md says what is the cluster's to set.
 Exempt: whoever may write a TrainingJob's status in the namespace (the operator and cluster admins: not
 kube-controller-manager's controllers, whose pods a tenant's DaemonSet or Deployment asks for), and kubelets (mirror
 pods). The chart applies it to every namespace but the system's, the release's and those in
@@ -34,7 +35,8 @@ TOOLKIT_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 EXEMPT_GROUPS = ("system:nodes",)
 # what it applies to: pods, and the subresource ephemeral containers are added through (kubectl debug)
 RESOURCES = ("pods", "pods/ephemeralcontainers")
-SCHEDULER = "{{ .Values.schedulerName }}"  # Helm fills it in
+SCHEDULER = "{{ .Values.schedulerName }}"  # Helm fills these in
+PRIORITY_CLASSES = "{{ .Values.tenantPolicy.priorityClasses | default list | toJson }}"
 
 
 @dataclass(frozen=True)
@@ -114,4 +116,9 @@ RULES = (
          f"{_quoted(TOOLKIT_ENV)})))",  # (a container's env is fixed once made: those of pods made before pass)
          f"a container may not set {' nor '.join(TOOLKIT_ENV)}: the NVIDIA container toolkit would hand it GPUs no "
          "queue admitted (a pod's GPUs are those it asks for)"),
+    Rule(f"request.operation != 'CREATE' || object.spec.schedulerName == '{SCHEDULER}' || "
+         f"!has(object.spec.priorityClassName) || object.spec.priorityClassName in {PRIORITY_CLASSES}",
+         "a pod that another scheduler places may name only the PriorityClasses the cluster's admins allow tenants "
+         "(superpod-scheduler's tenantPolicy.priorityClasses): kube-scheduler would preempt other tenants' pods for "
+         "it"),
 )

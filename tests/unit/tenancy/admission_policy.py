@@ -5,16 +5,18 @@ tests (tests/integration/test_tenancy.py) keep that part, and that the API serve
 
 from __future__ import annotations
 
+import json
+
 from cel_expr_python import cel
 
-from superpod.api.admission import RULES, SCHEDULER, VARIABLES
+from superpod.api.admission import PRIORITY_CLASSES, RULES, SCHEDULER, VARIABLES
 
 SCHEDULER_NAME = "superpod-scheduler"
 
 
 class Policy:
-    def __init__(self) -> None:
-        values = {SCHEDULER: SCHEDULER_NAME}
+    def __init__(self, priority_classes: tuple[str, ...] = ()) -> None:
+        values = {SCHEDULER: SCHEDULER_NAME, PRIORITY_CLASSES: json.dumps(list(priority_classes))}
         dyn = cel.Type.DYN
         self.env = cel.NewEnv(variables={"object": dyn, "oldObject": dyn, "request": dyn,
                                          "variables": cel.Type.Map(cel.Type.STRING, dyn)})

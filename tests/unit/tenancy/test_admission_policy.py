@@ -122,3 +122,17 @@ def test_a_pod_made_before_the_rule_may_still_be_updated(policy):
     old = tenant_pod(scheduler="default-scheduler")
     old["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_DRIVER_CAPABILITIES", "value": "compute,video"}]
     assert policy.refusals(edited(old, lambda p: p["metadata"].update(finalizers=[])), old) == []
+
+
+def test_a_pod_another_scheduler_places_names_only_an_allowed_priority_class():
+    """L3 of the DRA review: a CPU pod of a high PriorityClass, with an affinity to a GPU node, has kube-scheduler
+    preempt other tenants' GPU pods there."""
+    policy = Policy(priority_classes=("tenants",))
+    high = tenant_pod(scheduler="default-scheduler", priorityClassName="high", priority=1_000_000)
+    assert "may name only the PriorityClasses the cluster's admins allow" in refused(policy, high)
+    assert "may name only the PriorityClasses" in refused(Policy(), edited(high, lambda p: p["spec"].update(
+        priorityClassName="tenants")))
+    assert policy.refusals(edited(high, lambda p: p["spec"].update(priorityClassName="tenants"))) == []
+    assert policy.refusals(edited(high, lambda p: p["spec"].pop("priorityClassName"))) == []
+    gang = tenant_pod(gpus=8, priorityClassName="high")  # this scheduler preempts by the queues' rules
+    assert policy.refusals(gang) == []
