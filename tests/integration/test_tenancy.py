@@ -4,8 +4,9 @@ chart's tenant roles aggregated into it; 32 simulated GPUs of this module's own.
 attacking tenant's own token (TokenRequest API), so RBAC decides as it would for a real user.
 
 The API must refuse what a tenant may not write: a placed job's admission (CEL), the status of its pods and jobs,
-usage records, queues, the other tenant's namespace; and, from an admin, a budget period of 0. The operator must
-withstand what a tenant may write: the annotations and labels of its own pods. After every attack the other
+usage records, queues, the other tenant's namespace, a bound pod's runtime limit and what its gang was bound with;
+and, from an admin, a budget period of 0. The operator must withstand what a tenant may write: the annotations and
+labels of its own pods. After every attack the other
 tenant's guarantee holds (its job runs at once), the fleet schedules, and no queue is over its limit."""
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ SCHEDULER = "superpod-scheduler"
 FORGED_NOMINATION = "superpod.dev/nomination"  # the pod annotation a preempting pod gang once held its nodes by
 NOMINATED = "superpod.dev/Nominated"  # the pod condition that holds them now, written through pods/status
 QUEUE_LABEL = "superpod.dev/queue"
+MAX_RUNTIME = "superpod.dev/max-runtime-seconds"
+BOUND_WITH = "superpod.dev/bound-with"  # what a pod gang was bound with: its binding writes it
 
 
 @dataclass
@@ -75,6 +78,7 @@ class Fleet:
     admin: client.ApiClient
     a: Tenant
     b: Tenant
+    allowed_class: str  # the one PriorityClass the chart allows tenants' pods (tenantPolicy.priorityClasses)
 
 
 def gpu_queue(namespace: str, **spec) -> dict:
@@ -127,7 +131,9 @@ def assert_the_fleet_holds(fleet: Fleet, attack: str) -> None:
 @pytest.fixture(scope="module")
 def fleet(cluster, operator):
     run = uuid.uuid4().hex[:6]
+    allowed_class = f"tenants-{run}"
     roles = cluster.helm("template", f"tenancy-{run}", CHART, "--kube-version", "1.37.2",
+                         "--set", f"tenantPolicy.priorityClasses={{{allowed_class}}}",
                          "--show-only", "templates/tenant-rbac.yaml", "--show-only",
                          "templates/tenant-pod-policy.yaml").stdout
     # the chart's aggregated roles and its tenant pod policy, as `helm install` leaves them (the operator here runs
@@ -155,7 +161,7 @@ def fleet(cluster, operator):
         for tenant in tenants:  # through `edit` alone, once the chart's roles are aggregated into it
             wait_for(lambda t=tenant: once_allowed(lambda: t.custom.list_namespaced_custom_object(
                 GROUP, VERSION, t.namespace, "trainingjobs")) is not None, 30, f"{tenant.name} may list its jobs")
-        yield Fleet(sim, cluster.api, *tenants)
+        yield Fleet(sim, cluster.api, *tenants, allowed_class)
     finally:
         for namespace in namespaces:
             for call in (lambda n=namespace: custom.delete_cluster_custom_object(GROUP, VERSION, "gpuqueues", n),
@@ -393,3 +399,103 @@ def test_a_spec_nested_past_what_the_operator_reads_stops_nothing(fleet, cluster
             assert "spec: nests deeper than 64 levels" in said()[1], said()
     finally:  # by name: a list of these jobs is past the Python client's decoder
         cluster.kubectl("delete", "trainingjobs.superpod.dev", *depths, "-n", a.namespace, "--ignore-not-found")
+
+
+def test_a_bound_pods_runtime_limit_is_fixed_and_its_gang_keeps_it_past_a_leader_change(fleet, operator):
+    """M1 of the DRA review: a tenant removed or raised the runtime limit on its bound pods, and after a leader change
+    the gang ran without one. The policy refuses the edit, and any write of what the gang was bound with (its binding
+    writes it); a new leader stops the gang at the limit it was bound with, though an admin (exempt) removed it."""
+    a, limit = fleet.a, 30
+    a.core.create_namespaced_pod(a.namespace, gang_pod("limited", fleet.sim, 8, annotations={MAX_RUNTIME: str(limit)}))
+    bound = wait_for(lambda: (p := a.pod("limited")).spec.node_name and p, 30, "limited bound")
+    assert json.loads(bound.metadata.annotations[BOUND_WITH]) == {"maxRuntimeSeconds": limit}, "written by its binding"
+
+    def annotate(key: str, value: str | None, api: client.ApiClient = a.api):
+        return lambda: client.CoreV1Api(api).patch_namespaced_pod("limited", a.namespace, {
+            "metadata": {"annotations": {key: value}}})
+    for value in (None, "999999"):
+        assert "runtime limit is fixed" in refused(annotate(MAX_RUNTIME, value), 422)
+    for value in (None, json.dumps({"maxRuntimeSeconds": 999999})):
+        assert f"{BOUND_WITH} says what a pod gang was bound with" in refused(annotate(BOUND_WITH, value), 422)
+    assert not [c for c in a.pod("limited").status.conditions or [] if c.type == "DisruptionTarget"], \
+        "the dangerous moment: the leader goes before the limit comes"
+    operator.kill()
+    try:
+        annotate(MAX_RUNTIME, None, fleet.admin)()
+    finally:
+        operator.start()
+
+    def stopped() -> str:
+        events = a.core.list_namespaced_event(a.namespace, field_selector="involvedObject.name=limited").items
+        return next((e.message for e in events if e.reason == "MaxRuntimeExceeded"), "")
+    said = wait_for(stopped, limit + 90, "the new leader stopping the gang at its limit")
+    assert f"{MAX_RUNTIME} {limit} reached" in said, said
+    assert_the_fleet_holds(fleet, "limit")
+
+
+def test_no_container_of_a_tenants_pod_sets_what_the_container_toolkit_hands_gpus_out_by(fleet):
+    """L3 of the DRA review: a pod asking for no GPUs, with NVIDIA_VISIBLE_DEVICES=all and a GPU node in spec.nodeName,
+    sees every GPU there where the container toolkit honours the variable; so would an ephemeral container, added
+    through pods/ephemeralcontainers (kubectl debug: granted to the tenant here, as clusters that let tenants debug
+    their pods do)."""
+    a = fleet.a
+    node = client.CoreV1Api(fleet.admin).list_node(label_selector=f"{SIM_LABEL}={fleet.sim}").items[0].metadata.name
+    words = "a container may not set NVIDIA_VISIBLE_DEVICES nor NVIDIA_DRIVER_CAPABILITIES"
+
+    def cpu_pod(name: str, where: str = "containers", **container) -> dict:
+        spec: dict = {"nodeName": node, "restartPolicy": "Never", "containers": [{"name": "main", "image": "cuda"}]}
+        spec.setdefault(where, []).append({"name": "peek", "image": "cuda", **container})
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+    attempts = [("NVIDIA_VISIBLE_DEVICES", {"value": "all"}, "containers"),
+                ("NVIDIA_VISIBLE_DEVICES", {"valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}}, "containers"),
+                ("NVIDIA_DRIVER_CAPABILITIES", {"value": "all"}, "containers"),
+                ("NVIDIA_VISIBLE_DEVICES", {"value": "all"}, "initContainers")]
+    for variable, source, where in attempts:
+        body = cpu_pod("peek", where, env=[{"name": variable, **source}])
+        assert words in refused(lambda b=body: a.core.create_namespaced_pod(a.namespace, b), 422)
+    a.core.create_namespaced_pod(a.namespace, cpu_pod("debuggee"))
+    rbac = client.RbacAuthorizationV1Api(fleet.admin)
+    rbac.create_namespaced_role(a.namespace, {"metadata": {"name": "debug"}, "rules": [
+        {"apiGroups": [""], "resources": ["pods/ephemeralcontainers"], "verbs": ["patch", "update"]}]})
+    rbac.create_namespaced_role_binding(a.namespace, {
+        "metadata": {"name": "debug"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "debug"},
+        "subjects": [{"kind": "ServiceAccount", "name": "tenant", "namespace": a.namespace}]})
+    try:
+        def debug(name: str, **container):
+            return lambda: a.core.patch_namespaced_pod_ephemeralcontainers("debuggee", a.namespace, {"spec": {
+                "ephemeralContainers": [{"name": name, "image": "cuda", **container}]}})
+        wait_for(lambda: once_allowed(debug("debug")) is not None, 30, "the tenant may debug its pods")
+        assert words in refused(debug("debug-all", env=[{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]), 422)
+        assert [c.name for c in a.pod("debuggee").spec.ephemeral_containers] == ["debug"]
+    finally:
+        rbac.delete_namespaced_role_binding("debug", a.namespace)
+        rbac.delete_namespaced_role("debug", a.namespace)
+    assert_the_fleet_holds(fleet, "toolkit")
+
+
+def test_a_pod_kube_scheduler_places_names_only_a_priority_class_the_chart_allows(fleet):
+    """L3 of the DRA review: a pod asking for no GPUs, of a high PriorityClass and with an affinity to a GPU node, has
+    kube-scheduler preempt other tenants' GPU pods there, past every queue. The chart allows tenants' pods only the
+    classes it lists (here one that preempts nothing); pods for this scheduler may name any."""
+    a, scheduling = fleet.a, client.SchedulingV1Api(fleet.admin)
+    high = f"{a.namespace}-high"
+    scheduling.create_priority_class({"metadata": {"name": high}, "value": 1_000_000})
+    scheduling.create_priority_class({"metadata": {"name": fleet.allowed_class}, "value": 1_000_000,
+                                      "preemptionPolicy": "Never"})
+    try:
+        def cpu_pod(name: str, priority_class: str) -> dict:
+            return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {
+                "priorityClassName": priority_class, "nodeSelector": {SIM_LABEL: fleet.sim},
+                "restartPolicy": "Never", "containers": [{"name": "main", "image": "trainer"}]}}
+        said = refused(lambda: a.core.create_namespaced_pod(a.namespace, cpu_pod("preemptor", high)), 422)
+        assert "may name only the PriorityClasses the cluster's admins allow" in said, said
+        a.core.create_namespaced_pod(a.namespace, cpu_pod("patient", fleet.allowed_class))
+        ranked = gang_pod("ranked", "no-such-cluster", 8)  # matches no node: it waits, and holds nothing
+        ranked["spec"]["priorityClassName"] = high
+        a.core.create_namespaced_pod(a.namespace, ranked)
+        assert a.pod("ranked").spec.priority == 1_000_000
+    finally:
+        for name in (high, fleet.allowed_class):
+            scheduling.delete_priority_class(name)
+    assert_the_fleet_holds(fleet, "priority")

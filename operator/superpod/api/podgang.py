@@ -6,16 +6,20 @@ alone. Topology comes from the annotations superpod.dev/topology-required, -pref
 slice-required, as in a TrainingJob's spec.topology; ranks from superpod.dev/rank, else a JobSet's job index and the
 Job completion index (or a StatefulSet's pod index), else the pod name. The gang's members must agree on everything
 placement reads but their requests: each is booked at its own (an MPIJob's launcher beside its workers). The runtime
-limit a gang asks for: the annotation superpod.dev/max-runtime-seconds, whole seconds."""
+limit a gang asks for: the annotation superpod.dev/max-runtime-seconds, whole seconds. What a gang was bound with
+(BOUND_WITH) is the operator's: written by each binding, it is read back by every leader, whatever the tenant edited
+since."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from superpod.api.claims import ClaimSource, claiming, read_pod_claims
 from superpod.api.convert import affinity_of, describe, resources_of, submitted_at, tolerations_of
 from superpod.api.manifests import MAX_RUNTIME
 from superpod.api.resources import ConvertError, pod_requests
+from superpod.api.times import rfc3339, timestamp
 from superpod.core.gang_key import POD, POD_GANG, GangKey
 from superpod.core.request import PRODUCT_LABEL, JobRequest, Requests, gpu_units
 
@@ -33,6 +37,9 @@ TOPOLOGY = {"required": "superpod.dev/topology-required", "preferred": "superpod
 # of this type in its first pod's status: only the operator writes it (pods/status is not a tenant's to write).
 NOMINATED = "superpod.dev/Nominated"
 MAX_NOMINATED = 4096  # nodes or victims a nomination may name: more is not one the operator wrote
+# What a gang was bound with (BoundWith, as JSON), on each pod the operator binds: the binding writes it, and the
+# chart's admission policy keeps it the operator's (api/admission.py)
+BOUND_WITH = "superpod.dev/bound-with"
 
 
 @dataclass(frozen=True)
@@ -138,6 +145,44 @@ def max_runtime_of(key: GangKey, pods: list[dict]) -> int | None:
                            f"its pods disagree: {which}")
     value = next(iter(said), None)
     return int(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class BoundWith:
+    """What a pod gang was bound with: the runtime limit it asked for when first bound (None: none), and when it
+    first started, once it had (a pod bound later, in place of one gone, carries the start of the gang it joins)."""
+
+    max_runtime: int | None
+    first_start: float | None = None
+
+    def text(self) -> str:
+        said: dict = {"maxRuntimeSeconds": self.max_runtime}
+        if self.first_start is not None:
+            said["firstStartTime"] = rfc3339(self.first_start)
+        return json.dumps(said, sort_keys=True, separators=(",", ":"))
+
+
+def bound_with_of(pods: list[dict]) -> BoundWith | None:
+    """What the gang's pods say it was bound with (BOUND_WITH): the least limit and the earliest start among them
+    (each binding copies the gang's: they agree); None when none says it (bound before it was recorded)."""
+    found = [said for pod in pods if (said := _bound_with(pod)) is not None]
+    if not found:
+        return None
+    return BoundWith(min((f.max_runtime for f in found if f.max_runtime is not None), default=None),
+                     min((f.first_start for f in found if f.first_start is not None), default=None))
+
+
+def _bound_with(pod: dict) -> BoundWith | None:
+    """A pod's BOUND_WITH, None when it has none or it does not read (not the operator's)."""
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(BOUND_WITH)
+    try:
+        said = json.loads(text) if isinstance(text, str) else None
+        seconds, started = said.get("maxRuntimeSeconds"), said.get("firstStartTime")
+        if seconds is not None and (type(seconds) is not int or seconds < 1):
+            raise ValueError(seconds)
+        return BoundWith(seconds, timestamp(started) if started is not None else None)
+    except (ValueError, AttributeError):
+        return None
 
 
 def gang_request(key: GangKey, pods: list[dict], extra_selector: tuple[tuple[str, str], ...] = (),

@@ -79,6 +79,7 @@ class BindPods:
 
     gang: GangKey
     bindings: tuple[tuple[str, str, str], ...]  # (namespace/name, uid, node)
+    annotations: tuple[tuple[str, str], ...] = ()  # written on each pod by its binding
 
 
 @dataclass(frozen=True)

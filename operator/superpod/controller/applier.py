@@ -301,7 +301,7 @@ class Applier:
             self._check()
             namespace, name = key.split("/", 1)
             try:
-                await self.api.bind(namespace, name, uid, node)
+                await self.api.bind(namespace, name, uid, node, dict(step.annotations))
                 self.bindings[key] = (uid, "ok")
             except NotLeader:
                 raise

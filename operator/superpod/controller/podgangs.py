@@ -25,10 +25,13 @@ from typing import Any
 from superpod.api.convert import pod_from_k8s
 from superpod.api.models import Nomination, TrainingJobSpec
 from superpod.api.podgang import (
+    BOUND_WITH,
     GANG_SIZE,
     MAX_NOMINATED,
     NOMINATED,
     TOPOLOGY,
+    BoundWith,
+    bound_with_of,
     gang_request,
     gang_size,
     grouping,
@@ -131,12 +134,13 @@ class GangView:
     def fault(self, what: str, now: float) -> Plan:
         return Plan(f"error:{self.key.text}", [self.emit("Warning", Reason.INTERNAL_ERROR, what)])
 
-    def bind(self, assignments: dict[str, list[int]]) -> Plan:
+    def bind(self, assignments: dict[str, list[int]], bound_with: BoundWith) -> Plan:
         nodes = {index: node for node, ranks in assignments.items() for index in ranks}  # member i: slot i
         bindings = tuple((_key(pod), pod["metadata"].get("uid") or "", nodes[i]) for i, pod in enumerate(self.members))
         said = (f"bound {len(bindings)} pod(s) of gang {self.key} to {len(assignments)} node(s): "
                 f"{', '.join(sorted(assignments)[:8])}{' ...' if len(assignments) > 8 else ''}")
-        return Plan(self.key, [BindPods(self.key, bindings), self.emit("Normal", "Scheduled", said)])
+        return Plan(self.key, [BindPods(self.key, bindings, ((BOUND_WITH, bound_with.text()),)),
+                               self.emit("Normal", "Scheduled", said)])
 
     def emit(self, kind: str, reason: str, message: str) -> Emit:
         return Emit(pod_ref(self.members[0]), kind, str(reason), message)
@@ -185,6 +189,7 @@ class PodGangs:
         self.were_on: dict[str, dict[str, str]] = {}
         self.claims = Claims()  # the DRA claims of the pods it binds: allocated before they are bound
         self.claimed_gpus: dict[GangKey, float] = {}  # gang key -> GPUs each of its pods claimed when it was bound
+        self.started: dict[GangKey, float] = {}  # gang key -> the earliest start seen of its pods while it is bound
 
     def verdict(self, state: ClusterState, key: str, now: float) -> tuple[GangView | None, Plan | None, str]:
         """A gang whose pods may have changed: ready to place (its view), or why it waits (a plan telling its pods,
@@ -300,8 +305,9 @@ class PodGangs:
     def bind(self, state: ClusterState, view: GangView, assignments: dict[str, list[int]], now: float,
              devices: DeviceBook | None = None) -> Plan:
         """The bindings of a placed gang, after its claims' allocations (booked in `devices` when it was placed);
-        its pods are assumed on their nodes until they are observed bound."""
-        plan = view.bind(assignments)
+        its pods are assumed on their nodes until they are observed bound. Each pod is bound with what the gang
+        is bound with (BOUND_WITH)."""
+        plan = view.bind(assignments, self._bound_with(state, view))
         if isinstance(view.request, JobRequest) and view.request.claiming:
             booked = (devices.booked.get(view.key.text) if devices else None) or {}
             allocated = {rank: pods[j] for node, ranks in assignments.items() if (pods := booked.get(node))
@@ -430,10 +436,32 @@ class PodGangs:
         """The gang's pods that hold their nodes (bound, not finished, not being deleted), by pod key."""
         return self._bound(state, key)
 
-    def first_start(self, state: ClusterState, key: str) -> float | None:
-        """When the first of the gang's bound pods started (its runtime limit runs from then); None: none has."""
-        return min((state.pods[_key(pod)].run.start for pod in self._bound(state, key)
-                    if state.pods[_key(pod)].run.start is not None), default=None)
+    def first_start(self, state: ClusterState, key: GangKey) -> float | None:
+        """When the gang first started (its runtime limit runs from then): the first start of its bound pods, of
+        those they say the gang had when they were bound (BOUND_WITH), and of those seen since it was bound (gone
+        since); None: none has. Bound pods made again one by one never move it later."""
+        pods = self._bound(state, key)
+        said = bound_with_of(pods)
+        starts = [start for pod in pods if (start := state.pods[_key(pod)].run.start) is not None]
+        starts += [start for start in (said.first_start if said else None, self.started.get(key)) if start is not None]
+        if not starts:
+            return None
+        self.started[key] = min(starts)
+        return self.started[key]
+
+    def _bound_with(self, state: ClusterState, view: GangView) -> BoundWith:
+        """What the gang's pods are bound with: a gang some of whose pods are bound keeps what they were bound with
+        (else what they ask: the chart's admission policy fixes it once they are bound), with its first start; the
+        others, what their pods ask."""
+        bound = self._bound(state, view.key)
+        said = bound_with_of(bound)
+        if said is not None:
+            return replace(said, first_start=self.first_start(state, view.key))
+        try:
+            asked = max_runtime_of(view.key, bound or list(view.members))
+        except ConvertError:  # (bound pods whose annotation an admin edited since)
+            asked = max_runtime_of(view.key, list(view.members))
+        return BoundWith(asked, self.first_start(state, view.key) if bound else None)
 
     def _bound(self, state: ClusterState, key: str) -> list[dict]:
         return [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
@@ -483,12 +511,16 @@ class PodGangs:
                     known = self._placed[key] = (stamp, None)
             if known[1] is not None:
                 out.append(known[1])
+            else:  # (none of its pods holds a node: a gang bound again starts anew)
+                self.started.pop(key, None)
         for key in self._placed.keys() - state.gang_keys:
             del self._placed[key]
         for key in self.were_on.keys() - state.gang_keys:
             del self.were_on[key]
         for key in self.claimed_gpus.keys() - state.gang_keys:
             del self.claimed_gpus[key]
+        for key in self.started.keys() - state.gang_keys:
+            del self.started[key]
         for key in self.admitted.keys() - state.gang_keys:
             del self.admitted[key]
             self._told.discard(key)
@@ -496,7 +528,8 @@ class PodGangs:
 
     def _as_admitted(self, state: ClusterState, request: JobRequest, bound: list[dict]) -> JobRequest:
         """A bound gang's request, in the queue it was bound under (remembered from the binding, else as its pods say:
-        a new leader takes what the labels say then), with the GPUs its pods claim (remembered from the binding, else
+        a new leader takes what the labels say then, and counts it in its namespace's queue when they name one that
+        does not take it: QueueTree.counted), with the GPUs its pods claim (remembered from the binding, else
         as their templates say now)."""
         if any((pod.get("spec") or {}).get("resourceClaims") for pod in bound):
             held = state.dra.gpus_of((pod["metadata"].get("uid") or "" for pod in bound), whole=True)

@@ -118,9 +118,10 @@ class ClusterAPI(Protocol):
         """Strategic merge patch of the status subresource (a pod's conditions merge by type)."""
         ...
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(self, namespace: str, name: str, uid: str, node: str,
+                   annotations: dict[str, str] | None = None) -> None:
         """POST the pod's binding subresource, as kube-scheduler binds: only if it is still the pod with that uid
-        and not bound yet (409 otherwise)."""
+        and not bound yet (409 otherwise). The binding's `annotations` are written on the pod with its node."""
         ...
 
     async def delete(self, kind: Kind, name: str, namespace: str | None = None, uid: str | None = None,

@@ -104,8 +104,12 @@ class KubeAPI:
         return await self._request("PATCH", _path(kind, namespace, name, "status"), patch,
                                    content_type=STRATEGIC_PATCH)
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
+    async def bind(self, namespace: str, name: str, uid: str, node: str,
+                   annotations: dict[str, str] | None = None) -> None:
+        meta = {"name": name, "namespace": namespace, "uid": uid}
+        if annotations:
+            meta["annotations"] = annotations
+        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         await self._request("POST", _path(PODS, namespace, name, "binding"), body)
 

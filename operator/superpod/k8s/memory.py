@@ -247,7 +247,8 @@ class MemoryClient:
         self.store._log(self.writer, "patch-status", kind, key)
         return _answer(out, lose)
 
-    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+    async def bind(self, namespace: str, name: str, uid: str, node: str,
+                   annotations: dict[str, str] | None = None) -> None:
         await self._send()
         key = f"{namespace}/{name}"
         lose = self.store._check_fault("bind", PODS, key, self.writer)
@@ -260,6 +261,8 @@ class MemoryClient:
                            f"already assigned to node \"{cur['spec']['nodeName']}\"")
         new = _clone(cur)
         new["spec"]["nodeName"] = node
+        if annotations:  # merged in, as the API server merges a binding's
+            new["metadata"]["annotations"] = {**(new["metadata"].get("annotations") or {}), **annotations}
         conditions = [c for c in (new.get("status") or {}).get("conditions") or [] if c.get("type") != "PodScheduled"]
         new.setdefault("status", {})["conditions"] = [*conditions, {"type": "PodScheduled", "status": "True"}]
         self.store._store(PODS, new, "update")

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from superpod.api.convert import queue_from_k8s
+from superpod.api.manifests import MAX_RUNTIME
 from superpod.api.resources import ConvertError
 from superpod.api.times import timestamp
 from superpod.core.estimates import LIMIT_GRACE
@@ -232,3 +233,40 @@ def test_a_gang_stopped_at_its_limit_gets_the_limit_grace_not_its_pods_own_and_i
     run_until(c, started(c, "stubborn") + 30)
     assert c.status("stubborn")["reason"] == "MaxRuntimeExceeded"
     assert c.store.peek(PODS, pod_key)["metadata"]["deletionGracePeriodSeconds"] == LIMIT_GRACE
+
+
+@pytest.mark.parametrize("edited", [None, "999999"], ids=["removed", "raised"])
+def test_a_bound_gangs_limit_outlives_the_leader_whatever_its_pods_say_since(edited):
+    """M1 of the DRA review: the tenant removed (or raised) the annotation on its bound pods, and after a leader change
+    the gang ran without its limit. What a gang was bound with is recorded by its binding, where no tenant writes."""
+    c = MemoryCluster(nodes=4)
+    create(c, limited("g-0", "g", "600"), limited("g-1", "g", "600"))
+    c.settle(3)
+    assert stored(c, "g-0")["spec"]["nodeName"]
+    first = min(timestamp(stored(c, f"g-{i}")["status"]["startTime"]) for i in range(2))
+    for i in range(2):  # what the chart's admission policy refuses; the in-memory API does not
+        run(c.admin.patch(PODS, f"g-{i}", {"metadata": {"annotations": {MAX_RUNTIME: edited}}}, "team-a"))
+    run_until(c, first + 100)
+    c.start("op-2")  # a new leader
+    run_until(c, first + 599)
+    assert disruption(c, "g-0") is None, "not before its limit"
+    run_until(c, first + 600)
+    assert "superpod.dev/max-runtime-seconds 600 reached" in disruption(c, "g-0")["message"]
+
+
+def test_a_bound_gangs_first_start_outlives_the_leader_though_its_pods_are_made_again_one_by_one():
+    """M1 of the DRA review: a gang's first start was kept only in the leader's memory; its members deleted and made
+    again one by one started later, and after a leader change its limit ran from the last of them."""
+    c = MemoryCluster(nodes=4)
+    create(c, limited("g-0", "g", "600"), limited("g-1", "g", "600"))
+    c.settle(3)
+    first = min(timestamp(stored(c, f"g-{i}")["status"]["startTime"]) for i in range(2))
+    for i, moment in ((0, first + 100), (1, first + 200)):
+        run_until(c, moment)
+        c.store.delete_now(PODS, f"team-a/g-{i}")  # its owner makes it again, as a Job or a StatefulSet does
+        create(c, limited(f"g-{i}", "g", "600"))
+        c.settle(3)
+        assert timestamp(stored(c, f"g-{i}")["status"]["startTime"]) > moment, "the dangerous moment: it starts anew"
+    c.start("op-2")  # a new leader
+    run_until(c, first + 600)
+    assert "superpod.dev/max-runtime-seconds 600 reached" in disruption(c, "g-0")["message"]

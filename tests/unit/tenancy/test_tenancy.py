@@ -186,6 +186,9 @@ def test_a_bound_pod_gang_relabelled_to_a_queue_that_does_not_exist_still_counts
     c.settle(4)
     assert stored(c, "first")["spec"].get("nodeName") and not stored(c, "second")["spec"].get("nodeName")
     assert [reason for reason, _ in c.events("first")].count("QueueRelabelled") == 1, "the relabel is told once"
+    c.start("op-2")  # M1 of the DRA review: a new leader reads the labels; a queue not taking the namespace is not its
+    c.settle(4)
+    assert not stored(c, "second")["spec"].get("nodeName"), "8 + 8 GPUs > the limit of 8, after a leader change too"
 
 
 @pytest.mark.parametrize("route", ["reserved", "min-runtime"])
