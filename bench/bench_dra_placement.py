@@ -1,5 +1,6 @@
 """Placement with DRA devices beside the same cluster with extended resources: dgx-h100 nodes publishing their eight
-GPUs as NVIDIA-style ResourceSlices (claims of 8 GPUs by productName per pod) or as nvidia.com/gpu (8 per pod).
+GPUs as NVIDIA-style ResourceSlices (claims of 8 GPUs by productName per pod) or as nvidia.com/gpu (8 per pod), or
+both (DRA pooled: the same claims on nodes whose nvidia.com/gpu and devices are one pool, core/model.Snapshot._pool).
 Prints, per cluster size, the medians over --repeats of: building the device book from the slices, one placement of
 a 16-pod gang on the empty cluster, and a cycle that places and books --gangs such gangs one after another; and the
 same for one-node gangs of 4 pods, each claiming 1 GPU of its own and all sharing a claim of 4, beside 4 pods each
@@ -52,7 +53,7 @@ def claim(count: int):
         "deviceClassName": "gpu.nvidia.com", "count": count}}]}}, "bench")
 
 
-MODES = ("extended", "DRA", "DRA shared", "DRA node")
+MODES = ("extended", "DRA", "DRA pooled", "DRA shared", "DRA node")
 
 
 def request(mode: str, i: int):
@@ -60,7 +61,7 @@ def request(mode: str, i: int):
     their own 1 (DRA shared), or each claiming 2 (DRA node)."""
     if mode == "extended":
         return make_request("ns", f"g{i}", 16, {"pods": 1, "nvidia.com/gpu": 8}, required="leaf")
-    if mode == "DRA":
+    if mode in ("DRA", "DRA pooled"):
         return make_request("ns", f"g{i}", 16, {"pods": 1}, required="leaf", claims=(CLAIM,), claimed_gpus=8)
     if mode == "DRA shared":
         return make_request("ns", f"g{i}", 4, {"pods": 1}, claims=(claim(1),), claimed_gpus=1, shared=(claim(4),),
@@ -77,7 +78,7 @@ def run(nodes, slice_objs, labels, mode: str, gangs: int) -> tuple[float, float,
         slices, _ = read_slices(slice_objs)
         book = DeviceBook(slices, classes, set(), labels)
         gpu_free = [replace(n, allocatable={k: v for k, v in n.allocatable.items() if k != "nvidia.com/gpu"})
-                    for n in nodes]
+                    for n in nodes] if mode != "DRA pooled" else nodes  # (pooled: nvidia.com/gpu too, one pool)
     booked = time.perf_counter()
     snap = Snapshot(gpu_free if dra else nodes, topology())
     if dra:
@@ -86,7 +87,7 @@ def run(nodes, slice_objs, labels, mode: str, gangs: int) -> tuple[float, float,
     def job(i: int):
         return request(mode, i)
 
-    if mode.startswith("DRA ") and gangs:
+    if mode in ("DRA shared", "DRA node") and gangs:
         gangs *= 16
     start_place = time.perf_counter()
     first = place(snap, job(0))

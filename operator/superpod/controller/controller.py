@@ -216,6 +216,27 @@ class Controller:
         turn.plans += self._guarded("limits", lambda: self._gang_limits(
             [key for key in due if key.of_pods], turn.now), [])
         turn.plans += self.room.gangs.stop_incomplete(self.state, turn.now, turn.touched)
+        turn.plans += self._guarded("claims", lambda: self._devices_taken_twice(turn.now), [])
+
+    def _devices_taken_twice(self, now: float) -> list[Plan]:
+        """A bound pod gang whose claim holds a device an earlier claim holds (DraStore.taken_before: kube-scheduler
+        gave the earlier one to a TrainingJob's replica while this operator's view had it free) is evicted, as a
+        TrainingJob's replica in its place is stopped (judge): its owner makes it again, placed anew."""
+        plans, gangs = [], self.room.gangs
+        for claim_key, (device, earlier) in sorted(self.state.dra.taken_twice.items()):
+            claim = self.state.dra.claims.get(claim_key)
+            namespace = claim_key.split("/", 1)[0]
+            for consumer in ((claim or {}).get("status") or {}).get("reservedFor") or ():
+                key = self.state.dra.gang_of_pod(f"{namespace}/{consumer.get('name')}") if isinstance(
+                    consumer, dict) else None
+                if key is None or not key.of_pods:
+                    continue
+                why = (f"claim {claim_key} was given device {device[2]} of pool {device[1]}, which the earlier claim "
+                       f"{earlier} holds: evicted, to be placed again")
+                if plan := gangs.drain(self.state, key, why, now, Reason.DEVICE_TAKEN_TWICE):
+                    plans.append(plan)
+                break
+        return plans
 
     def _sort_waiting(self, turn: Turn) -> None:
         """4. Sort the jobs that are not placed: ready to schedule, held back, Invalid."""

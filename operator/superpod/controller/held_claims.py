@@ -33,7 +33,7 @@ def replica_units(state: ClusterState, view: JobView, pod_uid: str) -> float:
     if not claiming(view):
         return view.units
     request = view.request
-    return gpu_units(request.requests) + max(request.claimed_per_member, state.dra.gpus_of([pod_uid]))
+    return gpu_units(request.requests) + max(request.claimed_per_member, state.dra.member_gpus(pod_uid, view.replicas))
 
 
 def counted(state: ClusterState, gang: tuple) -> JobRequest:
@@ -42,11 +42,11 @@ def counted(state: ClusterState, gang: tuple) -> JobRequest:
     request, uid, attempt, _ = gang
     if not request.claiming:
         return request
-    held = max((state.dra.gpus_of([pod.uid]) for pod in state.pods_of(request.key)
+    held = max((state.dra.member_gpus(pod.uid, request.size) for pod in state.pods_of(request.key)
                 if pod.owner == uid and pod.attempt == attempt), default=0.0)
     if held <= request.claimed_per_member + SLACK:
         return request
-    return replace(request, claimed_gpus=held, shared_gpus=0.0)
+    return replace(request, claimed_gpus=held - request.shared_gpus / request.size)
 
 
 def fault(state: ClusterState, view: JobView, pods: Iterable[PodInfo]) -> tuple[str, str] | None:
@@ -58,14 +58,14 @@ def fault(state: ClusterState, view: JobView, pods: Iterable[PodInfo]) -> tuple[
     admitted = view.request.claimed_per_member
     for pod in sorted(pods, key=lambda p: p.index if p.index is not None else -1):
         for claim in state.dra.reserved_for(pod.uid):
-            if (device := state.dra.taken_before(claim)) is not None:
+            if (twice := state.dra.taken_before(claim)) is not None:
                 name = f"{claim['metadata'].get('namespace')}/{claim['metadata'].get('name')}"
                 return Reason.DEVICE_TAKEN_TWICE, (
-                    f"replica {pod.index}'s claim {name} was given device {device[2]} of pool {device[1]}, which an "
-                    "earlier claim holds: stopped, and placed again")
+                    f"replica {pod.index}'s claim {name} was given device {twice[0][2]} of pool {twice[0][1]}, which "
+                    f"the earlier claim {twice[1]} holds: stopped, and placed again")
         specs = tuple(spec for claim in state.dra.owned_by(pod.uid) if (spec := _read(claim)) is not None)
         asked = claimed_gpus(specs, state.dra.worth)
-        held = state.dra.gpus_of([pod.uid])
+        held = state.dra.member_gpus(pod.uid, view.replicas)
         most = max(asked, held)
         if most > admitted + SLACK:
             what = "hold" if held >= asked else "ask for"

@@ -351,8 +351,8 @@ class PodGangs:
             gpus = request.total_units
             least, ran = min_runtime(request), now - started
             protected = f"it has run {ran:.0f}s of its queue's minRuntimeSeconds {least}" if ran < least else ""
-            devices = state.dra.devices_of(state.pods[k].uid for k in pods if k in state.pods) if request.claims \
-                else frozenset()
+            devices = state.dra.devices_of(state.pods[k].uid for k in pods if k in state.pods) \
+                if request.claiming or request.claimed_gpus else frozenset()  # (bound: read without its claims)
             out.append(Running(request, gpus, gpus * max(0.0, ran), tuple(pods), protected, devices))
         return out
 

@@ -369,10 +369,18 @@ class Snapshot:
             key, taken = f"{POOLED}{self.nodes[i].name}", 0
             if i in self.pooled and self.devices is not None:
                 taken = math.ceil(self.devices.gpus_taken(self.nodes[i].name) - 1e-9)
+            held = self.pods.get(key)
+            if held is not None and held.requests == ((GPU, taken),):
+                continue  # (unchanged: every view's aggregates stay as they are)
             if taken:
                 self.add_pod(Pod(key, self.nodes[i].name, ((GPU, taken),)))
             else:
                 self.remove_pod(key)
+
+    def repool(self, names: Iterable[str]) -> None:
+        """Book the one pool again on these nodes (those pooled among them), after their devices were freed or
+        taken outside `assume` and `forget` (a trial without a preemption's victims)."""
+        self._pool(i for name in names if (i := self.index.get(name)) in self.pooled)
 
     def published_gpus(self, name: str) -> tuple[float, tuple[DeviceID, ...]]:
         """The GPUs node `name`'s own DRA devices are (core/dra/units.device_units), and those devices: read once

@@ -88,6 +88,7 @@ def choose(snap: Snapshot, job: JobRequest, candidates: list[Victim], exclude_no
     on_node: dict[int, list[tuple[Victim, tuple, int]]] = {}  # node -> (candidate, a pod's requests, its primary)
     pods, index, primary, amounts = snap.pods, snap.index, solver.primary, {}
     for victim in candidates:
+        pooled = _pooled_gpus(snap, victim) if primary == GPU else {}
         for key in victim.pods:
             if (pod := pods.get(key)) is not None and (i := index.get(pod.node)) is not None:
                 amount = amounts.get(pod.requests)
@@ -96,7 +97,7 @@ def choose(snap: Snapshot, job: JobRequest, candidates: list[Victim], exclude_no
                 entries = on_node.get(i)
                 if entries is None:
                     entries = on_node[i] = []
-                entries.append((victim, pod.requests, amount))
+                entries.append((victim, pod.requests, amount + pooled.pop(i, 0)))
     best: tuple[tuple, list[Victim]] | None = None
     exact = True  # every domain searched to the end
     for bound, domain in _ranked(solver, domains, on_node, usable):
@@ -113,6 +114,18 @@ def choose(snap: Snapshot, job: JobRequest, candidates: list[Victim], exclude_no
     if placement is None and job.others:  # its other members found no room: free room as if each took the largest
         return choose(snap, job.at_largest(), candidates, exclude_nodes, budget, limits, place)
     return Preemption(tuple(sorted(best[1], key=lambda v: v.key)), placement, exact) if placement else None
+
+
+def _pooled_gpus(snap: Snapshot, victim: Victim) -> dict[int, int]:
+    """Node -> GPUs the victim's claims hold there, on the nodes whose nvidia.com/gpu they are too (Snapshot._pool):
+    what evicting it frees of their nvidia.com/gpu."""
+    if not victim.devices or snap.devices is None or not snap.pooled:
+        return {}
+    out = {}
+    for name in {device[1] for device in victim.devices}:
+        if (i := snap.index.get(name)) in snap.pooled:
+            out[i] = int(snap.devices.gpus_within(name, victim.devices) + 1e-9)
+    return out
 
 
 def _domains(solver: Solver) -> list[int]:
@@ -198,13 +211,16 @@ def _place_without(snap: Snapshot, job: JobRequest, victims: list[Victim], exclu
     for pod in pods:
         snap.remove_pod(pod.key)
     freed = frozenset().union(*(victim.devices for victim in victims)) if snap.devices is not None else frozenset()
+    pools = {device[1] for device in freed}  # (a node's own devices are in the pool named after it)
     if freed:
         snap.devices.free(freed)
+        snap.repool(pools)
     try:
         return place(Solver(snap, job, exclude_nodes=exclude_nodes))
     finally:
         if freed:
             snap.devices.take(freed)
+            snap.repool(pools)
         for pod in pods:
             snap.add_pod(pod)
 
@@ -256,10 +272,15 @@ class Room:
         return sv.snap.ancestors[node][sv.slice_level]
 
     def _slots(self, node: int) -> int:
-        free, k = self.free[node], self.solver.replicas
+        free, k, snap = self.free[node], self.solver.replicas, self.solver.snap
+        book = snap.devices
+        pooled = node in snap.pooled and book is not None
         for r, v in self.requests:
-            k = min(k, max(free.get(r, 0), 0) // v)
-        book = self.solver.snap.devices
+            if not (pooled and r == GPU):
+                k = min(k, max(free.get(r, 0), 0) // v)
+        if pooled and (share := self.solver.pooled_share):  # the pool's GPUs: free ones and those the victims' give
+            gpus = free.get(GPU, 0) + book.gpus_within(snap.nodes[node].name, self.devices_freed.get(node, set()))
+            k = min(k, int(max(gpus, 0) / share + 1e-9))
         if self.solver.claiming and k and book is not None:
             k = book.slots_freeing(self.solver.snap.nodes[node].name, self.solver.claims, k,
                                    self.devices_freed.get(node, set()), self.solver.shared)
@@ -283,6 +304,8 @@ class Room:
             if free is None:
                 snap_free = self.solver.snap.free[node]
                 free = self.free[node] = {r: snap_free.get(r, 0) for r, _ in self.requests}
+                if node in self.solver.snap.pooled:
+                    free[GPU] = snap_free.get(GPU, 0)
             for r, amount in requests:
                 if r in free:
                     free[r] += sign * amount

@@ -5,9 +5,11 @@ node."""
 
 from __future__ import annotations
 
-from superpod.k8s.api import EVENTS, PODS
-from tests.unit.memory_cluster import training_job
+from superpod.k8s.api import EVENTS, PODS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES
+from tests.unit.dra.test_claims_past_admission import held, make_claims
+from tests.unit.memory_cluster import run, training_job
 from tests.unit.podgangs.test_pod_gang_claims import claiming, create_claiming, devices, dra_cluster
+from tests.unit.podgangs.test_pod_gangs import create, pod, stored
 
 
 def test_a_claiming_gang_is_not_placed_on_the_gpus_a_classic_job_holds():
@@ -51,3 +53,70 @@ def test_a_node_publishing_its_gpus_both_ways_is_warned_of_once():
               if e["reason"] == "GpusPublishedTwice"]
     assert sorted(name for name, _ in warned) == ["dgx-su01-n01", "dgx-su01-n02"], warned
     assert "advertises 8 nvidia.com/gpu and publishes its GPUs as DRA devices too" in warned[0][1]
+
+
+FOUR = {"devices": {"requests": [{"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 4}}]}}
+
+
+def test_a_pod_asking_both_ways_counts_both_in_the_pool():
+    """Found by review: the pool's bound divided a node's free nvidia.com/gpu by what a pod claims alone; two pods
+    each asking 4 nvidia.com/gpu and claiming 4 GPUs went to one 8-GPU node (16 booked on 8)."""
+    c = dra_cluster(1, nodes_per_unit=1)
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
+                                                "metadata": {"name": "four", "namespace": "team-a"},
+                                                "spec": {"spec": FOUR}}))
+    bodies = []
+    for i in range(2):
+        body = pod(f"m-{i}", "m", 2, gpus=4, index=i)
+        body["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "four"}]
+        bodies.append(body)
+    create(c, *bodies)
+    for body in bodies:
+        name = body["metadata"]["name"]
+        run(c.admin.create(RESOURCECLAIMS, {
+            "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+            "metadata": {"name": f"{name}-gpus", "namespace": "team-a", "ownerReferences": [
+                {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": stored(c, name)["metadata"]["uid"]}]},
+            "spec": FOUR}))
+        run(c.admin.patch_status(PODS, name, {"status": {"resourceClaimStatuses": [
+            {"name": "gpus", "resourceClaimName": f"{name}-gpus"}]}}, "team-a"))
+    c.settle(4)
+    assert not any(stored(c, f"m-{i}")["spec"].get("nodeName") for i in range(2)), "16 GPUs booked on 8"
+
+
+def claiming_job(name: str, priority: int) -> dict:
+    body = training_job(name, 1, gpus=None, priority=priority)
+    body["spec"]["resources"] = {}
+    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "eight"}]
+    return body
+
+
+def test_a_claiming_job_on_a_pooled_node_is_preempted_for_a_classic_one():
+    """Found by review: evicting a victim freed its devices in the book but not the node's pooled nvidia.com/gpu, so
+    nothing preempted a job whose claims held a pooled node."""
+    c = dra_cluster(1, nodes_per_unit=1)
+    c.submit(claiming_job("low", 0))
+    c.settle(3)
+    make_claims(c, True, "low")
+    c.settle(4)
+    assert c.decided("low")["phase"] in ("Starting", "Running") and held(c, "low") == 8, "the victim holds the node"
+    c.tick(300)
+    c.submit(training_job("urgent", 1, 8, priority=100))
+    c.settle(3)
+    assert c.decided("low")["phase"] == "Queued", c.decided("low")
+    assert c.decided("urgent")["phase"] in ("Starting", "Running"), c.decided("urgent")
+
+
+def test_a_claiming_pod_gang_is_preempted_by_priority():
+    """Found by review: a bound pod gang is read without its claims, so it was a victim that freed no device."""
+    c = dra_cluster(1, nodes_per_unit=1)
+    c.update_node("dgx-su01-n01", lambda n: [n["status"][k].pop("nvidia.com/gpu") for k in ("allocatable", "capacity")])
+    create_claiming(c, claiming("d-0", "d", 1, 0))
+    c.settle(4)
+    assert len(devices(c, "d-0")) == 8, "the victim's claim holds the node's devices"
+    c.tick(300)
+    c.submit(claiming_job("urgent", 100))
+    c.settle(6)
+    low = c.store.peek(PODS, "team-a/d-0")
+    assert low is None or low["metadata"].get("deletionTimestamp"), "the priority-0 gang is evicted"
+    assert c.decided("urgent")["reason"] != "NoRoom", c.decided("urgent")

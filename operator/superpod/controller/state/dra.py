@@ -179,10 +179,6 @@ class DraStore:
         """GPUs the claims reserved for the pods hold: what the devices allocated to them are
         (core/dra/units.device_units), a claim shared with other pods at its share (`whole`: in full, as a gang that
         uses it holds its devices while any of its pods does, whoever else leaves)."""
-        at, worth = self._device_gpus
-        if at != self.device_edits:
-            worth = {device.id: device_units(device) for s in self.slices.values() for device in s.devices}
-            self._device_gpus = (self.device_edits, worth)
         uids, total, seen = set(pod_uids), 0.0, set()
         for uid in uids:
             for claim in self.reserved_for(uid):
@@ -192,8 +188,26 @@ class DraStore:
                 seen.add(key)
                 consumers = [c for c in claim["status"]["reservedFor"] if isinstance(c, dict) and c.get("uid")]
                 share = 1.0 if whole else sum(c["uid"] in uids for c in consumers) / len(consumers)
-                total += share * sum(worth.get(device, 0.0) for device in allocated_devices([claim]))
+                total += share * self._held(claim)
         return total
+
+    def member_gpus(self, pod_uid: str, members: int) -> float:
+        """GPUs the claims reserved for a pod hold as a member of a gang of `members` counts them when admitted: its
+        own claims (made from its templates) in full, a claim it uses by name at a `members`-th (whoever else is
+        reserved on it yet: kube-scheduler reserves a shared claim for one pod at a time)."""
+        total = 0.0
+        for claim in self.reserved_for(pod_uid):
+            own = any(owner.get("uid") == pod_uid for owner in claim["metadata"].get("ownerReferences") or ())
+            total += self._held(claim) if own else self._held(claim) / max(members, 1)
+        return total
+
+    def _held(self, claim: dict) -> float:
+        """GPUs the devices allocated to `claim` are."""
+        at, worth = self._device_gpus
+        if at != self.device_edits:
+            worth = {device.id: device_units(device) for s in self.slices.values() for device in s.devices}
+            self._device_gpus = (self.device_edits, worth)
+        return sum(worth.get(device, 0.0) for device in allocated_devices([claim]))
 
     def devices_of(self, pod_uids: Iterable[str]) -> frozenset[DeviceID]:
         """The devices the pods' own claims hold: what evicting them frees."""
@@ -206,23 +220,36 @@ class DraStore:
             self._taken = allocated_devices(self.claims.values())
         return self._taken
 
-    def taken_before(self, claim: dict) -> DeviceID | None:
-        """A device `claim` holds that an earlier claim holds too (two allocators, or one that did not see the other's
-        write yet): kube-scheduler allocates TrainingJobs' claims, this operator pod gangs'. The earlier claim (by
-        creation, then name) keeps it. Devices that allow multiple allocations are left out."""
+    def taken_before(self, claim: dict) -> tuple[DeviceID, str] | None:
+        """A device `claim` holds that an earlier claim holds too, and that claim (namespace/name): two allocators
+        (kube-scheduler allocates TrainingJobs' claims, this operator pod gangs'), or one that did not see the other's
+        write yet. The earlier claim (by creation, then name) keeps it. Devices that allow multiple allocations are
+        left out."""
         if self._twice is None:
-            shared = {device.id for s in self.slices.values() for device in s.devices if device.multiple_allocations}
-            first: dict[DeviceID, tuple] = {}
             self._twice = {}
-            for key, held in sorted(((c["metadata"].get("creationTimestamp") or "", key), c)
-                                    for key, c in self.claims.items()):
-                for device in sorted(allocated_devices([held]) - shared):
-                    if device in first:
-                        self._twice.setdefault(key[1], device)
-                    else:
-                        first[device] = key
+            counts = Counter(device for c in self.claims.values() for device in allocated_devices([c]))
+            twice = {device for device, count in counts.items() if count > 1}
+            if twice:  # (rare: only then are the claims holding them ordered)
+                twice -= {device.id for s in self.slices.values() for device in s.devices
+                          if device.multiple_allocations}
+                first: dict[DeviceID, str] = {}
+                holders = sorted(((c["metadata"].get("creationTimestamp") or "", key), c)
+                                 for key, c in self.claims.items() if allocated_devices([c]) & twice)
+                for (_, key), held in holders:
+                    for device in sorted(allocated_devices([held]) & twice):
+                        if device in first:
+                            self._twice.setdefault(key, (device, first[device]))
+                        else:
+                            first[device] = key
         meta = claim["metadata"]
         return self._twice.get(f"{meta.get('namespace')}/{meta.get('name')}")
+
+    @property
+    def taken_twice(self) -> dict[str, tuple[DeviceID, str]]:
+        """Every claim holding a device an earlier claim holds (`taken_before`): claim -> (device, earlier claim)."""
+        if self._twice is None and self.claims:
+            self.taken_before(next(iter(self.claims.values())))
+        return self._twice or {}
 
     def book(self, labels: dict[str, dict[str, str]], in_flight: set[DeviceID]) -> DeviceBook | None:
         """A book of the devices as observed, with `in_flight` (allocations written, not yet observed) taken too;

@@ -48,8 +48,12 @@ class DeviceBook:
 
     def gpus_taken(self, node: str) -> float:
         """GPUs of the node's own devices that claims hold or this cycle booked."""
+        return self.gpus_within(node, self.taken)
+
+    def gpus_within(self, node: str, devices: set[DeviceID] | frozenset[DeviceID]) -> float:
+        """GPUs of the node's own devices among `devices`."""
         return sum(device_units(device) for s in self._local.get(node, ()) for device in s.devices
-                   if device.id in self.taken)
+                   if device.id in devices)
 
     def pools(self, node: str) -> list[Pool]:
         """The pools `node` sees (core/dra/model.node_pools, given every slice of the pools it meets)."""
