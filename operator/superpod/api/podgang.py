@@ -149,16 +149,20 @@ def max_runtime_of(key: GangKey, pods: list[dict]) -> int | None:
 
 @dataclass(frozen=True)
 class BoundWith:
-    """What a pod gang was bound with: the runtime limit it asked for when first bound (None: none), and when it
-    first started, once it had (a pod bound later, in place of one gone, carries the start of the gang it joins)."""
+    """What a pod gang was bound with: the runtime limit it asked for when first bound (None: none), when it first
+    started, once it had (a pod bound later, in place of one gone, carries the start of the gang it joins), and the
+    GPUs each member's claims were worth (counted so while its devices cannot be read: slices being published again)."""
 
     max_runtime: int | None
     first_start: float | None = None
+    claimed_gpus: float = 0.0
 
     def text(self) -> str:
         said: dict = {"maxRuntimeSeconds": self.max_runtime}
         if self.first_start is not None:
             said["firstStartTime"] = rfc3339(self.first_start)
+        if self.claimed_gpus:
+            said["claimedGpus"] = self.claimed_gpus
         return json.dumps(said, sort_keys=True, separators=(",", ":"))
 
 
@@ -169,7 +173,8 @@ def bound_with_of(pods: list[dict]) -> BoundWith | None:
     if not found:
         return None
     return BoundWith(min((f.max_runtime for f in found if f.max_runtime is not None), default=None),
-                     min((f.first_start for f in found if f.first_start is not None), default=None))
+                     min((f.first_start for f in found if f.first_start is not None), default=None),
+                     max(f.claimed_gpus for f in found))
 
 
 def _bound_with(pod: dict) -> BoundWith | None:
@@ -178,9 +183,12 @@ def _bound_with(pod: dict) -> BoundWith | None:
     try:
         said = json.loads(text) if isinstance(text, str) else None
         seconds, started = said.get("maxRuntimeSeconds"), said.get("firstStartTime")
+        claimed = said.get("claimedGpus", 0)
         if seconds is not None and (type(seconds) is not int or seconds < 1):
             raise ValueError(seconds)
-        return BoundWith(seconds, timestamp(started) if started is not None else None)
+        if type(claimed) not in (int, float) or not 0 <= claimed < 1e6:
+            raise ValueError(claimed)
+        return BoundWith(seconds, timestamp(started) if started is not None else None, float(claimed))
     except (ValueError, AttributeError):
         return None
 

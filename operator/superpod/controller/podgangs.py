@@ -461,7 +461,8 @@ class PodGangs:
             asked = max_runtime_of(view.key, bound or list(view.members))
         except ConvertError:  # (bound pods whose annotation an admin edited since)
             asked = max_runtime_of(view.key, list(view.members))
-        return BoundWith(asked, self.first_start(state, view.key) if bound else None)
+        claimed = view.request.claimed_per_member if isinstance(view.request, JobRequest) else 0.0
+        return BoundWith(asked, self.first_start(state, view.key) if bound else None, claimed)
 
     def _bound(self, state: ClusterState, key: str) -> list[dict]:
         return [state.gang_pods[k] for k in sorted(state.by_job.get(key, ())) if k in state.gang_pods
@@ -530,10 +531,11 @@ class PodGangs:
         """A bound gang's request, in the queue it was bound under (remembered from the binding, else as its pods say:
         a new leader takes what the labels say then, and counts it in its namespace's queue when they name one that
         does not take it: QueueTree.counted), with the GPUs its pods claim (remembered from the binding, else
-        as their templates say now)."""
+        as their templates say now, or as their binding recorded: BOUND_WITH)."""
         if any((pod.get("spec") or {}).get("resourceClaims") for pod in bound):
             held = state.dra.gpus_of((pod["metadata"].get("uid") or "" for pod in bound), whole=True)
-            claimed = max(held / len(bound), self.claimed_gpus.get(request.key, 0))
+            said = bound_with_of(bound)
+            claimed = max(held / len(bound), self.claimed_gpus.get(request.key, 0), said.claimed_gpus if said else 0)
             if claimed:
                 request = replace(request, claimed_gpus=claimed)
         if request.key not in self.admitted:

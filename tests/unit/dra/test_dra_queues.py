@@ -88,3 +88,26 @@ def test_an_alternative_that_can_never_be_used_does_not_choose_the_flavor():
     c.settle(8)
     running = [name for name in ("one", "two", "three") if c.status(name).get("phase") == "Starting"]
     assert len(running) == 1, {name: c.status(name).get("message") for name in ("one", "two", "three")}
+
+
+def test_a_bound_claiming_gang_counts_what_it_was_bound_with_when_a_new_leader_cannot_read_its_devices():
+    """Found by review: what a bound pod gang's claims were worth was kept in the leader's memory alone; a new leader
+    that starts while the gang's ResourceSlices are being published again counted it at 0 and admitted past the
+    queue's limit. Its binding records it (superpod.dev/bound-with), which the chart's policy keeps from tenants."""
+    from superpod.k8s.api import PODS
+    from tests.unit.podgangs.test_pod_gang_claims import claiming as member
+    from tests.unit.podgangs.test_pod_gang_claims import create_claiming
+
+    c = dra_only(2)
+    run(c.admin.create(GPUQUEUES, queue("a", "team-a", "*", 16, 16)))
+    create_claiming(c, *[member(f"q-{i}", "q", 2, i) for i in range(2)])
+    c.settle(4)
+    nodes = {c.store.peek(PODS, f"team-a/q-{i}")["spec"].get("nodeName") for i in range(2)}
+    assert all(nodes), "the gang is bound"
+    for body in c.store.items(RESOURCESLICES):
+        if body["spec"].get("nodeName") in nodes:
+            run(c.admin.delete(RESOURCESLICES, body["metadata"]["name"]))
+    c.start("op-2")
+    c.settle(3)
+    [flavor] = c.store.peek(GPUQUEUES, "a")["status"]["flavors"]
+    assert flavor["allocated"] == 16, f"the new leader counts {flavor['allocated']} of the gang's 16 GPUs"
