@@ -43,8 +43,8 @@ def pinned_node(pod: dict) -> str:
     return terms["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
 
 
-def make_claims(c: MemoryCluster, allocate: bool, job: str = "cheap") -> None:
-    """What kube-controller-manager does for each pod (its claim from the template as it is now) and, if `allocate`,
+def make_claims(c: MemoryCluster, allocated: bool, job: str = "cheap") -> None:
+    """What kube-controller-manager does for each pod (its claim from the template as it is now) and, if `allocated`,
     what kube-scheduler does next (8 devices on the pod's node, reserved for it, the pod bound)."""
     for pod in c.pods(job):
         name, uid, node = pod["metadata"]["name"], pod["metadata"]["uid"], pinned_node(pod)
@@ -55,14 +55,9 @@ def make_claims(c: MemoryCluster, allocate: bool, job: str = "cheap") -> None:
             "spec": CLAIM_SPEC}))
         run(c.admin.patch_status(PODS, name, {"status": {"resourceClaimStatuses": [
             {"name": "gpus", "resourceClaimName": f"{name}-gpus"}]}}, "team-a"))
-        if not allocate:
+        if not allocated:
             continue
-        run(c.admin.patch_status(RESOURCECLAIMS, f"{name}-gpus", {"status": {
-            "allocation": {"devices": {"results": [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": node,
-                                                    "device": f"gpu-{i}"} for i in range(8)]},
-                           "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                               {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
-            "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}}, "team-a"))
+        allocate(c, f"{name}-gpus", name, uid, *[(node, f"gpu-{i}") for i in range(8)])
         run(c.admin.patch(PODS, name, {"spec": {"nodeName": node}}, "team-a"))
 
 
@@ -79,7 +74,7 @@ def job_records(c: MemoryCluster) -> list[dict]:
 
 def test_claims_that_hold_more_than_admitted_are_counted_billed_and_stopped():
     c = placed_at_one_gpu()
-    make_claims(c, allocate=True)
+    make_claims(c, allocated=True)
     assert held(c) == 16, "the dangerous moment: the job's claims hold 8 GPUs a replica, admitted at 1"
     c.tick(1)
     c.tick(600)  # they run ten minutes while no operator looks (a restart, a long cycle)
@@ -96,7 +91,7 @@ def test_claims_that_hold_more_than_admitted_are_counted_billed_and_stopped():
 
 def test_claims_that_ask_for_more_than_admitted_stop_the_attempt_before_it_runs():
     c = placed_at_one_gpu()
-    make_claims(c, allocate=False)
+    make_claims(c, allocated=False)
     c.settle(3)
     status = c.decided("cheap")
     assert status["phase"] == "Queued" and status["reason"] == "QueueAtLimit", "counted at what it asks now"
@@ -106,41 +101,60 @@ def test_claims_that_ask_for_more_than_admitted_stop_the_attempt_before_it_runs(
     assert not job_records(c)
 
 
-def test_a_replica_given_a_device_an_earlier_claim_holds_is_stopped():
-    """Two allocators share the devices (L2): kube-scheduler, allocating a TrainingJob's claim from a view that has
-    not seen this operator's allocation for a pod gang yet, gives it the device the gang's claim holds."""
-    c = dra_cluster(1, nodes_per_unit=1)
-    run(c.admin.create(RESOURCECLAIMTEMPLATES, template("one", ONE)))
+def one_gpu_gang(c: MemoryCluster) -> tuple[str, str]:
+    """Pod gang g-0 claiming 1 GPU from template `one` (its claim made as kube-controller-manager makes it), placed
+    and bound by the operator: the device its claim was given."""
     gang = claiming("g-0", "g", 1, 0)
     gang["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one"}]
     create(c, gang)
-    run(c.admin.create(RESOURCECLAIMS, {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": "g-0-gpus", "namespace": "team-a", "ownerReferences": [
-            {"apiVersion": "v1", "kind": "Pod", "name": "g-0", "uid": stored(c, "g-0")["metadata"]["uid"]}]},
-        "spec": ONE}))
+    own_claim(c, "g-0", stored(c, "g-0")["metadata"]["uid"], ONE)
     run(c.admin.patch_status(PODS, "g-0", {"status": {"resourceClaimStatuses": [
         {"name": "gpus", "resourceClaimName": "g-0-gpus"}]}}, "team-a"))
     c.settle(3)
     [taken] = devices(c, "g-0")
+    return taken
+
+
+def one_gpu_job(c: MemoryCluster) -> tuple[str, str]:
+    """TrainingJob `cheap`, one replica claiming 1 GPU from template `one`, placed: its pod's name and uid."""
     body = training_job("cheap", 1, gpus=None)
     body["spec"]["resources"] = {}
     body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one"}]
     c.submit(body)
     c.settle(3)
     [pod] = c.pods("cheap")
-    name, uid, node = pod["metadata"]["name"], pod["metadata"]["uid"], pinned_node(pod)
+    return pod["metadata"]["name"], pod["metadata"]["uid"]
+
+
+def own_claim(c: MemoryCluster, pod: str, uid: str, spec: dict) -> None:
+    """The claim kube-controller-manager makes for `pod` from its template."""
     run(c.admin.create(RESOURCECLAIMS, {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": f"{name}-gpus", "namespace": "team-a",
-                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]},
-        "spec": ONE}))
-    run(c.admin.patch_status(RESOURCECLAIMS, f"{name}-gpus", {"status": {
-        "allocation": {"devices": {"results": [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": taken[0],
-                                                "device": taken[1]}]},
+        "metadata": {"name": f"{pod}-gpus", "namespace": "team-a",
+                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": pod, "uid": uid}]},
+        "spec": spec}))
+
+
+def allocate(c: MemoryCluster, claim: str, pod: str, uid: str, *devices: tuple[str, str]) -> None:
+    """kube-scheduler's allocation of `claim` to `devices` (pool, device) of one node, reserved for `pod`."""
+    node = devices[0][0]
+    run(c.admin.patch_status(RESOURCECLAIMS, claim, {"status": {
+        "allocation": {"devices": {"results": [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": pool,
+                                                "device": device} for pool, device in devices]},
                        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
                            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}},
-        "reservedFor": [{"resource": "pods", "name": name, "uid": uid}]}}, "team-a"))
+        "reservedFor": [{"resource": "pods", "name": pod, "uid": uid}]}}, "team-a"))
+
+
+def test_a_replica_given_a_device_an_earlier_claim_holds_is_stopped():
+    """Two allocators share the devices (L2): kube-scheduler, allocating a TrainingJob's claim from a view that has
+    not seen this operator's allocation for a pod gang yet, gives it the device the gang's claim holds."""
+    c = dra_cluster(1, nodes_per_unit=1)
+    run(c.admin.create(RESOURCECLAIMTEMPLATES, template("one", ONE)))
+    taken = one_gpu_gang(c)
+    name, uid = one_gpu_job(c)
+    own_claim(c, name, uid, ONE)
+    allocate(c, f"{name}-gpus", name, uid, taken)
     assert devices(c, f"{name}") == [taken], "the dangerous moment: one device in two claims"
     c.settle(3)
     [why] = [message for reason, message in c.events("cheap") if reason == "DeviceTakenTwice"]
@@ -148,46 +162,15 @@ def test_a_replica_given_a_device_an_earlier_claim_holds_is_stopped():
     assert devices(c, "g-0") == [taken] and stored(c, "g-0")["spec"]["nodeName"], "the earlier claim keeps it"
 
 
-def allocate(c: MemoryCluster, claim: str, pod: str, uid: str, device: tuple[str, str]) -> None:
-    """kube-scheduler's allocation of `claim` to `device`, reserved for `pod`."""
-    run(c.admin.patch_status(RESOURCECLAIMS, claim, {"status": {
-        "allocation": {"devices": {"results": [{"request": "gpus", "driver": "gpu.nvidia.com", "pool": device[0],
-                                                "device": device[1]}]},
-                       "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
-                           {"key": "metadata.name", "operator": "In", "values": [device[0]]}]}]}},
-        "reservedFor": [{"resource": "pods", "name": pod, "uid": uid}]}}, "team-a"))
-
-
 def test_a_pod_gang_given_a_device_an_earlier_claim_holds_is_evicted():
     """Found by review: the race the other way round, the later claim a pod gang's (the operator's allocation, from
     a view that had not seen kube-scheduler's): nothing looked at it, and both kept the device."""
     c = dra_cluster(1, nodes_per_unit=1)
     run(c.admin.create(RESOURCECLAIMTEMPLATES, template("one", ONE)))
-    body = training_job("cheap", 1, gpus=None)
-    body["spec"]["resources"] = {}
-    body["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one"}]
-    c.submit(body)
-    c.settle(3)
-    [pod] = c.pods("cheap")
-    name, uid = pod["metadata"]["name"], pod["metadata"]["uid"]
-    run(c.admin.create(RESOURCECLAIMS, {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": f"{name}-gpus", "namespace": "team-a",
-                     "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}]},
-        "spec": ONE}))
+    name, uid = one_gpu_job(c)
+    own_claim(c, name, uid, ONE)
     c.tick(2)
-    gang = claiming("g-0", "g", 1, 0)
-    gang["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "one"}]
-    create(c, gang)
-    run(c.admin.create(RESOURCECLAIMS, {
-        "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
-        "metadata": {"name": "g-0-gpus", "namespace": "team-a", "ownerReferences": [
-            {"apiVersion": "v1", "kind": "Pod", "name": "g-0", "uid": stored(c, "g-0")["metadata"]["uid"]}]},
-        "spec": ONE}))
-    run(c.admin.patch_status(PODS, "g-0", {"status": {"resourceClaimStatuses": [
-        {"name": "gpus", "resourceClaimName": "g-0-gpus"}]}}, "team-a"))
-    c.settle(3)
-    [taken] = devices(c, "g-0")
+    taken = one_gpu_gang(c)
     allocate(c, f"{name}-gpus", name, uid, taken)
     run(c.admin.patch(PODS, name, {"spec": {"nodeName": taken[0]}}, "team-a"))
     assert devices(c, name) == [taken] == devices(c, "g-0"), "the dangerous moment: one device in two claims"
