@@ -19,7 +19,6 @@ from typing import NamedTuple
 
 from superpod.core.dra.book import DeviceBook
 from superpod.core.dra.model import DeviceID, node_selector_matches
-from superpod.core.dra.units import device_units
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU, PODS, PRODUCT_LABEL, JobRequest, Taint
 
@@ -200,7 +199,6 @@ class Snapshot:
         self.horizon = Horizon()  # the predicted ends of what runs, and the clock (set by the cycle's owner)
         self.devices: DeviceBook | None = None  # the DRA devices (set by the cycle's owner: set_devices)
         self.pooled: set[int] = set()  # nodes whose nvidia.com/gpu and own DRA devices are one pool of GPUs (_pool)
-        self._published: dict[str, tuple[float, tuple[DeviceID, ...]]] = {}  # node -> published_gpus, for `devices`
         self._build_tree()
         self.views: dict[tuple, View] = {}
         self.view_jobs: dict[tuple, JobRequest] = {}  # filter signature -> a job of it (to filter a changed node)
@@ -351,7 +349,7 @@ class Snapshot:
     def set_devices(self, book: DeviceBook | None) -> None:
         """Decide on these DRA devices from now on (what did not fit may now)."""
         if book is not self.devices:
-            self.devices, self.unfit, self._published = book, {}, {}
+            self.devices, self.unfit = book, {}
             self.generation += 1
             both = {i for name in (book.gpu_nodes() if book is not None else ())
                     if (i := self.index.get(name)) is not None and self.nodes[i].allocatable.get(GPU, 0) > 0}
@@ -383,18 +381,9 @@ class Snapshot:
         self._pool(i for name in names if (i := self.index.get(name)) in self.pooled)
 
     def published_gpus(self, name: str) -> tuple[float, tuple[DeviceID, ...]]:
-        """The GPUs node `name`'s own DRA devices are (core/dra/units.device_units), and those devices: read once
-        from each device book."""
-        book = self.devices
-        if book is None:
-            return 0.0, ()
-        found = self._published.get(name)
-        if found is None:
-            pools = book.pools(name) if book.has_devices(name) else ()
-            gpus = [(device.id, units) for pool in pools if pool.node_name == name for device in pool.devices
-                    if (units := device_units(device))]
-            found = self._published[name] = (sum(units for _, units in gpus), tuple(device for device, _ in gpus))
-        return found
+        """The GPUs node `name`'s own DRA devices are (DeviceBook.own_gpus), and those devices."""
+        own = self.devices.own_gpus(name) if self.devices is not None else ()
+        return sum(units for _, units in own), tuple(device for device, _ in own)
 
     def assume(self, job: JobRequest, assignments: dict[str, list[int]]) -> None:
         """Reserve capacity for a placed gang (pod keys `<its key's text>#<rank>`: a TrainingJob's and a pod gang's of

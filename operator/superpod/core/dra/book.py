@@ -30,6 +30,7 @@ class DeviceBook:
             (self._local.setdefault(s.node_name, []) if s.node_name else self._shared).append(s)
             self._by_pool.setdefault((s.driver, s.pool), []).append(s)
         self._pools: dict[str, list[Pool]] = {}
+        self._own_gpus: dict[str, tuple[tuple[DeviceID, float], ...]] = {}  # node -> own_gpus
         self._counts: dict[str, dict[tuple[tuple[ClaimSpec, ...], int], int | Shortfall]] = {}
         # nodes whose devices look alike to a claim shape count alike: (shape, limit, idle, what it sees) -> pods
         self._alike: dict[tuple, int] = {}
@@ -41,19 +42,28 @@ class DeviceBook:
     def has_devices(self, node: str) -> bool:
         return node in self._local or bool(self._shared)
 
+    def own_gpus(self, node: str) -> tuple[tuple[DeviceID, float], ...]:
+        """The node's own devices that are GPUs, each with the GPUs it is (core/dra/units.device_units); gpu_nodes and
+        gpus_within read the same devices without listing them all."""
+        found = self._own_gpus.get(node)
+        if found is None:  # (read from its own slices: a device in two generations of a pool is one device)
+            found = self._own_gpus[node] = tuple({device.id: units for s in self._local.get(node, ())
+                                                  for device in s.devices if (units := device_units(device))}.items())
+        return found
+
     def gpu_nodes(self) -> list[str]:
-        """The nodes whose own slices publish GPUs (core/dra/units.device_units)."""
+        """The nodes whose own devices are GPUs (asked of every node at each new book: no device read past a GPU)."""
         return [node for node, slices in self._local.items()
                 if any(device_units(device) for s in slices for device in s.devices)]
+
+    def gpus_within(self, node: str, devices: set[DeviceID] | frozenset[DeviceID]) -> float:
+        """GPUs of the node's own devices among `devices` (what each is read only of those)."""
+        return sum(device_units(device) for s in self._local.get(node, ()) for device in s.devices
+                   if device.id in devices)
 
     def gpus_taken(self, node: str) -> float:
         """GPUs of the node's own devices that claims hold or this cycle booked."""
         return self.gpus_within(node, self.taken)
-
-    def gpus_within(self, node: str, devices: set[DeviceID] | frozenset[DeviceID]) -> float:
-        """GPUs of the node's own devices among `devices`."""
-        return sum(device_units(device) for s in self._local.get(node, ()) for device in s.devices
-                   if device.id in devices)
 
     def pools(self, node: str) -> list[Pool]:
         """The pools `node` sees (core/dra/model.node_pools, given every slice of the pools it meets)."""
