@@ -112,7 +112,7 @@ class Controller:
         self._devices_key: tuple = ()  # what the DRA book in use was built from
         self._built: dict = {}  # what that book held booked when built (more booked since: a cycle placed on it)
         self._spared: tuple = ()  # (the snapshot's rebuilds, its generation, the waiting needs) of the last booking
-        self._told_pooled: set[str] = set()  # nodes warned that their nvidia.com/gpu and DRA devices are one pool
+        self._told_pooled: set[str] = set()  # nodes warned that their GPUs are reached two ways (_tell_pooled)
         self.room = WaitingRoom()
         # job uid (a pod gang: its key) -> when its cause was written, its code, the hash of its sentence
         self.said: dict[str | GangKey, tuple[float, str, int]] = {}
@@ -277,20 +277,33 @@ class Controller:
         return book
 
     def _tell_pooled(self, snap: Snapshot) -> list[Plan]:
-        """A Warning, once a term, on each node that advertises nvidia.com/gpu and publishes its GPUs as DRA devices
-        too: booked here as one pool (Snapshot._pool), but kube-scheduler and its kubelet hand each out apart."""
-        plans = []
-        for i in sorted(snap.pooled):
-            node = snap.nodes[i]
-            if node.name in self._told_pooled or (entry := self.state.nodes.get(node.name)) is None:
+        """A Warning, once a term, on each node whose GPUs are reached two ways: it advertises nvidia.com/gpu and
+        publishes its GPUs as DRA devices too (booked here as one pool, Snapshot._pool, but kube-scheduler and its
+        kubelet hand each out apart); or it publishes them through DRA alone and a DeviceClass serves nvidia.com/gpu
+        from them (kube-scheduler makes a claim for a pod it places there; a pod bound by name would get none, so
+        this scheduler places nvidia.com/gpu only where it is advertised)."""
+        plans, serving = [], None
+        for name in snap.devices.gpu_nodes() if snap.devices is not None else ():
+            i = snap.index.get(name)
+            if i is None or name in self._told_pooled or (entry := self.state.nodes.get(name)) is None:
                 continue
-            self._told_pooled.add(node.name)
-            said = (f"node {node.name} advertises {node.allocatable.get(GPU, 0)} nvidia.com/gpu and publishes its "
+            if i in snap.pooled:
+                reason, said = Reason.GPUS_PUBLISHED_TWICE, (
+                    f"node {name} advertises {snap.nodes[i].allocatable.get(GPU, 0)} nvidia.com/gpu and publishes its "
                     "GPUs as DRA devices too: this scheduler books them as one pool, but kube-scheduler and the "
                     "kubelet hand them out apart (a pod asking nvidia.com/gpu and a claim may get the same GPU); run "
                     "either the device plugin or the DRA driver's GPUs on a node")
-            plans.append(Plan(f"node:{node.name}:pooled", [Emit(node_ref(entry.obj), "Warning",
-                                                                 str(Reason.GPUS_PUBLISHED_TWICE), said)]))
+            else:
+                serving = serving if serving is not None else self.state.dra.serving(GPU) or ""
+                if not serving or not self.state.dra.node_units(name).get(serving):
+                    continue
+                reason, said = Reason.GPUS_SERVED_BY_DRA, (
+                    f"node {name} serves nvidia.com/gpu only through DRA (DeviceClass {serving}'s "
+                    "extendedResourceName): kube-scheduler makes a claim for a pod it places there, but this scheduler "
+                    "binds its pods itself and places pods asking nvidia.com/gpu only on nodes that advertise it; "
+                    "jobs claim this node's GPUs through a ResourceClaimTemplate")
+            self._told_pooled.add(name)
+            plans.append(Plan(f"node:{name}:gpus", [Emit(node_ref(entry.obj), "Warning", str(reason), said)]))
         return plans
 
     def _unallocated_replicas(self, placed: dict) -> tuple:
@@ -581,8 +594,12 @@ class Controller:
 
     def offered(self) -> Offered:
         """What the usable nodes offer at all, recomputed when nodes change (from counts kept as they change)."""
-        if self._offered is None or self._offered[0] != self.state.version:
-            self._offered = (self.state.version, Offered.of(self.state.offers))
+        seen = (self.state.version, self.state.dra.device_edits)
+        if self._offered is None or self._offered[0] != seen:
+            serving = self.state.dra.serving(GPU)
+            served = ((GPU, serving),) if serving and any(
+                self.state.dra.node_units(name).get(serving) for name in self.state.nodes) else ()
+            self._offered = (seen, replace(Offered.of(self.state.offers), served=served))
         return self._offered[1]
 
     def next_deadline(self) -> float | None:

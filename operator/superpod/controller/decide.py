@@ -142,11 +142,13 @@ def _repair(view: JobView, now: float, live: tuple = ()) -> Plan | None:
 
 @dataclass(frozen=True)
 class Offered:
-    """What the usable nodes offer at all: GPU products, resources (any amount), MIG-capable catalogue products."""
+    """What the usable nodes offer at all: GPU products, resources (any amount), MIG-capable catalogue products, and
+    the extended resources a DeviceClass serves from their DRA devices (resource -> class)."""
 
     products: frozenset[str]
     resources: frozenset[str]
     mig_products: tuple[Product, ...]
+    served: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, offers: Iterable[tuple[str, str]]) -> Offered:
@@ -180,6 +182,11 @@ def unservable(snap: Snapshot, offered: Offered, job: JobRequest) -> str | None:
                 return (f"no GPU here offers the MIG profile {profile} (MIG-capable products here: "
                         f"{', '.join(sorted(p.key for p in offered.mig_products)) or 'none'})")
             continue
+        if serving := dict(offered.served).get(resource):
+            return (f"requests {resource}, which no node advertises: DeviceClass {serving} serves it from DRA devices "
+                    "(its extendedResourceName), by a claim kube-scheduler makes for a pod it places, and this "
+                    "scheduler binds its pods itself (they would run without their GPUs); claim the GPUs through a "
+                    "ResourceClaimTemplate in spec.template.spec.resourceClaims instead")
         return f"requests {resource}, which no node advertises"
     return None
 

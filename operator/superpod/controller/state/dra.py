@@ -38,6 +38,7 @@ class DraStore:
         self.gang_of_pod = gang_of_pod  # pod key -> its gang: a claim's change is its pod's gang's
         self.slices: dict[str, Slice] = {}
         self.classes: dict[str, DeviceClass] = {}
+        self.class_created: dict[str, str] = {}  # class name -> its creationTimestamp (for `serving`)
         self.claims: dict[str, dict] = {}  # namespace/name -> the claim as served
         self.templates: dict[str, ClaimSpec | str] = {}  # namespace/name -> its claim spec, or why it does not read
         self.unreadable: dict[str, str] = {}  # slice or class key -> why it is left out
@@ -137,6 +138,13 @@ class DraStore:
                     for name in (ANY, *classes[key]):
                         units[name] = units.get(name, 0.0) + count * worth[key]
         return out
+
+    def serving(self, resource: str) -> str | None:
+        """The DeviceClass kube-scheduler serves `resource` from on a node that does not advertise it (Kubernetes'
+        DRA extended resources: the newest class naming it its extendedResourceName, the lower name on a tie); None
+        when no class does."""
+        named = [name for name, device_class in self.classes.items() if device_class.extended_resource_name == resource]
+        return max(sorted(named), key=lambda name: self.class_created.get(name, ""), default=None)  # (the first max)
 
     def reading_edits(self) -> int:
         """Moves when what claims are read against may have changed: a template, a claim pods use by name, a device
@@ -313,6 +321,7 @@ class _KindStore:
                     dra._shape_counts[key] = (read.node_name, (read.driver, read.pool), read.generation, given)
                 else:
                     dra.classes[key] = read_class(obj)
+                    dra.class_created[key] = (obj.get("metadata") or {}).get("creationTimestamp") or ""
                     dra.shape_edits += 1
                 dra.unreadable.pop(key, None)
             except DraError as error:
@@ -351,6 +360,7 @@ class _KindStore:
             dra._shape_counts.pop(key, None)
         elif self.plural == "deviceclasses":
             dra.shape_edits += 1
+            dra.class_created.pop(key, None)
         {"resourceslices": dra.slices, "deviceclasses": dra.classes, "resourceclaims": dra.claims,
          "resourceclaimtemplates": dra.templates}[self.plural].pop(key, None)
 
