@@ -25,6 +25,7 @@ from superpod.core.request import GPU, PODS, PRODUCT_LABEL, JobRequest, Taint
 HOSTNAME = "kubernetes.io/hostname"
 UNLABELLED = "?"  # prefix of the domain a node forms on its own at a level whose label it lacks
 POOLED = "pooled#"  # the booking "pooled#<node>": GPUs DRA claims hold on a node whose nvidia.com/gpu they are too
+POOLED_DRIVER = "gpu.nvidia.com"  # the DRA driver whose GPUs are those a node's nvidia.com/gpu counts (NVIDIA's)
 
 
 @dataclass(frozen=True)
@@ -351,22 +352,22 @@ class Snapshot:
         if book is not self.devices:
             self.devices, self.unfit = book, {}
             self.generation += 1
-            both = {i for name in (book.gpu_nodes() if book is not None else ())
+            both = {i for name in (book.gpu_nodes(POOLED_DRIVER) if book is not None else ())
                     if (i := self.index.get(name)) is not None and self.nodes[i].allocatable.get(GPU, 0) > 0}
             self._pool(self.pooled | both, both)
 
     def _pool(self, nodes: Iterable[int], pooled: set[int] | None = None) -> None:
-        """One pool of GPUs on a node that advertises nvidia.com/gpu and publishes GPUs as DRA devices too (the same
-        GPUs: a device plugin beside a DRA driver, or a driver serving one through the other): the GPUs its devices'
-        claims hold are booked as its nvidia.com/gpu (a booking keyed POOLED), and claims placed there fit its free
-        nvidia.com/gpu too (Solver), so neither hands out a GPU the other holds. `pooled`: the nodes pooled from
-        now on (None: as they are)."""
+        """One pool of GPUs on a node that advertises nvidia.com/gpu and publishes its GPUs as NVIDIA's DRA driver's
+        devices too (the same GPUs: the device plugin beside the DRA driver): the GPUs those devices' claims hold are
+        booked as its nvidia.com/gpu (a booking keyed POOLED), and claims placed there fit its free nvidia.com/gpu
+        too (Solver), so neither hands out a GPU the other holds. Another driver's devices are GPUs of their own.
+        `pooled`: the nodes pooled from now on (None: as they are)."""
         if pooled is not None:
             self.pooled = pooled
         for i in nodes:
             key, taken = f"{POOLED}{self.nodes[i].name}", 0
             if i in self.pooled and self.devices is not None:
-                taken = math.ceil(self.devices.gpus_taken(self.nodes[i].name) - 1e-9)
+                taken = math.ceil(self.devices.gpus_taken(self.nodes[i].name, POOLED_DRIVER) - 1e-9)
             held = self.pods.get(key)
             if held is not None and held.requests == ((GPU, taken),):
                 continue  # (unchanged: every view's aggregates stay as they are)

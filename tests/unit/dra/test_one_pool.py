@@ -152,3 +152,27 @@ def test_the_class_serving_an_extended_resource_is_the_newest_naming_it():
     store.forget("b", "", None, 0)
     assert dra.serving("nvidia.com/gpu") == "c"
     assert dra.serving("example.com/fpga") is None
+
+
+def test_only_nvidias_driver_pools_with_nvidia_com_gpu():
+    """Another vendor's GPU driver beside NVIDIA's device plugin publishes GPUs of its own: no pool there (kind's
+    workers run the DRA example driver, gpu.example.com, beside a stand-in of NVIDIA's device plugin)."""
+    from dataclasses import replace as replaced
+
+    from superpod.api.convert import node_from_k8s
+    from superpod.core.dra.book import DeviceBook
+    from superpod.core.dra.model import read_classes, read_slices
+    from superpod.core.model import Snapshot
+    from superpod.hardware import dra_slices, presets
+
+    [node] = presets.preset_nodes("dgx-h100", 1)
+    objs = dra_slices.node_slices(node)
+    classes, _ = read_classes(dra_slices.device_classes())
+    pooled = {}
+    for driver in ("gpu.nvidia.com", "gpu.example.com"):
+        bodies = [{**body, "spec": {**body["spec"], "driver": driver}} for body in objs]
+        slices, _ = read_slices(bodies)
+        snap = Snapshot([replaced(node_from_k8s(node), ready=True)])
+        snap.set_devices(DeviceBook(slices, classes, {(driver, node["metadata"]["name"], "gpu-0")}, {}))
+        pooled[driver] = (sorted(snap.pooled), snap.free[0].get("nvidia.com/gpu"))
+    assert pooled == {"gpu.nvidia.com": ([0], 7), "gpu.example.com": ([], 8)}, pooled

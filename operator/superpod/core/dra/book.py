@@ -51,19 +51,21 @@ class DeviceBook:
                                                   for device in s.devices if (units := device_units(device))}.items())
         return found
 
-    def gpu_nodes(self) -> list[str]:
-        """The nodes whose own devices are GPUs (asked of every node at each new book: no device read past a GPU)."""
+    def gpu_nodes(self, driver: str = "") -> list[str]:
+        """The nodes whose own devices are GPUs (of `driver`, if named); asked of every node at each new book, so no
+        device past the first GPU is read."""
         return [node for node, slices in self._local.items()
-                if any(device_units(device) for s in slices for device in s.devices)]
+                if any(device_units(device) and (not driver or device.driver == driver)
+                       for s in slices for device in s.devices)]
 
-    def gpus_within(self, node: str, devices: set[DeviceID] | frozenset[DeviceID]) -> float:
-        """GPUs of the node's own devices among `devices` (what each is read only of those)."""
+    def gpus_within(self, node: str, devices: set[DeviceID] | frozenset[DeviceID], driver: str = "") -> float:
+        """GPUs of the node's own devices among `devices` (of `driver`, if named)."""
         return sum(device_units(device) for s in self._local.get(node, ()) for device in s.devices
-                   if device.id in devices)
+                   if device.id in devices and (not driver or device.driver == driver))
 
-    def gpus_taken(self, node: str) -> float:
-        """GPUs of the node's own devices that claims hold or this cycle booked."""
-        return self.gpus_within(node, self.taken)
+    def gpus_taken(self, node: str, driver: str = "") -> float:
+        """GPUs of the node's own devices (of `driver`, if named) that claims hold or this cycle booked."""
+        return self.gpus_within(node, self.taken, driver)
 
     def pools(self, node: str) -> list[Pool]:
         """The pools `node` sees (core/dra/model.node_pools, given every slice of the pools it meets)."""
