@@ -113,6 +113,7 @@ class Controller:
         self._built: dict = {}  # what that book held booked when built (more booked since: a cycle placed on it)
         self._spared: tuple = ()  # (the snapshot's rebuilds, its generation, the waiting needs) of the last booking
         self._told_pooled: set[str] = set()  # nodes warned that their GPUs are reached two ways (_tell_pooled)
+        self._told_of: DeviceBook | None = None  # the device book they were last looked for in
         self.room = WaitingRoom()
         # job uid (a pod gang: its key) -> when its cause was written, its code, the hash of its sentence
         self.said: dict[str | GangKey, tuple[float, str, int]] = {}
@@ -282,7 +283,9 @@ class Controller:
         kubelet hand each out apart); or it publishes them through DRA alone and a DeviceClass serves nvidia.com/gpu
         from them (kube-scheduler makes a claim for a pod it places there; a pod bound by name would get none, so
         this scheduler places nvidia.com/gpu only where it is advertised)."""
-        plans, serving = [], None
+        if snap.devices is self._told_of:  # (looked for once per book: a book is built anew when devices change)
+            return []
+        self._told_of, plans, serving = snap.devices, [], None
         for name in snap.devices.gpu_nodes() if snap.devices is not None else ():
             i = snap.index.get(name)
             if i is None or name in self._told_pooled or (entry := self.state.nodes.get(name)) is None:

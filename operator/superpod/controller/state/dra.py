@@ -59,7 +59,8 @@ class DraStore:
         self._selectors = Selectors()
         self._device_gpus: tuple[int, dict[DeviceID, float]] = (-1, {})  # (device_edits, device -> GPUs it is)
         self._taken: set[DeviceID] | None = None
-        self._twice: dict[str, DeviceID] | None = None
+        self._held_by: Counter | None = None  # device -> how many claims hold it (`taken`, `taken_twice`)
+        self._twice: dict[str, tuple[DeviceID, str]] | None = None
         self._by_pod: dict[str, list[dict]] | None = None
         self._by_consumer: dict[str, list[dict]] | None = None  # pod uid -> the claims reserved for it
 
@@ -69,7 +70,7 @@ class DraStore:
     def changed(self) -> None:
         """Devices, classes or what the claims hold changed: a book built before no longer stands."""
         self.generation += 1
-        self._taken = self._by_pod = self._by_consumer = self._twice = None
+        self._taken = self._held_by = self._by_pod = self._by_consumer = self._twice = None
 
     def devices_changed(self) -> None:
         """A slice or a class stored or gone: what a class's devices are worth may have changed too."""
@@ -225,18 +226,24 @@ class DraStore:
     def taken(self) -> set[DeviceID]:
         """The devices the claims hold (their allocations as observed)."""
         if self._taken is None:
-            self._taken = allocated_devices(self.claims.values())
+            self._taken = set(self._claims_holding())
         return self._taken
 
-    def taken_before(self, claim: dict) -> tuple[DeviceID, str] | None:
-        """A device `claim` holds that an earlier claim holds too, and that claim (namespace/name): two allocators
-        (kube-scheduler allocates TrainingJobs' claims, this operator pod gangs'), or one that did not see the other's
-        write yet. The earlier claim (by creation, then name) keeps it. Devices that allow multiple allocations are
-        left out."""
+    def _claims_holding(self) -> Counter:
+        """Device -> how many claims hold it, counted once per change of what the claims hold."""
+        if self._held_by is None:
+            self._held_by = Counter(device for claim in self.claims.values() for device in allocated_devices([claim]))
+        return self._held_by
+
+    @property
+    def taken_twice(self) -> dict[str, tuple[DeviceID, str]]:
+        """Each claim (namespace/name) holding a device an earlier claim holds too, with that device and claim: two
+        allocators (kube-scheduler allocates TrainingJobs' claims, this operator pod gangs'), or one that did not see
+        the other's write yet. The earlier claim (by creation, then name) keeps it. Devices that allow multiple
+        allocations are left out."""
         if self._twice is None:
             self._twice = {}
-            counts = Counter(device for c in self.claims.values() for device in allocated_devices([c]))
-            twice = {device for device, count in counts.items() if count > 1}
+            twice = {device for device, count in self._claims_holding().items() if count > 1}
             if twice:  # (rare: only then are the claims holding them ordered)
                 twice -= {device.id for s in self.slices.values() for device in s.devices
                           if device.multiple_allocations}
@@ -249,15 +256,12 @@ class DraStore:
                             self._twice.setdefault(key, (device, first[device]))
                         else:
                             first[device] = key
-        meta = claim["metadata"]
-        return self._twice.get(f"{meta.get('namespace')}/{meta.get('name')}")
+        return self._twice
 
-    @property
-    def taken_twice(self) -> dict[str, tuple[DeviceID, str]]:
-        """Every claim holding a device an earlier claim holds (`taken_before`): claim -> (device, earlier claim)."""
-        if self._twice is None and self.claims:
-            self.taken_before(next(iter(self.claims.values())))
-        return self._twice or {}
+    def taken_before(self, claim: dict) -> tuple[DeviceID, str] | None:
+        """The device `claim` holds that an earlier claim holds too, and that claim (`taken_twice`); None if none."""
+        meta = claim["metadata"]
+        return self.taken_twice.get(f"{meta.get('namespace')}/{meta.get('name')}")
 
     def book(self, labels: dict[str, dict[str, str]], in_flight: set[DeviceID]) -> DeviceBook | None:
         """A book of the devices as observed, with `in_flight` (allocations written, not yet observed) taken too;
