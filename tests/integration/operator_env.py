@@ -68,10 +68,10 @@ LEAF_LABEL, CLIQUE_LABEL = "superpod.dev/leaf", "nvidia.com/gpu.clique"
 
 
 def sim_cluster(api: client.ApiClient, preset: str, count: int, own_leaves: bool = False, dra: bool = False,
-                **shape: int) -> tuple[str, list[dict]]:
+                dra_only: bool = False, **shape: int) -> tuple[str, list[dict]]:
     """A simulated cluster of its own (unique node names), all nodes Ready; `own_leaves`: its leaves' and NVLink
     cliques' names its own too (otherwise every test's cluster shares the preset's, so a domain spans them all);
-    `dra`: its nodes publish their ResourceSlices."""
+    `dra`: its nodes publish their ResourceSlices; `dra_only`: and advertise no nvidia.com/gpu."""
     name = f"t{uuid.uuid4().hex[:6]}"
     objs = presets.preset_nodes(preset, count, name, **shape)
     if own_leaves:
@@ -80,7 +80,7 @@ def sim_cluster(api: client.ApiClient, preset: str, count: int, own_leaves: bool
             for label in (LEAF_LABEL, CLIQUE_LABEL):
                 if label in labels:
                     labels[label] = f"{name}-{labels[label]}"
-    nodes.create_nodes(api, objs, dra=dra)
+    nodes.create_nodes(api, objs, dra=dra, dra_only=dra_only)
     core = client.CoreV1Api(api)
 
     def ready():

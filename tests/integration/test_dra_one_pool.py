@@ -39,18 +39,28 @@ def held_per_node(api: client.ApiClient, namespace: str, sim: str) -> dict[str, 
     return {node: (classic[node], claimed[node]) for node in sorted(nodes)}
 
 
-def test_classic_jobs_claiming_jobs_and_a_claiming_gang_share_one_pool_of_gpus(cluster, operator, jobs, namespace):
-    sim, _ = sim_cluster(cluster.api, "dgx-h100", 4, own_leaves=True, dra=True, nodes_per_unit=4)
-    custom, pods = client.CustomObjectsApi(cluster.api), Pods(cluster.api, namespace)
+def namespace_queue(custom: client.CustomObjectsApi, namespace: str) -> None:
+    """A GPUQueue of the namespace's own (64 GPUs guaranteed): its status counts what the pods hold."""
     custom.create_cluster_custom_object(SUPERPOD, SUPERPOD_VERSION, "gpuqueues", {
         "apiVersion": f"{SUPERPOD}/{SUPERPOD_VERSION}", "kind": "GPUQueue", "metadata": {"name": namespace},
         "spec": {"namespaces": [namespace], "resources": [{"flavor": "*", "guaranteed": 64}]}})
+
+
+def claiming_for(sim: str, template: str) -> dict:
+    """TrainingJob `claiming`: one replica claiming from `template`, running for RUN."""
+    claiming = claiming_job("claiming", sim, 1, template)
+    claiming["spec"]["template"]["metadata"] = {"annotations": {RUN_FOR: RUN}}
+    return claiming
+
+
+def test_classic_jobs_claiming_jobs_and_a_claiming_gang_share_one_pool_of_gpus(cluster, operator, jobs, namespace):
+    sim, _ = sim_cluster(cluster.api, "dgx-h100", 4, own_leaves=True, dra=True, nodes_per_unit=4)
+    custom, pods = client.CustomObjectsApi(cluster.api), Pods(cluster.api, namespace)
+    namespace_queue(custom, namespace)
     try:
         template = claim_template(custom, namespace, H100, 8)
         jobs.create(training_job("classic", sim, 2, gpus=8, annotations={RUN_FOR: RUN}))
-        claiming = claiming_job("claiming", sim, 1, template)
-        claiming["spec"]["template"]["metadata"] = {"annotations": {RUN_FOR: RUN}}
-        jobs.create(claiming)
+        jobs.create(claiming_for(sim, template))
         gang = claiming_pods("gang", 1, sim, template)
         gang["metadata"]["annotations"][RUN_FOR] = RUN
         pods.batch.create_namespaced_job(namespace, indexed_job("gang", 1, gang))

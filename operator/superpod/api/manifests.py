@@ -66,9 +66,11 @@ def replica_resources(spec: dict) -> dict[str, str]:
 
 
 def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SCHEDULER_NAME,
-        writer: str = "") -> dict:
-    """Replica `index` of `job`'s gang attempt `attempt`, bound to `node`. Raises ConvertError on a template that
-    cannot be rendered (a field of the wrong type)."""
+        writer: str = "", served: bool = False) -> dict:
+    """Replica `index` of `job`'s gang attempt `attempt`, bound to `node`; or pinned to it, for kube-scheduler to bind,
+    when it claims DRA devices, or asks nvidia.com/gpu of a node whose DRA devices serve it (`served`: a pod bound by
+    name there would be given none). Raises ConvertError on a template that cannot be rendered (a field of the wrong
+    type)."""
     meta, spec = job["metadata"], job["spec"]
     where = f"TrainingJob {meta.get('namespace')}/{meta['name']}"
     name, replicas = meta["name"], int(spec["replicas"])
@@ -113,7 +115,9 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
             res["requests"] = {**_mapping(res.get("requests"), where, f"{field}.resources.requests"), **wanted}
     pspec.update({"nodeName": node, "schedulerName": scheduler_name, "hostname": pod_name(name, attempt, index),
                   "restartPolicy": "Never", "containers": containers})
-    if pspec.get("resourceClaims"):  # kube-scheduler allocates its claims (PreBind) on the node chosen, then binds
+    if pspec.get("resourceClaims") or served and _asks_gpus(pspec):
+        # kube-scheduler allocates its claims, or makes one for its nvidia.com/gpu (PreBind), on the node chosen, then
+        # binds it
         del pspec["nodeName"]
         pspec["schedulerName"] = CLAIMS_SCHEDULER
         pspec["affinity"] = pinned(_mapping(pspec.get("affinity"), where, "spec.template.spec.affinity"), node)
@@ -123,6 +127,14 @@ def pod(job: dict, attempt: int, index: int, node: str, scheduler_name: str = SC
             "metadata": {"name": pod_name(name, attempt, index), "namespace": meta["namespace"], "labels": labels,
                          "annotations": annotations, "ownerReferences": [owner_reference(job)]},
             "spec": pspec}
+
+
+def _asks_gpus(pspec: dict) -> bool:
+    """Whether any container of the pod asks nvidia.com/gpu (a request or a limit)."""
+    return any(isinstance(container, dict) and isinstance(resources := container.get("resources"), dict) and any(
+        isinstance(amounts := resources.get(field), dict) and "nvidia.com/gpu" in amounts
+        for field in ("requests", "limits"))
+        for container in (*(pspec.get("containers") or ()), *(pspec.get("initContainers") or ())))
 
 
 def pinned(affinity: dict, node: str) -> dict:

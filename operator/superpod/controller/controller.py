@@ -278,35 +278,24 @@ class Controller:
         return book
 
     def _tell_pooled(self, snap: Snapshot) -> list[Plan]:
-        """A Warning, once a term, on each node whose GPUs are reached two ways: it advertises nvidia.com/gpu and
-        publishes its GPUs as DRA devices too (booked here as one pool, Snapshot._pool, but kube-scheduler and its
-        kubelet hand each out apart); or it publishes them through DRA alone and a DeviceClass serves nvidia.com/gpu
-        from them (kube-scheduler makes a claim for a pod it places there; a pod bound by name would get none, so
-        this scheduler places nvidia.com/gpu only where it is advertised)."""
+        """A Warning, once a term, on each node that advertises nvidia.com/gpu and publishes its GPUs as DRA devices
+        too: booked here as one pool (Snapshot._pool), but kube-scheduler and its kubelet hand each out apart. (A
+        node whose nvidia.com/gpu a DeviceClass serves from its devices is one pool to kube-scheduler too.)"""
         if snap.devices is self._told_of:  # (looked for once per book: a book is built anew when devices change)
             return []
-        self._told_of, plans, serving = snap.devices, [], None
+        self._told_of, plans = snap.devices, []
         for name in snap.devices.gpu_nodes() if snap.devices is not None else ():
             i = snap.index.get(name)
-            if i is None or name in self._told_pooled or (entry := self.state.nodes.get(name)) is None:
+            if i is None or i not in snap.pooled or snap.nodes[i].served or name in self._told_pooled or (
+                    entry := self.state.nodes.get(name)) is None:
                 continue
-            if i in snap.pooled:
-                reason, said = Reason.GPUS_PUBLISHED_TWICE, (
-                    f"node {name} advertises {snap.nodes[i].allocatable.get(GPU, 0)} nvidia.com/gpu and publishes its "
+            said = (f"node {name} advertises {snap.nodes[i].allocatable.get(GPU, 0)} nvidia.com/gpu and publishes its "
                     "GPUs as DRA devices too: this scheduler books them as one pool, but kube-scheduler and the "
                     "kubelet hand them out apart (a pod asking nvidia.com/gpu and a claim may get the same GPU); run "
                     "either the device plugin or the DRA driver's GPUs on a node")
-            else:
-                serving = serving if serving is not None else self.state.dra.serving(GPU) or ""
-                if not serving or not self.state.dra.node_units(name).get(serving):
-                    continue
-                reason, said = Reason.GPUS_SERVED_BY_DRA, (
-                    f"node {name} serves nvidia.com/gpu only through DRA (DeviceClass {serving}'s "
-                    "extendedResourceName): kube-scheduler makes a claim for a pod it places there, but this scheduler "
-                    "binds its pods itself and places pods asking nvidia.com/gpu only on nodes that advertise it; "
-                    "jobs claim this node's GPUs through a ResourceClaimTemplate")
             self._told_pooled.add(name)
-            plans.append(Plan(f"node:{name}:gpus", [Emit(node_ref(entry.obj), "Warning", str(reason), said)]))
+            plans.append(Plan(f"node:{name}:gpus", [Emit(node_ref(entry.obj), "Warning",
+                                                         str(Reason.GPUS_PUBLISHED_TWICE), said)]))
         return plans
 
     def _unallocated_replicas(self, placed: dict) -> tuple:
@@ -599,10 +588,7 @@ class Controller:
         """What the usable nodes offer at all, recomputed when nodes change (from counts kept as they change)."""
         seen = (self.state.version, self.state.dra.device_edits)
         if self._offered is None or self._offered[0] != seen:
-            serving = self.state.dra.serving(GPU)
-            served = ((GPU, serving),) if serving and any(
-                self.state.dra.node_units(name).get(serving) for name in self.state.nodes) else ()
-            self._offered = (seen, replace(Offered.of(self.state.offers), served=served))
+            self._offered = (seen, Offered.of(self.state.offers))
         return self._offered[1]
 
     def next_deadline(self) -> float | None:

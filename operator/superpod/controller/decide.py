@@ -18,7 +18,7 @@ from superpod.controller.actions import Action, CreatePods, CreateService, Delet
 from superpod.controller.compute_domains import channel_missing, wider_than_a_clique
 from superpod.controller.job_status import NO_DETAILS, cause_details
 from superpod.controller.jobs import JobView
-from superpod.controller.judge import Settings, abandoned, describe_domains
+from superpod.controller.judge import Settings, abandoned, describe_domains, replica_pod
 from superpod.controller.metering import Labels, outside_queues
 from superpod.controller.podgangs import GangView
 from superpod.controller.state import ClusterState
@@ -142,13 +142,12 @@ def _repair(view: JobView, now: float, live: tuple = ()) -> Plan | None:
 
 @dataclass(frozen=True)
 class Offered:
-    """What the usable nodes offer at all: GPU products, resources (any amount), MIG-capable catalogue products, and
-    the extended resources a DeviceClass serves from their DRA devices (resource -> class)."""
+    """What the usable nodes offer at all: GPU products, resources (any amount) and MIG-capable catalogue
+    products."""
 
     products: frozenset[str]
     resources: frozenset[str]
     mig_products: tuple[Product, ...]
-    served: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def of(cls, offers: Iterable[tuple[str, str]]) -> Offered:
@@ -182,11 +181,6 @@ def unservable(snap: Snapshot, offered: Offered, job: JobRequest) -> str | None:
                 return (f"no GPU here offers the MIG profile {profile} (MIG-capable products here: "
                         f"{', '.join(sorted(p.key for p in offered.mig_products)) or 'none'})")
             continue
-        if serving := dict(offered.served).get(resource):
-            return (f"requests {resource}, which no node advertises: DeviceClass {serving} serves it from DRA devices "
-                    "(its extendedResourceName), by a claim kube-scheduler makes for a pod it places, and this "
-                    "scheduler binds its pods itself (they would run without their GPUs); claim the GPUs through a "
-                    "ResourceClaimTemplate in spec.template.spec.resourceClaims instead")
         return f"requests {resource}, which no node advertises"
     return None
 
@@ -325,8 +319,7 @@ def start(state: ClusterState, view: JobView, assignments: dict[str, list[int]],
     attempt = next_attempt(state, view)
     write, message = placed(state, view, attempt, assignments, now, "placed", deferred=True)
     nodes = {int(i): node for node, ranks in assignments.items() for i in ranks}
-    pods = tuple(manifests.pod(view.obj, attempt, i, nodes[i], settings.scheduler_name, settings.writer)
-                 for i in sorted(nodes))
+    pods = tuple(replica_pod(state, view, attempt, i, nodes[i], settings) for i in sorted(nodes))
     service = [CreateService(manifests.headless_service(view.obj))] if manifests.has_service(view.obj) else []
     plan = Plan(view.key, [write, *service, CreatePods(view.key, pods),
                                     view.emit("Normal", Reason.PLACED, message)])

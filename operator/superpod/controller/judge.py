@@ -71,6 +71,14 @@ class Settings:
     spare_runtime: float | None = None
 
 
+def replica_pod(state: ClusterState, view: JobView, attempt: int, index: int, node: str, settings: Settings) -> dict:
+    """Replica `index`'s pod of the attempt, for `node` (kube-scheduler binds it where the node's DRA devices serve
+    its nvidia.com/gpu: manifests.pod)."""
+    entry = state.nodes.get(node)
+    return manifests.pod(view.obj, attempt, index, node, settings.scheduler_name, settings.writer,
+                         served=entry is not None and entry.node is not None and entry.node.served)
+
+
 @dataclass(frozen=True)
 class Lost:
     """A placed gang whose replicas on lost nodes (`verdict.lost`) are to be made again elsewhere: decided once the
@@ -175,8 +183,7 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
         held = {p.index for p in displaced}  # made again once its displaced pod is seen gone
         if missing := sorted(set(placement) - set(current) - held):
             plan.then(CreatePods(view.key, tuple(
-                manifests.pod(view.obj, attempt, i, placement[i], settings.scheduler_name, settings.writer)
-                for i in missing)))
+                replica_pod(state, view, attempt, i, placement[i], settings) for i in missing)))
     if verdict.phase in ACTIVE and verdict.action != lifecycle.TEARDOWN and view.key not in state.services \
             and manifests.has_service(view.obj):
         plan.then(CreateService(manifests.headless_service(view.obj)),
@@ -245,8 +252,7 @@ def replacement(state: ClusterState, lost: Lost, snap: Snapshot, now: float, set
     bills = [RecordUsage(usage_object(_displaced_record(view, p, labels(view), now), view.uid, p.uid))
              for p in displaced if p.run.start is not None and pod_usage_name(p.uid) not in state.ledger.queue_of]
     gone = tuple((p.key, p.uid) for p in displaced)
-    pods = tuple(manifests.pod(view.obj, status.attempt, i, node, settings.scheduler_name, settings.writer)
-                 for i, node in sorted(chosen.items()))
+    pods = tuple(replica_pod(state, view, status.attempt, i, node, settings) for i, node in sorted(chosen.items()))
     # the lost pods' records before the status (a next leader may never see those pods); their names freed before
     # the creates (a failed delete leaves them to the next cycles' judge)
     return Plan(view.key, [*bills, view.write(change, now), view.emit("Normal", Reason.NODE_REPLACED, message),

@@ -26,6 +26,9 @@ HOSTNAME = "kubernetes.io/hostname"
 UNLABELLED = "?"  # prefix of the domain a node forms on its own at a level whose label it lacks
 POOLED = "pooled#"  # the booking "pooled#<node>": GPUs DRA claims hold on a node whose nvidia.com/gpu they are too
 POOLED_DRIVER = "gpu.nvidia.com"  # the DRA driver whose GPUs are those a node's nvidia.com/gpu counts (NVIDIA's)
+# why a pod gang asking nvidia.com/gpu keeps off a node that serves it from DRA devices: kube-scheduler makes the claim
+# that gives a pod those GPUs, and a pod this scheduler binds by name would run without them
+SERVED_BY_DRA = "serving nvidia.com/gpu only to pods kube-scheduler binds (DRA devices): claim them instead"
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,7 @@ class Node:
     unschedulable: bool = False
     ready: bool = True
     held: str = ""  # why the scheduler keeps it out of placement for now, e.g. "being repartitioned for MIG"
+    served: bool = False  # its nvidia.com/gpu are served from its DRA devices (a DeviceClass's extendedResourceName)
 
 
 @dataclass(frozen=True)
@@ -100,6 +104,8 @@ def filter_reason(node: Node, job: JobRequest) -> str | None:
         return "nodeSelector mismatch"
     if job.affinity and not any(all(r.matches(node.labels) for r in term) for term in job.affinity):
         return "node affinity mismatch"
+    if node.served and job.binds_gpus_by_name:
+        return SERVED_BY_DRA
     if job.shared_on and not all(node_selector_matches(_selector(s), node.name, node.labels) for s in job.shared_on):
         return "not where the ResourceClaim its pods share is allocated"
     return None
@@ -352,22 +358,26 @@ class Snapshot:
         if book is not self.devices:
             self.devices, self.unfit = book, {}
             self.generation += 1
-            both = {i for name in (book.gpu_nodes(POOLED_DRIVER) if book is not None else ())
-                    if (i := self.index.get(name)) is not None and self.nodes[i].allocatable.get(GPU, 0) > 0}
+            pooled_driver = set(book.gpu_nodes(POOLED_DRIVER)) if book is not None else set()
+            both = {i for name in (book.gpu_nodes() if book is not None else ())
+                    if (i := self.index.get(name)) is not None and self.nodes[i].allocatable.get(GPU, 0) > 0
+                    and (self.nodes[i].served or name in pooled_driver)}
             self._pool(self.pooled | both, both)
 
     def _pool(self, nodes: Iterable[int], pooled: set[int] | None = None) -> None:
         """One pool of GPUs on a node that advertises nvidia.com/gpu and publishes its GPUs as NVIDIA's DRA driver's
-        devices too (the same GPUs: the device plugin beside the DRA driver): the GPUs those devices' claims hold are
+        devices too (the same GPUs: the device plugin beside the DRA driver), or whose nvidia.com/gpu a DeviceClass
+        serves from its DRA devices (Node.served: then all its GPU devices): the GPUs those devices' claims hold are
         booked as its nvidia.com/gpu (a booking keyed POOLED), and claims placed there fit its free nvidia.com/gpu
-        too (Solver), so neither hands out a GPU the other holds. Another driver's devices are GPUs of their own.
+        too (Solver), so neither hands out a GPU the other holds. Another driver's devices are GPUs of their own; the
+        claims kube-scheduler makes for pods' nvidia.com/gpu are left out (DeviceBook.extended: the pods count them).
         `pooled`: the nodes pooled from now on (None: as they are)."""
         if pooled is not None:
             self.pooled = pooled
         for i in nodes:
             key, taken = f"{POOLED}{self.nodes[i].name}", 0
             if i in self.pooled and self.devices is not None:
-                taken = math.ceil(self.devices.gpus_taken(self.nodes[i].name, POOLED_DRIVER) - 1e-9)
+                taken = math.ceil(self.devices.gpus_taken(self.nodes[i].name, self.pool_driver(i)) - 1e-9)
             held = self.pods.get(key)
             if held is not None and held.requests == ((GPU, taken),):
                 continue  # (unchanged: every view's aggregates stay as they are)
@@ -375,6 +385,10 @@ class Snapshot:
                 self.add_pod(Pod(key, self.nodes[i].name, ((GPU, taken),)))
             else:
                 self.remove_pod(key)
+
+    def pool_driver(self, i: int) -> str:
+        """The DRA driver whose GPUs are node `i`'s nvidia.com/gpu ("": all its GPU devices, when they serve it)."""
+        return "" if self.nodes[i].served else POOLED_DRIVER
 
     def repool(self, names: Iterable[str]) -> None:
         """Book the one pool again on these nodes (those pooled among them), after their devices were freed or

@@ -61,7 +61,6 @@ class Reason(StrEnum):
     STATUS_REPAIRED = "StatusRepaired"  # fields of the status could not be read: dropped and written anew
     NODE_UNREADABLE = "NodeUnreadable"  # a node object the operator cannot read: left out of placement
     GPUS_PUBLISHED_TWICE = "GpusPublishedTwice"  # a node's nvidia.com/gpu and its DRA devices: one pool booked once
-    GPUS_SERVED_BY_DRA = "GpusServedByDra"  # nvidia.com/gpu served from a node's DRA devices: placed by claims alone
     # GPUQueues
     QUEUE_ACTIVE = "InForce"  # the queue takes jobs
     QUEUE_REFUSED = "Refused"  # the queue cannot be read or does not fit the tree; its jobs wait

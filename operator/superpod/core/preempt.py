@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from superpod.core.cycle import Decision, Reservation
 from superpod.core.dra.model import DeviceID
 from superpod.core.gang_key import GangKey
-from superpod.core.model import POOLED_DRIVER, Snapshot
+from superpod.core.model import Snapshot
 from superpod.core.phases import Cause, Reason
 from superpod.core.placement import Placement, Solver, could_ever_hold, solve
 from superpod.core.queues import RESERVED
@@ -124,7 +124,7 @@ def _pooled_gpus(snap: Snapshot, victim: Victim) -> dict[int, int]:
     out = {}
     for name in {device[1] for device in victim.devices}:
         if (i := snap.index.get(name)) in snap.pooled:
-            out[i] = int(snap.devices.gpus_within(name, victim.devices, POOLED_DRIVER) + 1e-9)
+            out[i] = int(snap.devices.gpus_within(name, victim.devices, snap.pool_driver(i)) + 1e-9)
     return out
 
 
@@ -280,7 +280,7 @@ class Room:
                 k = min(k, max(free.get(r, 0), 0) // v)
         if pooled and (share := self.solver.pooled_share):  # the pool's GPUs: free ones and those the victims' give
             gpus = free.get(GPU, 0) + book.gpus_within(snap.nodes[node].name, self.devices_freed.get(node, set()),
-                                                       POOLED_DRIVER)
+                                                       snap.pool_driver(node))
             k = min(k, int(max(gpus, 0) / share + 1e-9))
         if self.solver.claiming and k and book is not None:
             k = book.slots_freeing(self.solver.snap.nodes[node].name, self.solver.claims, k,

@@ -146,6 +146,12 @@ class JobRequest:
         """GPUs each member claims through DRA: its own claims' and its share of those the gang shares."""
         return self.claimed_gpus + self.shared_gpus / self.size
 
+    @cached_property
+    def binds_gpus_by_name(self) -> bool:
+        """Whether a member asks nvidia.com/gpu and this scheduler binds its pods itself (a pod gang's: a
+        TrainingJob's pods go to kube-scheduler on a node whose nvidia.com/gpu DRA devices serve, Node.served)."""
+        return self.kind != TRAINING_JOB and self.total_requests.get(GPU, 0) > 0
+
     @property
     def per_replica(self) -> dict[str, int]:
         return dict(self.requests)
@@ -207,7 +213,7 @@ class JobRequest:
 
     def filter_signature(self) -> tuple:
         return (self.gpu_product, self.node_selector, self.affinity, self.tolerations, self.avoid_nodes,
-                self.shared_on)
+                self.shared_on, self.binds_gpus_by_name)
 
     def shape(self) -> Shape:
         """Everything placement reads, and the limit (by which a job may run inside a reservation): two jobs of one

@@ -25,6 +25,10 @@ def register(sub) -> None:
     c.add_argument("--name", help="name of this simulated cluster (default: the preset name)")
     c.add_argument("--dra", action="store_true", help="also publish each node's ResourceSlices and the DeviceClasses, "
                                                       "as NVIDIA's DRA driver would (resource.k8s.io/v1)")
+    c.add_argument("--dra-only", action="store_true",
+                   help="publish the GPUs through DRA only: the nodes advertise no nvidia.com/gpu, which the "
+                        "DeviceClass gpu.nvidia.com serves from their devices (NVIDIA's DRA driver without the device "
+                        "plugin)")
     c.add_argument("--kubeconfig")
     c.set_defaults(func=_cluster)
     d = simsub.add_parser("delete", help="delete exactly the nodes of one simulated cluster (and their "
@@ -62,9 +66,9 @@ def _cluster(args) -> int:
         return 2
     objs = presets.preset_nodes(args.preset, args.nodes, args.name)
     started = time.monotonic()
-    created = nodes.create_nodes(load(args.kubeconfig), objs, dra=args.dra)
+    created = nodes.create_nodes(load(args.kubeconfig), objs, dra=args.dra, dra_only=args.dra_only)
     gpus = sum(int(o["status"]["capacity"]["nvidia.com/gpu"]) for o in objs)
-    published = ", ResourceSlices published" if args.dra else ""
+    published = ", through DRA only" if args.dra_only else ", ResourceSlices published" if args.dra else ""
     print(f"{args.name or args.preset}: {len(objs)} nodes, {gpus} GPUs ({created} created{published}) "
           f"in {time.monotonic() - started:.1f}s", file=sys.stderr)
     return 0

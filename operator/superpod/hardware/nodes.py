@@ -13,10 +13,15 @@ from superpod.hardware.presets import SIM_LABEL
 DRA_GROUP, DRA_VERSION = "resource.k8s.io", "v1"
 
 
-def create_nodes(api: client.ApiClient, nodes: list[dict], workers: int = 24, dra: bool = False) -> int:
+def create_nodes(api: client.ApiClient, nodes: list[dict], workers: int = 24, dra: bool = False,
+                 dra_only: bool = False) -> int:
     """Create `nodes` in parallel; nodes that already exist are left as they are. Returns how many were created.
     `dra`: each node also publishes the ResourceSlices NVIDIA's DRA driver would (created or replaced), and the
-    driver's DeviceClasses are put in place."""
+    driver's DeviceClasses are put in place; `dra_only`: so, and the nodes advertise no nvidia.com/gpu (no device
+    plugin: the DeviceClass gpu.nvidia.com serves it from their devices)."""
+    dra = dra or dra_only
+    if dra_only:
+        nodes = [without_device_plugin(node) for node in nodes]
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
     if dra:
@@ -38,6 +43,13 @@ def create_nodes(api: client.ApiClient, nodes: list[dict], workers: int = 24, dr
 
     with ThreadPoolExecutor(max_workers=workers) as pool:
         return sum(pool.map(create, nodes))
+
+
+def without_device_plugin(node: dict) -> dict:
+    """`node` advertising no nvidia.com/gpu."""
+    status = {key: ({k: v for k, v in value.items() if k != "nvidia.com/gpu"} if key in ("capacity", "allocatable")
+                    else value) for key, value in node["status"].items()}
+    return {**node, "status": status}
 
 
 def _put(custom: client.CustomObjectsApi, plural: str, body: dict) -> None:

@@ -122,24 +122,6 @@ def test_a_claiming_pod_gang_is_preempted_by_priority():
     assert c.decided("urgent")["reason"] != "NoRoom", c.decided("urgent")
 
 
-def test_a_node_whose_gpus_only_dra_serves_as_nvidia_com_gpu_is_warned_of_and_no_classic_pod_is_bound_there():
-    """A DeviceClass naming nvidia.com/gpu its extendedResourceName (as NVIDIA's DRA driver sets up): kube-scheduler
-    serves nvidia.com/gpu from a node's devices when the node does not advertise it, by a claim it makes for the pod
-    it places; a pod bound by name gets none and runs without its GPUs. So this scheduler places no classic job
-    there, and says so on the node."""
-    c = dra_cluster(1, nodes_per_unit=1)
-    c.update_node("dgx-su01-n01", lambda n: [n["status"][k].pop("nvidia.com/gpu") for k in ("allocatable", "capacity")])
-    c.submit(training_job("classic", 1, gpus=8))
-    c.settle(3)
-    status = c.decided("classic")
-    assert status["phase"] == "Invalid" and not c.pods("classic"), status
-    assert status["message"].startswith("requests nvidia.com/gpu, which no node advertises: DeviceClass gpu.nvidia.com "
-                                        "serves it from DRA devices"), status["message"]
-    [said] = [e["message"] for e in c.store.objects.get(EVENTS, {}).values() if e["reason"] == "GpusServedByDra"]
-    assert said.startswith("node dgx-su01-n01 serves nvidia.com/gpu only through DRA (DeviceClass gpu.nvidia.com's "
-                           "extendedResourceName)"), said
-
-
 def test_the_class_serving_an_extended_resource_is_the_newest_naming_it():
     from superpod.controller.state.dra import DraStore
 

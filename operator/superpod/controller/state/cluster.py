@@ -19,6 +19,7 @@ from superpod.controller.state.pod_info import PodInfo
 from superpod.controller.state.pods import PodStore
 from superpod.core.gang_key import GangKey
 from superpod.core.model import Node, Topology
+from superpod.core.request import GPU
 from superpod.k8s.api import (
     CLUSTERTOPOLOGIES,
     DRA,
@@ -130,7 +131,9 @@ class ClusterState:
             GPUUSAGES.plural: self._billing, SERVICES.plural: self._services,
             CLUSTERTOPOLOGIES.plural: self._topologies, GPUQUEUES.plural: self._queues,
             PODGROUPS.plural: self._pod_groups}
-        self.dra = DraStore(lambda pod_key: (info := self._pods.pods.get(pod_key)) and info.job)
+        pod_infos = self._pods.pods
+        self.dra = DraStore(lambda pod_key: (info := pod_infos.get(pod_key)) and info.job,
+                            lambda pod_key: info.claims_named if (info := pod_infos.get(pod_key)) else frozenset())
         self._stores.update({kind.plural: self.dra.kind_store(kind.plural) for kind in DRA})
         nodes, pods, jobs, billing = self._nodes, self._pods, self._jobs, self._billing
         self.nodes, self.node_stamps, self.unreadable = nodes.nodes, nodes.node_stamps, nodes.unreadable
@@ -147,10 +150,18 @@ class ClusterState:
         self._stamps = itertools.count(1)  # never repeats, so a (stamp, version) seen once is never seen again
         self._versions: dict[tuple[str, str], tuple[str, int]] = {}  # (plural, key) -> (uid, resourceVersion)
         self._tombstones: OrderedDict[str, int] = OrderedDict()  # deleted uid -> resourceVersion of the deletion
+        self._served_at = -1  # the DraStore.device_edits the nodes' served GPUs were read at
 
     def fail_on(self, conditions: frozenset[tuple[str, str]]) -> None:
         """Node conditions (type, status) that mean a node failed (NodeStore.fail_on)."""
         self._nodes.fail_on(conditions)
+
+    def serve_gpus(self) -> None:
+        """Give the nodes that advertise no nvidia.com/gpu the GPUs a DeviceClass serves it from among their DRA
+        devices (DraStore.served), read again when a slice or a class changed (NodeStore.serve)."""
+        if self._served_at != self.dra.device_edits:
+            self._served_at = self.dra.device_edits
+            self._nodes.serve(self.dra.served(GPU))
 
     # ---- the one way in -----------------------------------------------------------------------------------------
     def apply(self, kind: Kind, event: str, obj: dict, now: float) -> bool:
@@ -172,6 +183,8 @@ class ClusterState:
         self._versions[(kind.plural, key)] = (uid, rv)
         store = self._stores.get(kind.plural, UNKEPT)
         store.store(key, obj, now)
+        if held is None and kind.plural == PODS.plural and (info := self._pods.pods.get(key)) and info.claims_named:
+            self.dra.claim_edits()  # (which claims kube-scheduler made for pods' nvidia.com/gpu: DraStore.extended)
         if job := store.job_of(key):
             self._stamp(job)
         return True

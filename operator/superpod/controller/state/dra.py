@@ -27,6 +27,9 @@ from superpod.core.dra.units import Shape, device_units, request_units, selects,
 from superpod.core.gang_key import GangKey
 from superpod.core.queues import ANY
 
+EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"  # on a claim kube-scheduler made for a pod's
+# extended resource served from DRA devices (KEP-5004): the pod's requests of that resource count what it holds
+POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"  # on a claim made from a pod's template
 MOST_NAMED = 4096  # claim names read as used by name beyond twice the claims there are, before they are read anew
 
 
@@ -34,8 +37,10 @@ class DraStore:
     """One store for the four kinds, told apart by the plural it was made for (`kind_store`); `generation` moves on
     every change, so a book built at one generation is kept until the next."""
 
-    def __init__(self, gang_of_pod: Callable[[str], GangKey | None]) -> None:
+    def __init__(self, gang_of_pod: Callable[[str], GangKey | None],
+                 named_by_pod: Callable[[str], frozenset[str]] = lambda pod_key: frozenset()) -> None:
         self.gang_of_pod = gang_of_pod  # pod key -> its gang: a claim's change is its pod's gang's
+        self.named_by_pod = named_by_pod  # pod key -> the claims its spec uses by name
         self.slices: dict[str, Slice] = {}
         self.classes: dict[str, DeviceClass] = {}
         self.class_created: dict[str, str] = {}  # class name -> its creationTimestamp (for `serving`)
@@ -59,6 +64,7 @@ class DraStore:
         self._selectors = Selectors()
         self._device_gpus: tuple[int, dict[DeviceID, float]] = (-1, {})  # (device_edits, device -> GPUs it is)
         self._taken: set[DeviceID] | None = None
+        self._extended: frozenset[DeviceID] | None = None  # the devices of the claims `extended` says
         self._held_by: Counter | None = None  # device -> how many claims hold it (`taken`, `taken_twice`)
         self._twice: dict[str, tuple[DeviceID, str]] | None = None
         self._by_pod: dict[str, list[dict]] | None = None
@@ -70,7 +76,7 @@ class DraStore:
     def changed(self) -> None:
         """Devices, classes or what the claims hold changed: a book built before no longer stands."""
         self.generation += 1
-        self._taken = self._held_by = self._by_pod = self._by_consumer = self._twice = None
+        self._taken = self._held_by = self._by_pod = self._by_consumer = self._twice = self._extended = None
 
     def devices_changed(self) -> None:
         """A slice or a class stored or gone: what a class's devices are worth may have changed too."""
@@ -147,22 +153,60 @@ class DraStore:
         named = [name for name, device_class in self.classes.items() if device_class.extended_resource_name == resource]
         return max(sorted(named), key=lambda name: self.class_created.get(name, ""), default=None)  # (the first max)
 
+    def served(self, resource: str) -> dict[str, int]:
+        """Node -> how many whole GPUs the class `serving` `resource` selects among its own devices: what
+        kube-scheduler may hand out as `resource` there, one device a unit, where the node does not advertise it."""
+        serving = self.serving(resource)
+        if serving is None:
+            return {}
+        if self._node_units[0] != self.device_edits:
+            self._node_units = (self.device_edits, self._count_node_units())
+        return {node: count for node, units in self._node_units[1].items() if (count := int(units.get(serving, 0)
+                                                                                                 + 1e-9))}
+
     def reading_edits(self) -> int:
         """Moves when what claims are read against may have changed: a template, a claim pods use by name, a device
         shape or a class (a slice written again with devices of the shapes it had moves nothing)."""
         return self.template_edits + self.shape_edits + self.shared_edits
 
     def claim_edits(self) -> None:
-        """A claim changed but not what it holds (its owners, its reservation): only the index by pod is stale, and
-        the pods' shares of the claims they share may have moved."""
+        """A claim changed but not what it holds (its owners, its reservation), or a pod that uses claims by name
+        came: only the index by pod is stale, and the pods' shares of the claims they share may have moved."""
         self._by_pod = self._by_consumer = None
+        self._extended = None
         self.reservations += 1
 
+    def extended(self, claim: dict) -> bool:
+        """Whether kube-scheduler made `claim` for a pod's nvidia.com/gpu served from DRA devices (an extended
+        resource, KEP-5004), so the pod's requests count what it holds: annotated so, made from no template, and
+        used by name by none of the pods it is for. A pod is given a claim its spec names or one kube-scheduler made
+        for it (named in the pod's status, which a tenant cannot write): a tenant's claim annotated so is still
+        counted wherever a pod of its uses it."""
+        meta = claim["metadata"]
+        annotations = meta.get("annotations") or {}
+        if annotations.get(EXTENDED_CLAIM) != "true" or POD_CLAIM_NAME in annotations:
+            return False
+        namespace, name = meta.get("namespace"), meta.get("name")
+        consumers = [*(meta.get("ownerReferences") or ()), *((claim.get("status") or {}).get("reservedFor") or ())]
+        return not any(isinstance(pod, dict) and name in self.named_by_pod(f"{namespace}/{pod.get('name')}")
+                       for pod in consumers)
+
+    @property
+    def extended_devices(self) -> frozenset[DeviceID]:
+        """The devices the claims `extended` says hold (the pods' nvidia.com/gpu requests count them)."""
+        if self._extended is None:
+            self._extended = frozenset(allocated_devices(
+                claim for claim in self.claims.values() if claim["metadata"].get("annotations")
+                and self.extended(claim)))
+        return self._extended
+
     def owned_by(self, pod_uid: str) -> list[dict]:
-        """The claims a pod owns (made from its templates)."""
+        """The claims a pod owns (made from its templates), but one kube-scheduler made for its nvidia.com/gpu."""
         if self._by_pod is None:
             self._by_pod = {}
             for claim in self.claims.values():
+                if claim["metadata"].get("annotations") and self.extended(claim):
+                    continue  # (its pod's requests count it)
                 for owner in claim["metadata"].get("ownerReferences") or ():
                     if owner.get("kind") == "Pod" and owner.get("uid"):
                         self._by_pod.setdefault(owner["uid"], []).append(claim)
@@ -175,10 +219,13 @@ class DraStore:
 
     def reserved_for(self, pod_uid: str) -> list[dict]:
         """The claims reserved for a pod (status.reservedFor: written by kube-scheduler or this operator, never by a
-        tenant), whoever owns them: its own and those it shares by name."""
+        tenant), whoever owns them: its own and those it shares by name; not one kube-scheduler made for its
+        nvidia.com/gpu (`extended`)."""
         if self._by_consumer is None:
             self._by_consumer = {}
             for claim in self.claims.values():
+                if claim["metadata"].get("annotations") and self.extended(claim):
+                    continue  # (its pod's requests count it)
                 for consumer in (claim.get("status") or {}).get("reservedFor") or ():
                     if isinstance(consumer, dict) and consumer.get("resource") == "pods" and consumer.get("uid"):
                         self._by_consumer.setdefault(consumer["uid"], []).append(claim)
@@ -268,7 +315,8 @@ class DraStore:
         None when no node publishes devices."""
         if not self.slices:
             return None
-        return DeviceBook(self.slices.values(), self.classes, self.taken | in_flight, labels)
+        return DeviceBook(self.slices.values(), self.classes, self.taken | in_flight, labels,
+                          extended=self.extended_devices)
 
     def shared(self, namespace: str, name: str) -> Shared:
         """ResourceClaim namespace/name as pods that use it by name read it; raises LookupError or DraError."""

@@ -54,6 +54,7 @@ class NodeStore:
         self.mig_nodes: set[str] = set()  # nodes with a label or annotation under MIG_KEYS: what the MIG flow reads
         self.offers: dict[tuple[str, str], int] = {}  # offer_keys of the usable nodes -> how many nodes offer it
         self.failure_conditions: frozenset[tuple[str, str]] = frozenset()  # (type, status) that mean a node failed
+        self.served: dict[str, int] = {}  # node -> nvidia.com/gpu its DRA devices serve (`serve`)
 
     def fail_on(self, conditions: frozenset[tuple[str, str]]) -> None:
         """Node conditions (type, status) that mean a node failed: it is held out of placement, and the placed gangs
@@ -61,6 +62,16 @@ class NodeStore:
         if conditions != self.failure_conditions:
             self.failure_conditions = conditions
             for name, entry in list(self.nodes.items()):
+                self.store(name, entry.obj, 0.0 if entry.not_ready_since is None else entry.not_ready_since)
+
+    def serve(self, served: dict[str, int]) -> None:
+        """The GPUs a DeviceClass serves as nvidia.com/gpu from each node's DRA devices (kube-scheduler's DRA
+        extended resources): a node that advertises no nvidia.com/gpu offers those (Node.served). The nodes whose
+        count moved are read again."""
+        moved = {name for name in self.served.keys() | served.keys() if self.served.get(name) != served.get(name)}
+        self.served = served
+        for name in sorted(moved):
+            if (entry := self.nodes.get(name)) is not None:
                 self.store(name, entry.obj, 0.0 if entry.not_ready_since is None else entry.not_ready_since)
 
     def job_of(self, key: str) -> GangKey | None:
@@ -77,6 +88,8 @@ class NodeStore:
                 node = replace(node, held="being repartitioned for MIG")
             elif self.failure_conditions and (failing := failed_condition(obj, self.failure_conditions)):
                 node = replace(node, held=f"{FAILING}{failing}")
+            if (served := self.served.get(name)) and not node.allocatable.get(GPU):
+                node = replace(node, allocatable={**node.allocatable, GPU: served}, served=True)
         except ConvertError as e:
             node, problem = None, str(e)
         ready = node is not None and node.ready

@@ -53,6 +53,7 @@ class PodInfo:
     last_known: float = 0.0  # the latest time its object names (a start, a transition): it ran at least until
     gang_spec: str | None = None  # a TrainingJob pod's digest of the spec it was made from (manifests.gang_digest)
     gpus: PodGpus | None = None  # bound and asking for GPUs: what billing reads of it
+    claims_named: frozenset[str] = frozenset()  # the ResourceClaims its spec uses by name (DraStore.extended)
 
 
 def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None = None) -> PodInfo:
@@ -86,8 +87,15 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None =
         owner=owner, attempt=_int(labels.get(ATTEMPT_LABEL)), index=_int(labels.get(INDEX_LABEL)), holds=holds,
         state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status, meta),
         gang_spec=(meta.get("annotations") or {}).get(GANG_ANNOTATION) if owner else None,
-        gpus=_gpus(obj, holds, state.phase, labels, replica),
+        gpus=_gpus(obj, holds, state.phase, labels, replica), claims_named=_claims_named(obj),
     )
+
+
+def _claims_named(obj: dict) -> frozenset[str]:
+    try:
+        return frozenset(claim.claim for claim in pod_claims(obj.get("spec") or {}) if claim.claim)
+    except DraError:
+        return frozenset()
 
 
 def _gpus(obj: dict, holds: Pod | None, phase: str, labels: dict, replica: bool) -> PodGpus | None:

@@ -19,9 +19,12 @@ class DeviceBook:
     devices change."""
 
     def __init__(self, slices: Iterable[Slice], classes: dict[str, DeviceClass], taken: set[DeviceID],
-                 labels: dict[str, dict[str, str]], selectors: Selectors | None = None) -> None:
+                 labels: dict[str, dict[str, str]], selectors: Selectors | None = None,
+                 extended: frozenset[DeviceID] = frozenset()) -> None:
         self.allocator = Allocator(classes, selectors)
         self.taken = set(taken)
+        self.extended = extended  # of `taken`: the devices of the claims kube-scheduler made for pods' nvidia.com/gpu
+        # (DRA extended resources), which those pods' requests count
         self.labels = labels  # node name -> labels (slices may select nodes by label)
         self._local: dict[str, list[Slice]] = {}  # node name -> its own slices
         self._shared: list[Slice] = []  # slices of all nodes, or of the nodes a selector picks
@@ -64,8 +67,11 @@ class DeviceBook:
                    if device.id in devices and (not driver or device.driver == driver))
 
     def gpus_taken(self, node: str, driver: str = "") -> float:
-        """GPUs of the node's own devices (of `driver`, if named) that claims hold or this cycle booked."""
-        return self.gpus_within(node, self.taken, driver)
+        """GPUs of the node's own devices (of `driver`, if named) that claims hold or this cycle booked, but for the
+        claims that serve pods' nvidia.com/gpu (`extended`)."""
+        return sum(device_units(device) for s in self._local.get(node, ()) for device in s.devices
+                   if device.id in self.taken and device.id not in self.extended
+                   and (not driver or device.driver == driver))
 
     def pools(self, node: str) -> list[Pool]:
         """The pools `node` sees (core/dra/model.node_pools, given every slice of the pools it meets)."""
