@@ -194,7 +194,9 @@ class Controller:
         return turn.plans
 
     def _observe(self, turn: Turn) -> None:
-        """1. Read what changed: jobs, pod gangs' bindings, objects that cannot be read, MIG layouts."""
+        """1. Read what changed: the GPUs DRA devices serve, jobs, pod gangs' bindings, objects that cannot be read,
+        MIG layouts."""
+        self.state.serve_gpus(turn.now)
         self.reader.read(self.state)
         self.room.gangs.settle(self.state, self.applier.bindings, turn.now, self.applier.claim_writes)
         turn.placed = self.reader.gangs

@@ -51,18 +51,21 @@ def counted(state: ClusterState, gang: tuple) -> JobRequest:
 
 def fault(state: ClusterState, view: JobView, pods: Iterable[PodInfo]) -> tuple[str, str] | None:
     """Why the attempt must stop, as (reason, words), for the first of `pods` (its replicas' pods) whose claims hold
-    a device an earlier claim holds too, or ask for or hold more GPUs than the job was admitted with; None when none
-    does."""
-    if not claiming(view):
+    a device an earlier claim holds too (those kube-scheduler made for their nvidia.com/gpu too), or ask for or hold
+    more GPUs than the job was admitted with; None when none does."""
+    claims = claiming(view)
+    if not claims and not state.dra.claims:
         return None
-    admitted = view.request.claimed_per_member
+    admitted = view.request.claimed_per_member if claims else 0.0
     for pod in sorted(pods, key=lambda p: p.index if p.index is not None else -1):
-        for claim in state.dra.reserved_for(pod.uid):
+        for claim in (*state.dra.reserved_for(pod.uid), *state.dra.extended_of(pod.uid)):
             if (twice := state.dra.taken_before(claim)) is not None:
                 name = f"{claim['metadata'].get('namespace')}/{claim['metadata'].get('name')}"
                 return Reason.DEVICE_TAKEN_TWICE, (
                     f"replica {pod.index}'s claim {name} was given device {twice[0][2]} of pool {twice[0][1]}, which "
                     f"the earlier claim {twice[1]} holds: stopped, and placed again")
+        if not claims:
+            continue
         specs = tuple(spec for claim in state.dra.owned_by(pod.uid) if (spec := _read(claim)) is not None)
         asked = claimed_gpus(specs, state.dra.worth)
         held = state.dra.member_gpus(pod.uid, view.replicas)

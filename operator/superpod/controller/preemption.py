@@ -50,7 +50,8 @@ def running(state: ClusterState, reader: JobReader, gangs: PodGangs, nominated: 
         if view is None or key in evicting or not allowed(request):
             continue
         mine = [pod for pod in state.pods_of(key) if pod.owner == uid and pod.attempt == attempt]
-        devices = state.dra.devices_of(pod.uid for pod in mine) if request.claims else frozenset()
+        devices = state.dra.devices_of(pod.uid for pod in mine) if state.dra.claims else frozenset()  # (those of
+        # kube-scheduler's claims for the pods' nvidia.com/gpu too)
         pods = [pod.key for pod in mine if pod.key in snap.pods]
         pods += [assumed for index in nodes if (assumed := assumed_key(key, index)) in snap.pods]
         gpus = view.units * view.replicas

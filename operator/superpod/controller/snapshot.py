@@ -42,7 +42,6 @@ class SnapshotCache:
         uid, attempt, replica -> node)) not observed yet, and `gangs` (pod gangs' bindings in flight; an observed
         pod of the same key wins). `touched`: the jobs changed since the last build (None: all may have)."""
         whole, self._whole = self._whole or touched is None, True  # until this build ends
-        state.serve_gpus()  # (the nodes whose nvidia.com/gpu DRA devices serve: read as they are now)
         changed = self._follow(state, placed, gangs or {}, touched, whole)
         nodes, state.nodes_changed = state.nodes_changed, set()
         if whole:

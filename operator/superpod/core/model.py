@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from superpod.core.dra.book import DeviceBook
+from superpod.core.dra.book import POOLED_DRIVER, DeviceBook
 from superpod.core.dra.model import DeviceID, node_selector_matches
 from superpod.core.horizon import Horizon
 from superpod.core.request import GPU, PODS, PRODUCT_LABEL, JobRequest, Taint
@@ -25,7 +25,6 @@ from superpod.core.request import GPU, PODS, PRODUCT_LABEL, JobRequest, Taint
 HOSTNAME = "kubernetes.io/hostname"
 UNLABELLED = "?"  # prefix of the domain a node forms on its own at a level whose label it lacks
 POOLED = "pooled#"  # the booking "pooled#<node>": GPUs DRA claims hold on a node whose nvidia.com/gpu they are too
-POOLED_DRIVER = "gpu.nvidia.com"  # the DRA driver whose GPUs are those a node's nvidia.com/gpu counts (NVIDIA's)
 # why a pod gang asking nvidia.com/gpu keeps off a node that serves it from DRA devices: kube-scheduler makes the claim
 # that gives a pod those GPUs, and a pod this scheduler binds by name would run without them
 SERVED_BY_DRA = "serving nvidia.com/gpu only to pods kube-scheduler binds (DRA devices): claim them instead"
@@ -367,17 +366,19 @@ class Snapshot:
     def _pool(self, nodes: Iterable[int], pooled: set[int] | None = None) -> None:
         """One pool of GPUs on a node that advertises nvidia.com/gpu and publishes its GPUs as NVIDIA's DRA driver's
         devices too (the same GPUs: the device plugin beside the DRA driver), or whose nvidia.com/gpu a DeviceClass
-        serves from its DRA devices (Node.served: then all its GPU devices): the GPUs those devices' claims hold are
-        booked as its nvidia.com/gpu (a booking keyed POOLED), and claims placed there fit its free nvidia.com/gpu
-        too (Solver), so neither hands out a GPU the other holds. Another driver's devices are GPUs of their own; the
-        claims kube-scheduler makes for pods' nvidia.com/gpu are left out (DeviceBook.extended: the pods count them).
+        serves from its DRA devices (Node.served: then the devices it serves from): the GPUs those devices' claims
+        hold are booked as its nvidia.com/gpu (a booking keyed POOLED, DeviceBook.pool_gpus), and claims placed there
+        fit its free nvidia.com/gpu too (Solver), so neither hands out a GPU the other holds. Other devices are GPUs
+        of their own; the claims kube-scheduler makes for pods' nvidia.com/gpu are left out (DeviceBook.extended: the
+        pods count them).
         `pooled`: the nodes pooled from now on (None: as they are)."""
         if pooled is not None:
             self.pooled = pooled
         for i in nodes:
             key, taken = f"{POOLED}{self.nodes[i].name}", 0
             if i in self.pooled and self.devices is not None:
-                taken = math.ceil(self.devices.gpus_taken(self.nodes[i].name, self.pool_driver(i)) - 1e-9)
+                taken = math.ceil(self.devices.pool_gpus(self.nodes[i].name, self.devices.taken, self.nodes[i].served)
+                                  - 1e-9)
             held = self.pods.get(key)
             if held is not None and held.requests == ((GPU, taken),):
                 continue  # (unchanged: every view's aggregates stay as they are)
@@ -385,10 +386,6 @@ class Snapshot:
                 self.add_pod(Pod(key, self.nodes[i].name, ((GPU, taken),)))
             else:
                 self.remove_pod(key)
-
-    def pool_driver(self, i: int) -> str:
-        """The DRA driver whose GPUs are node `i`'s nvidia.com/gpu ("": all its GPU devices, when they serve it)."""
-        return "" if self.nodes[i].served else POOLED_DRIVER
 
     def repool(self, names: Iterable[str]) -> None:
         """Book the one pool again on these nodes (those pooled among them), after their devices were freed or

@@ -131,8 +131,11 @@ class Solver:
         self.claims = job.claims  # DRA claims of each identical member: the node's devices must take them too
         self.shared = job.shared  # DRA claims the gang shares, allocated once on its node before the members'
         self.claiming = bool(job.claims or job.shared)
-        # GPUs each member takes of a node whose nvidia.com/gpu and devices are one pool (Snapshot._pool)
-        self.pooled_share = dict(job.requests).get(GPU, 0) + job.claimed_per_member
+        # GPUs each member takes of a node whose nvidia.com/gpu and devices are one pool (Snapshot._pool): its claims'
+        # only when a class they name may select the pool's devices (DeviceBook.pool_classes)
+        pooling = snap.devices is not None and not snap.devices.pool_classes.isdisjoint(job.gpu_classes)
+        self.claims_pool = pooling and job.claimed_per_member > 0
+        self.pooled_share = dict(job.requests).get(GPU, 0) + (job.claimed_per_member if pooling else 0.0)
         self.gpus_per_replica = job.gpus
         self.primary = job.primary
         self.primary_per_replica = dict(self.requests).get(self.primary, 0)  # requests are positive
@@ -204,7 +207,7 @@ class Solver:
         """Pods whose claims the node's DRA devices take (free ones, or all if `idle`), at most `limit`; on a node
         whose nvidia.com/gpu are the same GPUs (Snapshot._pool), at most as many as its free ones hold too."""
         devices = self.snap.devices
-        if node in self.snap.pooled and self.job.claimed_per_member > 0:
+        if node in self.snap.pooled and self.claims_pool:
             gpus = (self.snap.nodes[node].allocatable if idle else self.snap.free[node]).get(GPU, 0)
             limit = min(limit, int(gpus / self.pooled_share + 1e-9))
             if not limit:

@@ -124,7 +124,7 @@ def _pooled_gpus(snap: Snapshot, victim: Victim) -> dict[int, int]:
     out = {}
     for name in {device[1] for device in victim.devices}:
         if (i := snap.index.get(name)) in snap.pooled:
-            out[i] = int(snap.devices.gpus_within(name, victim.devices, snap.pool_driver(i)) + 1e-9)
+            out[i] = int(snap.devices.pool_gpus(name, victim.devices, snap.nodes[i].served) + 1e-9)
     return out
 
 
@@ -279,8 +279,8 @@ class Room:
             if not (pooled and r == GPU):
                 k = min(k, max(free.get(r, 0), 0) // v)
         if pooled and (share := self.solver.pooled_share):  # the pool's GPUs: free ones and those the victims' give
-            gpus = free.get(GPU, 0) + book.gpus_within(snap.nodes[node].name, self.devices_freed.get(node, set()),
-                                                       snap.pool_driver(node))
+            gpus = free.get(GPU, 0) + book.pool_gpus(snap.nodes[node].name, self.devices_freed.get(node, set()),
+                                                     snap.nodes[node].served)
             k = min(k, int(max(gpus, 0) / share + 1e-9))
         if self.solver.claiming and k and book is not None:
             k = book.slots_freeing(self.solver.snap.nodes[node].name, self.solver.claims, k,

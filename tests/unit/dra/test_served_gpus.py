@@ -53,6 +53,19 @@ def kube_scheduler_binds(c: MemoryCluster, job: str, first_device: int = 0) -> N
         run(c.admin.patch(PODS, name, {"spec": {"nodeName": node}}, "team-a"))
 
 
+def gang_then_classic(c: MemoryCluster, gang: str, template: str, gpus: int) -> dict:
+    """A pod gang of one claiming from `template`, bound on dgx-su01-n01; then a classic job of `gpus` GPUs: its
+    status."""
+    body = claiming(f"{gang}-0", gang, 1, 0)
+    body["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": template}]
+    create_claiming(c, body)
+    c.settle(4)
+    assert stored(c, f"{gang}-0")["spec"].get("nodeName") == "dgx-su01-n01", "the dangerous moment: the gang holds"
+    c.submit(training_job("classic", 1, gpus=gpus))
+    c.settle(4)
+    return c.decided("classic")
+
+
 def test_a_classic_job_goes_to_kube_scheduler_pinned_to_a_node_whose_dra_devices_serve_its_gpus():
     c = served_cluster()
     c.submit(training_job("classic", 1, gpus=8))

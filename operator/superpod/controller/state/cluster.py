@@ -156,12 +156,13 @@ class ClusterState:
         """Node conditions (type, status) that mean a node failed (NodeStore.fail_on)."""
         self._nodes.fail_on(conditions)
 
-    def serve_gpus(self) -> None:
+    def serve_gpus(self, now: float) -> None:
         """Give the nodes that advertise no nvidia.com/gpu the GPUs a DeviceClass serves it from among their DRA
-        devices (DraStore.served), read again when a slice or a class changed (NodeStore.serve)."""
+        devices (DraStore.served), read again when a slice or a class changed (NodeStore.serve): at the start of
+        each cycle, before anything reads the nodes."""
         if self._served_at != self.dra.device_edits:
             self._served_at = self.dra.device_edits
-            self._nodes.serve(self.dra.served(GPU))
+            self._nodes.serve(self.dra.served(GPU)[1], now)
 
     # ---- the one way in -----------------------------------------------------------------------------------------
     def apply(self, kind: Kind, event: str, obj: dict, now: float) -> bool:
@@ -184,13 +185,15 @@ class ClusterState:
         store = self._stores.get(kind.plural, UNKEPT)
         store.store(key, obj, now)
         if held is None and kind.plural == PODS.plural and (info := self._pods.pods.get(key)) and info.claims_named:
-            self.dra.claim_edits()  # (which claims kube-scheduler made for pods' nvidia.com/gpu: DraStore.extended)
+            self.dra.changed()  # (which claims kube-scheduler made for pods' nvidia.com/gpu: DraStore.extended)
         if job := store.job_of(key):
             self._stamp(job)
         return True
 
     def _forget(self, kind: Kind, key: str, uid: str, rv: int, now: float, obj: dict | None = None) -> None:
         store = self._stores.get(kind.plural, UNKEPT)
+        if kind.plural == PODS.plural and (info := self._pods.pods.get(key)) and info.claims_named:
+            self.dra.changed()  # (DraStore.extended, as when it came)
         job = store.job_of(key)  # stamped at the end, once the object is gone (no stamp outlives its job)
         self._versions.pop((kind.plural, key), None)
         if uid:

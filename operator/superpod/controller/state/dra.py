@@ -7,7 +7,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from superpod.api.claims import Shared, selector_text
-from superpod.core.dra.book import DeviceBook
+from superpod.core.dra.book import POOLED_DRIVER, DeviceBook
 from superpod.core.dra.model import (
     ClaimSpec,
     Device,
@@ -26,6 +26,7 @@ from superpod.core.dra.selectors import Selectors
 from superpod.core.dra.units import Shape, device_units, request_units, selects, shape
 from superpod.core.gang_key import GangKey
 from superpod.core.queues import ANY
+from superpod.core.request import GPU
 
 EXTENDED_CLAIM = "resource.kubernetes.io/extended-resource-claim"  # on a claim kube-scheduler made for a pod's
 # extended resource served from DRA devices (KEP-5004): the pod's requests of that resource count what it holds
@@ -65,6 +66,9 @@ class DraStore:
         self._device_gpus: tuple[int, dict[DeviceID, float]] = (-1, {})  # (device_edits, device -> GPUs it is)
         self._taken: set[DeviceID] | None = None
         self._extended: frozenset[DeviceID] | None = None  # the devices of the claims `extended` says
+        self._extended_by_pod: dict[str, list[dict]] | None = None  # pod uid -> the claims `extended` says it owns
+        self._served: tuple[tuple, tuple[frozenset[DeviceID], dict[str, int]]] = ((), (frozenset(), {}))
+        self._pool_classes: tuple[int, frozenset[str]] = (-1, frozenset())  # (shape_edits, pool_classes)
         self._held_by: Counter | None = None  # device -> how many claims hold it (`taken`, `taken_twice`)
         self._twice: dict[str, tuple[DeviceID, str]] | None = None
         self._by_pod: dict[str, list[dict]] | None = None
@@ -77,6 +81,7 @@ class DraStore:
         """Devices, classes or what the claims hold changed: a book built before no longer stands."""
         self.generation += 1
         self._taken = self._held_by = self._by_pod = self._by_consumer = self._twice = self._extended = None
+        self._extended_by_pod = None
 
     def devices_changed(self) -> None:
         """A slice or a class stored or gone: what a class's devices are worth may have changed too."""
@@ -153,16 +158,53 @@ class DraStore:
         named = [name for name, device_class in self.classes.items() if device_class.extended_resource_name == resource]
         return max(sorted(named), key=lambda name: self.class_created.get(name, ""), default=None)  # (the first max)
 
-    def served(self, resource: str) -> dict[str, int]:
-        """Node -> how many whole GPUs the class `serving` `resource` selects among its own devices: what
-        kube-scheduler may hand out as `resource` there, one device a unit, where the node does not advertise it."""
-        serving = self.serving(resource)
-        if serving is None:
-            return {}
-        if self._node_units[0] != self.device_edits:
-            self._node_units = (self.device_edits, self._count_node_units())
-        return {node: count for node, units in self._node_units[1].items() if (count := int(units.get(serving, 0)
-                                                                                                 + 1e-9))}
+    def served(self, resource: str) -> tuple[frozenset[DeviceID], dict[str, int]]:
+        """What kube-scheduler may hand out as `resource` on nodes that do not advertise it: the GPU devices the class
+        `serving` it selects, one device a unit, and how many of them each node has (of each pool's newest
+        generation; devices that consume counters are not handed out here). Read by shape, again after a slice or a
+        class changes."""
+        key = (self.device_edits, resource)
+        if self._served[0] != key:
+            self._served = (key, self._count_served(resource))
+        return self._served[1]
+
+    def _count_served(self, resource: str) -> tuple[frozenset[DeviceID], dict[str, int]]:
+        name = self.serving(resource)
+        device_class = self.classes.get(name) if name is not None else None
+        if device_class is None:
+            return frozenset(), {}
+        newest: dict[tuple[str, str], int] = {}
+        for piece in self.slices.values():
+            newest[(piece.driver, piece.pool)] = max(newest.get((piece.driver, piece.pool), 0), piece.generation)
+        chosen: dict[Shape, bool] = {}  # (a class selects every device of a shape alike)
+        where: dict[DeviceID, str] = {}
+        for piece in self.slices.values():
+            if not piece.node_name or piece.generation < newest[(piece.driver, piece.pool)]:
+                continue
+            for device in piece.devices:
+                if device.consumes_counters:
+                    continue
+                kind = shape(device)
+                picked = chosen.get(kind)
+                if picked is None:
+                    picked = chosen[kind] = bool(device_units(device)) and selects(
+                        self._selectors, device_class.selectors, device)
+                if picked:
+                    where[device.id] = piece.node_name
+        return frozenset(where), dict(Counter(where.values()))
+
+    def pool_classes(self) -> frozenset[str]:
+        """The classes that may select a GPU device a node's nvidia.com/gpu counts too (DeviceBook.pool_gpus): one of
+        NVIDIA's DRA driver (POOLED_DRIVER), or one the class serving nvidia.com/gpu selects. Read by shape."""
+        if self._pool_classes[0] != self.shape_edits:
+            serving = self.classes.get(self.serving(GPU) or "")
+            pooled = [device for device in self.representatives().values() if device_units(device) and (
+                device.driver == POOLED_DRIVER or serving is not None and selects(
+                    self._selectors, serving.selectors, device))]
+            self._pool_classes = (self.shape_edits, frozenset(
+                name for name, device_class in self.classes.items()
+                if any(selects(self._selectors, device_class.selectors, device) for device in pooled)))
+        return self._pool_classes[1]
 
     def reading_edits(self) -> int:
         """Moves when what claims are read against may have changed: a template, a claim pods use by name, a device
@@ -170,9 +212,9 @@ class DraStore:
         return self.template_edits + self.shape_edits + self.shared_edits
 
     def claim_edits(self) -> None:
-        """A claim changed but not what it holds (its owners, its reservation), or a pod that uses claims by name
-        came: only the index by pod is stale, and the pods' shares of the claims they share may have moved."""
-        self._by_pod = self._by_consumer = None
+        """A claim changed but not what it holds (its owners, its reservation): only the index by pod is stale, and
+        the pods' shares of the claims they share may have moved."""
+        self._by_pod = self._by_consumer = self._extended_by_pod = None
         self._extended = None
         self.reservations += 1
 
@@ -201,16 +243,23 @@ class DraStore:
         return self._extended
 
     def owned_by(self, pod_uid: str) -> list[dict]:
-        """The claims a pod owns (made from its templates), but one kube-scheduler made for its nvidia.com/gpu."""
+        """The claims a pod owns (made from its templates), but those kube-scheduler made for its nvidia.com/gpu
+        (`extended_of`)."""
         if self._by_pod is None:
-            self._by_pod = {}
+            self._by_pod, self._extended_by_pod = {}, {}
             for claim in self.claims.values():
-                if claim["metadata"].get("annotations") and self.extended(claim):
-                    continue  # (its pod's requests count it)
+                index = self._extended_by_pod if claim["metadata"].get("annotations") and self.extended(claim) \
+                    else self._by_pod  # (its pod's requests count what the first holds)
                 for owner in claim["metadata"].get("ownerReferences") or ():
                     if owner.get("kind") == "Pod" and owner.get("uid"):
-                        self._by_pod.setdefault(owner["uid"], []).append(claim)
+                        index.setdefault(owner["uid"], []).append(claim)
         return self._by_pod.get(pod_uid, [])
+
+    def extended_of(self, pod_uid: str) -> list[dict]:
+        """The claims kube-scheduler made for a pod's nvidia.com/gpu (`extended`) that it owns."""
+        if self._extended_by_pod is None:
+            self.owned_by(pod_uid)
+        return self._extended_by_pod.get(pod_uid, [])
 
     def allocated_for(self, pod_uid: str, count: int) -> bool:
         """Whether the pod owns `count` claims and each is allocated."""
@@ -266,8 +315,10 @@ class DraStore:
         return sum(worth.get(device, 0.0) for device in allocated_devices([claim]))
 
     def devices_of(self, pod_uids: Iterable[str]) -> frozenset[DeviceID]:
-        """The devices the pods' own claims hold: what evicting them frees."""
-        return frozenset(allocated_devices(claim for uid in pod_uids for claim in self.owned_by(uid)))
+        """The devices the pods' own claims hold, kube-scheduler's for their nvidia.com/gpu too: what evicting them
+        frees."""
+        return frozenset(allocated_devices(claim for uid in pod_uids
+                                           for claim in (*self.owned_by(uid), *self.extended_of(uid))))
 
     @property
     def taken(self) -> set[DeviceID]:
@@ -316,7 +367,7 @@ class DraStore:
         if not self.slices:
             return None
         return DeviceBook(self.slices.values(), self.classes, self.taken | in_flight, labels,
-                          extended=self.extended_devices)
+                          extended=self.extended_devices, serving=self.served(GPU)[0], pool_classes=self.pool_classes())
 
     def shared(self, namespace: str, name: str) -> Shared:
         """ResourceClaim namespace/name as pods that use it by name read it; raises LookupError or DraError."""

@@ -64,15 +64,15 @@ class NodeStore:
             for name, entry in list(self.nodes.items()):
                 self.store(name, entry.obj, 0.0 if entry.not_ready_since is None else entry.not_ready_since)
 
-    def serve(self, served: dict[str, int]) -> None:
+    def serve(self, served: dict[str, int], now: float) -> None:
         """The GPUs a DeviceClass serves as nvidia.com/gpu from each node's DRA devices (kube-scheduler's DRA
         extended resources): a node that advertises no nvidia.com/gpu offers those (Node.served). The nodes whose
-        count moved are read again."""
+        count moved are read again, at `now` (a count that fell starts the grace of the gangs placed there)."""
         moved = {name for name in self.served.keys() | served.keys() if self.served.get(name) != served.get(name)}
         self.served = served
         for name in sorted(moved):
             if (entry := self.nodes.get(name)) is not None:
-                self.store(name, entry.obj, 0.0 if entry.not_ready_since is None else entry.not_ready_since)
+                self.store(name, entry.obj, now)
 
     def job_of(self, key: str) -> GangKey | None:
         return None

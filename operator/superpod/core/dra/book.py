@@ -10,6 +10,7 @@ from superpod.core.dra.model import ClaimSpec, DeviceClass, DeviceID, Pool, Slic
 from superpod.core.dra.selectors import Selectors, references
 from superpod.core.dra.units import device_units
 
+POOLED_DRIVER = "gpu.nvidia.com"  # the DRA driver whose GPUs are those a node's nvidia.com/gpu counts (NVIDIA's)
 PodAllocations = list[Allocation]  # one pod's claims, in the order of its spec.resourceClaims
 
 
@@ -20,11 +21,15 @@ class DeviceBook:
 
     def __init__(self, slices: Iterable[Slice], classes: dict[str, DeviceClass], taken: set[DeviceID],
                  labels: dict[str, dict[str, str]], selectors: Selectors | None = None,
-                 extended: frozenset[DeviceID] = frozenset()) -> None:
+                 extended: frozenset[DeviceID] = frozenset(), serving: frozenset[DeviceID] = frozenset(),
+                 pool_classes: frozenset[str] = frozenset()) -> None:
         self.allocator = Allocator(classes, selectors)
         self.taken = set(taken)
         self.extended = extended  # of `taken`: the devices of the claims kube-scheduler made for pods' nvidia.com/gpu
         # (DRA extended resources), which those pods' requests count
+        self.serving = serving  # the devices a DeviceClass serves nvidia.com/gpu from, where a node advertises none
+        self.pool_classes = pool_classes  # the classes that may select a device of a pool (`pool_gpus`): a claim of
+        # another class takes no node's nvidia.com/gpu
         self.labels = labels  # node name -> labels (slices may select nodes by label)
         self._local: dict[str, list[Slice]] = {}  # node name -> its own slices
         self._shared: list[Slice] = []  # slices of all nodes, or of the nodes a selector picks
@@ -46,8 +51,8 @@ class DeviceBook:
         return node in self._local or bool(self._shared)
 
     def own_gpus(self, node: str) -> tuple[tuple[DeviceID, float], ...]:
-        """The node's own devices that are GPUs, each with the GPUs it is (core/dra/units.device_units); gpu_nodes and
-        gpus_within read the same devices without listing them all."""
+        """The node's own devices that are GPUs, each with the GPUs it is (core/dra/units.device_units); gpu_nodes
+        reads the same devices without listing them all."""
         found = self._own_gpus.get(node)
         if found is None:  # (read from its own slices: a device in two generations of a pool is one device)
             found = self._own_gpus[node] = tuple({device.id: units for s in self._local.get(node, ())
@@ -61,17 +66,17 @@ class DeviceBook:
                 if any(device_units(device) and (not driver or device.driver == driver)
                        for s in slices for device in s.devices)]
 
-    def gpus_within(self, node: str, devices: set[DeviceID] | frozenset[DeviceID], driver: str = "") -> float:
-        """GPUs of the node's own devices among `devices` (of `driver`, if named)."""
-        return sum(device_units(device) for s in self._local.get(node, ()) for device in s.devices
-                   if device.id in devices and (not driver or device.driver == driver))
-
-    def gpus_taken(self, node: str, driver: str = "") -> float:
-        """GPUs of the node's own devices (of `driver`, if named) that claims hold or this cycle booked, but for the
-        claims that serve pods' nvidia.com/gpu (`extended`)."""
-        return sum(device_units(device) for s in self._local.get(node, ()) for device in s.devices
-                   if device.id in self.taken and device.id not in self.extended
-                   and (not driver or device.driver == driver))
+    def pool_gpus(self, node: str, devices: set[DeviceID] | frozenset[DeviceID], served: bool) -> float:
+        """The node's nvidia.com/gpu among `devices` that claims other than kube-scheduler's for pods' nvidia.com/gpu
+        (`extended`: those pods' requests count them) may hold: on a node whose nvidia.com/gpu its DRA devices serve
+        (`served`), the devices serving it, one a unit, as kube-scheduler hands them out; on one that advertises
+        nvidia.com/gpu, the GPUs of POOLED_DRIVER's devices."""
+        pool = self._local.get(node, ())
+        if served:
+            return sum(1 for s in pool for device in s.devices
+                       if device.id in devices and device.id in self.serving and device.id not in self.extended)
+        return sum(device_units(device) for s in pool for device in s.devices
+                   if device.id in devices and device.driver == POOLED_DRIVER and device.id not in self.extended)
 
     def pools(self, node: str) -> list[Pool]:
         """The pools `node` sees (core/dra/model.node_pools, given every slice of the pools it meets)."""
