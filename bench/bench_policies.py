@@ -5,7 +5,8 @@ For each seed: `superpod simulate generate --sizes S --seed N ...`, then `superp
 load; prints per load and policy the median (min-max) over seeds of mean JCT, idle GPU-time while a job that fits an
 idle cluster waits, p99 wait of gangs of 32 GPUs or more, and the share of multi-node gangs placed on the fewest
 leaves they could use. Asserts nothing.
-Run: .venv/bin/python bench/bench_policies.py [--sizes llm] [--seeds 1-5] [--load 0.9,1.3] [--nodes N] [--workers 2]
+Run: .venv/bin/python bench/bench_policies.py [--sizes llm|acme|h20] [--seeds 1-5] [--load 0.9,1.3] [--nodes N]
+     [--workers 2]
      [--estimates history|limit|oracle]
 """
 
@@ -21,9 +22,13 @@ from pathlib import Path
 
 POLICIES = ("superpod,superpod-service,superpod-estimate-backfill,superpod-nobackfill,gang-firstfit-required,"
             "gang-firstfit,gang-spread,random")
-TRACES = {  # --sizes -> the generator's other arguments (docs/benchmarks.md names these traces)
-    "llm": ["--jobs", "1500", "--tenants", "4", "--mean-duration", "21600"],
-    "acme": ["--jobs", "3000", "--tenants", "6", "--mean-duration", "21600"],
+TRACES = {  # --sizes -> the generator's arguments, and the replay's (docs/benchmarks.md names these traces)
+    "llm": (["--sizes", "llm", "--jobs", "1500", "--tenants", "4", "--mean-duration", "21600"], []),
+    "acme": (["--sizes", "acme", "--jobs", "3000", "--tenants", "6", "--mean-duration", "21600"], []),
+    # as users give limits (a few round values per script) and as jobs end (40 % fail or are cancelled early), on
+    # the H20 rental pool: the trace issue 54 starts from
+    "h20": (["--sizes", "acme", "--jobs", "3000", "--tenants", "6", "--mean-duration", "21600", "--limits", "round",
+             "--early-ends", "0.4"], ["--preset", "hgx-h20"]),
 }
 
 
@@ -35,11 +40,12 @@ def seeds(text: str) -> list[int]:
 def replay(args, seed: int, out: Path) -> dict:
     trace = out / f"trace-{seed}.csv"
     cli = [sys.executable, "-m", "superpod.cli", "simulate"]
-    subprocess.run([*cli, "generate", "--sizes", args.sizes, *TRACES[args.sizes], "--seed", str(seed),
-                    "--out", str(trace)], check=True, stdout=subprocess.DEVNULL)
+    generated, replayed = TRACES[args.sizes]
+    subprocess.run([*cli, "generate", *generated, "--seed", str(seed), "--out", str(trace)], check=True,
+                   stdout=subprocess.DEVNULL)
     folder = out / f"run-{seed}"
     command = [*cli, "--trace", str(trace), "--load", args.load, "--policy", args.policies, "--no-plots",
-               "--workers", str(args.workers), "--out", str(folder)]
+               "--workers", str(args.workers), "--out", str(folder), *replayed]
     if args.nodes:
         command += ["--nodes", str(args.nodes)]
     if args.estimates:

@@ -261,7 +261,7 @@ def _share(fraction: float | None) -> str:
 def generate(args: Any) -> int:
     try:
         jobs = workload.generate(args.seed, args.jobs, args.tenants, args.sizes, args.arrival, args.mean_gap,
-                                 args.mean_duration)
+                                 args.mean_duration, limits=args.limits, early_ends=args.early_ends)
         workload.write_jobs_csv(jobs, args.out)
     except (OSError, ValueError) as error:
         print(f"superpod simulate generate: {error}", file=sys.stderr)
@@ -314,6 +314,11 @@ def register(sub: Any) -> None:
     g.add_argument("--mean-gap", type=float, default=600.0, help="mean seconds between submits")
     g.add_argument("--mean-duration", type=float, default=6 * 3600.0, help="mean job duration, seconds")
     g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--limits", default="habit", choices=workload.users.LIMITS,
+                   help="habit: each job's limit a factor of its run time, rounded up to the hour; round: one of a "
+                        "few round values per user's script, as real users give (a longer run stops at it)")
+    g.add_argument("--early-ends", type=float, default=0.0,
+                   help="the share of jobs that fail or are cancelled early (0.4 in LLM clusters' traces)")
     g.set_defaults(func=generate)
 
 

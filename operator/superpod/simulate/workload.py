@@ -22,7 +22,12 @@ time over the Philly trace's jobs: median ≈ 0.1 × mean, the top 1 % over 14 �
 Tenants: `tenant-0` … `tenant-{n-1}`, Zipf with exponent `TENANT_ZIPF` (1): tenant k has weight 1/(k+1), e.g.
 four tenants get 48 %, 24 %, 16 % and 12 % of the jobs.
 Users, names and time limits (`simulate/users.py`): a few users per tenant, each with a few recurring job-name
-stems whose run times cluster (`<user>-<model>-<n>`), and a limit per job as its user habitually over-estimates.
+stems whose run times cluster (`<user>-<model>-<n>`), and a limit per job as its user habitually over-estimates
+(`limits="habit"`), or one of a few round values per script (`limits="round"`; a run longer is stopped at it).
+Early ends (`early_ends`, a share of the jobs): jobs that fail or are cancelled early, as about 40 % of the jobs of
+LLM clusters do, mostly short (Acme, NSDI '24: by count 43-50 % failed or cancelled, by GPU-time most of it
+cancelled): such a job runs `EARLY_END` (uniform) of its drawn duration, under its script's name and limit, so a
+script's history mixes full runs and early ends. Drawn from a stream of their own, after the others.
 Times are rounded to the millisecond."""
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from superpod.simulate import users
 from superpod.simulate.trace import GPUS_PER_SERVER, REQUIRED_COLUMNS, TraceJob, gang_shape
 
 CSV_COLUMNS = (*REQUIRED_COLUMNS, "fail_after", "limit", "user")
+EARLY_END = (0.01, 0.3)  # the share of its drawn duration a job that ends early runs
 
 # Philly trace (Jeon et al., ATC '19): jobs by GPU count.
 PHILLY_GPU_COUNTS = {1: 76_627, 2: 1_818, 4: 1_870, 8: 1_643, 12: 7, 16: 199, 24: 7, 32: 67, 64: 6, 128: 3}
@@ -81,21 +87,34 @@ def _decimal(value: float) -> str:
 # --- synthetic traces ----------------------------------------------------------------------------------------------
 
 def generate(seed: int, jobs: int, tenants: int, sizes: str, arrival: str, mean_gap: float, mean_duration: float,
-             gpus_per_node: int = GPUS_PER_SERVER) -> list[TraceJob]:
+             gpus_per_node: int = GPUS_PER_SERVER, limits: str = "habit", early_ends: float = 0.0) -> list[TraceJob]:
     """A synthetic trace of `jobs` jobs, the first submitted at 0 (see the module docstring for the distributions)."""
     _check_generate(jobs, tenants, sizes, arrival, mean_gap, mean_duration, gpus_per_node)
+    if limits not in users.LIMITS:
+        raise ValueError(f"unknown limits {limits!r}: choose one of {', '.join(users.LIMITS)}")
+    if not 0.0 <= early_ends <= 1.0:
+        raise ValueError(f"early_ends must be a share between 0 and 1, not {early_ends}")
     root = random.Random(seed)
-    arrival_stream, size_stream, duration_stream, tenant_stream, user_stream = (
-        random.Random(root.getrandbits(64)) for _ in range(5))
+    arrival_stream, size_stream, duration_stream, tenant_stream, user_stream, early_stream = (
+        random.Random(root.getrandbits(64)) for _ in range(6))
     submits = _submits(arrival_stream, jobs, arrival, mean_gap)
     table = SIZES[sizes]
     totals = size_stream.choices(list(table), weights=list(table.values()), k=jobs)
     durations = _durations(duration_stream, jobs, mean_duration)
     namespaces = _tenants(tenant_stream, jobs, tenants)
     people = users.make_users(user_stream, _tenant_names(tenants), _log_mean(mean_duration), DURATION_SIGMA)
-    submitters = users.assign(user_stream, people, namespaces, durations)
-    return [_generated_job(submits[index], totals[index], durations[index], namespaces[index], submitters[index],
+    submitters = users.assign(user_stream, people, namespaces, durations, limits)
+    runs = [_run(early_stream, duration, submitter.limit, early_ends)
+            for duration, submitter in zip(durations, submitters, strict=True)]
+    return [_generated_job(submits[index], totals[index], runs[index], namespaces[index], submitters[index],
                            sizes, gpus_per_node) for index in range(jobs)]
+
+
+def _run(stream: random.Random, duration: float, limit: float, early_ends: float) -> float:
+    """How long a job of drawn `duration` runs: a share of its duration if it ends early, at most its limit."""
+    if early_ends and stream.random() < early_ends:
+        duration = max(0.001, round(duration * stream.uniform(*EARLY_END), 3))
+    return min(duration, limit)
 
 
 def _check_generate(jobs: int, tenants: int, sizes: str, arrival: str, mean_gap: float, mean_duration: float,

@@ -5,7 +5,7 @@ from collections import Counter
 import pytest
 
 from superpod.simulate.trace import TraceJob, gang_shape, read_jobs_csv, read_philly
-from superpod.simulate.users import OVER_ESTIMATE, ROUND_MAXIMA, STEMS_PER_USER, USERS_PER_TENANT
+from superpod.simulate.users import OVER_ESTIMATE, ROUND_LIMITS, ROUND_MAXIMA, STEMS_PER_USER, USERS_PER_TENANT
 from superpod.simulate.workload import (
     DURATION_SIGMA,
     generate,
@@ -268,3 +268,44 @@ def test_generated_limits_over_estimate_like_users_do():
         ratios = [job.limit / job.duration for job in submitted if job.duration >= 3600]
         assert all(low <= ratio <= high + 1 for ratio in ratios), user  # + 1: rounded up to the hour
         assert max(ratios) - min(ratios) < 1.5, f"{user}: one factor of their own, blurred by rounding only"
+
+
+def stem_of(name: str) -> str:
+    return name.rsplit("-", 1)[0]
+
+
+def test_round_limits_are_a_few_round_values_one_per_script_and_no_run_is_longer():
+    """Users give a few round limits (Tsafrir, JSSPP '10), one per script, whatever each run takes: a limit that is a
+    factor of each run would tell the estimator the run time."""
+    jobs = generate(seed=3, jobs=2000, tenants=4, sizes="acme", arrival="poisson", mean_gap=60.0,
+                    mean_duration=6 * 3600.0, limits="round")
+    assert {job.limit for job in jobs} <= set(ROUND_LIMITS) and len({job.limit for job in jobs}) >= 4
+    by_script: dict[str, set[float]] = {}
+    for generated in jobs:
+        assert generated.duration <= generated.limit, "a run longer than its limit is stopped at it"
+        by_script.setdefault(stem_of(generated.name), set()).add(generated.limit)
+    assert all(len(limits) == 1 for limits in by_script.values()), "one limit per script"
+    timed_out = sum(job.duration == job.limit for job in jobs) / len(jobs)
+    assert timed_out < 0.1, f"{timed_out:.1%} of the runs time out: users give their scripts headroom"
+
+
+def test_early_ends_shorten_that_share_of_the_jobs_and_leave_the_rest_of_the_trace_as_it_was():
+    """About 40 % of an LLM cluster's jobs fail or are cancelled early (Acme, NSDI '24): such a job runs a share of
+    its drawn duration under the same script, size, tenant and submit time."""
+    kw = dict(seed=4, jobs=3000, tenants=4, sizes="acme", arrival="poisson", mean_gap=60.0, mean_duration=6 * 3600.0)
+    whole, early = generate(**kw), generate(**kw, early_ends=0.4)
+    assert [(j.submit, j.name, j.namespace, j.replicas, j.gpus, j.limit) for j in whole] == [
+        (j.submit, j.name, j.namespace, j.replicas, j.gpus, j.limit) for j in early]
+    shorter = [after.duration / before.duration for before, after in zip(whole, early, strict=True)
+               if after.duration < before.duration]
+    assert 0.37 < len(shorter) / len(whole) < 0.43, len(shorter) / len(whole)
+    assert all(0.009 <= share <= 0.31 for share in shorter)
+
+
+def test_the_new_knobs_at_their_defaults_change_no_trace():
+    kw = dict(seed=1, jobs=300, tenants=4, sizes="llm", arrival="poisson", mean_gap=600.0, mean_duration=21600.0)
+    assert generate(**kw) == generate(**kw, limits="habit", early_ends=0.0)
+    with pytest.raises(ValueError, match="unknown limits"):
+        generate(**kw, limits="exact")
+    with pytest.raises(ValueError, match="early_ends must be a share"):
+        generate(**kw, early_ends=1.5)
