@@ -411,14 +411,22 @@ def _decide(snap: Snapshot, job: JobRequest, policy: QueuePolicy, placed: list[D
         return Decision(job, None, why), None
     seen = unfit_key(job, policy, held, snap.horizon.now)
     head = seen[2][1]
-    if head and not seen[2][0]:  # the group's first blocked job, not worth a reservation: its turn is used all the same
-        held.headed.add(policy.group(job))
     known = snap.unfit.get(seen)
     if known is not None:
         return Decision(job, None, known.cause, blocked_by=known.blocked_by), None
     decision, taken = _search(snap, job, policy, seen[1], seen[2][0], head)
-    if decision.placement is None and taken is None and not head:  # a head searches each cycle: its victims'
-        snap.unfit[seen] = decision  # protection may have run out
+    blocked = decision.placement is None and taken is None
+    # no node could take it even idle: neither a reservation nor a preemption can help it (so it is not searched again
+    # until capacity or the nodes change, like a job behind the head)
+    hopeless = blocked and decision.cause is not None and (decision.cause.code == Reason.TOO_LARGE or (
+        decision.cause.code == Reason.NO_NODE_QUALIFIES and not any(snap.view(job).eligible)))
+    if head and not seen[2][0] and blocked and not hopeless:  # the group's first job blocked for room, not worth a
+        held.headed.add(policy.group(job))  # reservation: its turn is used all the same (not by a job placed, nor by
+        # a hopeless one: the jobs behind it would be left no reservation, for nothing)
+    if blocked and (not head or hopeless):  # a head searches each cycle: its victims' protection may have run out
+        snap.unfit[seen] = decision
+        if hopeless:  # the same answer whether it may reserve and is its group's first or not
+            snap.unfit[(seen[0], seen[1], (False, False))] = decision
     return decision, taken
 
 

@@ -86,6 +86,22 @@ def test_a_young_small_head_holds_no_reservation_under_an_age_rule():
     assert old[0].reserved == "leaf su-2" and not old[1].placed
 
 
+def test_only_a_small_job_blocked_for_room_uses_its_group_s_turn_to_reserve():
+    """A job ahead of `big` that is not worth a reservation uses the group's turn only when it waits for room. Placed,
+    or one no node can take (its nodeSelector matches none: a job its nodes were deleted under), it leaves big the
+    reservation that keeps the hour-long `slow` off the node big needs."""
+    policy = PriorityFifo(ReservationRule(after=3_600.0, from_units=16))
+    small = [one(f"small-{i}", -2.0 + i, 100.0) for i in range(2)]
+    lost = replace(job("lost").gpus(8).priority(0, -1.0).build(), node_selector=(("pool", "gone"),))
+    placed = schedule(cluster(now=600.0), [small[0], big(), one("slow", 1.0, 3_600.0)], policy)
+    assert placed[0].placed and placed[1].reserved == "leaf su-2"
+    unservable = schedule(cluster(now=600.0), [lost, big(), one("slow", 1.0, 3_600.0)], policy)
+    assert unservable[0].cause.code == "NoNodeQualifies" and unservable[1].reserved == "leaf su-2"
+    assert not unservable[2].placed, "slow would hold su2-n0 past big's predicted start"
+    blocked = schedule(cluster(now=600.0), [*small, big(), one("slow", 1.0, 3_600.0)], policy)
+    assert blocked[0].placed and blocked[1].cause.code == "NoRoom" and blocked[2].reserved is None, "its turn"
+
+
 def test_at_most_the_rule_s_number_of_reservations_per_group():
     jobs = [big(), replace(big(), name="big2", submitted=1.0), one("slow", 2.0, None)]
     one_only = schedule(cluster(), jobs)
