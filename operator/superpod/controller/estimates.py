@@ -14,7 +14,8 @@ from superpod.api.convert import estimate_key
 from superpod.controller.jobs import JobReader, JobView
 from superpod.controller.state import ClusterState
 from superpod.core import estimates
-from superpod.core.estimates import SERVICE, Ordering
+from superpod.core.estimates import LIMIT_GRACE, SERVICE, Ordering
+from superpod.core.gang_key import GangKey
 from superpod.core.horizon import Horizon
 from superpod.core.request import JobRequest
 
@@ -27,6 +28,7 @@ class Estimator:
         self.ordering = ordering or Ordering()
         self.limits = limits
         self.horizon = Horizon()
+        self.stopping: dict[GangKey, float] = {}  # gangs no longer placed whose pods still hold capacity -> since
 
     def runtime(self, view) -> float | None:
         """The predicted runtime of a TrainingJob (a pod gang: unknown)."""
@@ -58,17 +60,19 @@ class Estimator:
         return estimates.counted(guess, limit, self.ordering.unknown)
 
     def horizon_at(self, reader: JobReader, now: float) -> Horizon:
-        """The predicted ends of the placed TrainingJobs, as of `now`: put when placed, dropped when they end,
-        looking only at the gangs that changed and those the last cycle placed."""
+        """The predicted ends of the placed TrainingJobs, as of `now`: put when placed, dropped when they end and
+        their pods are gone, looking only at the gangs that changed, those the last cycle placed and those stopping."""
         horizon = self.horizon
         horizon.now = now
         changed = reader.take_gang_changes()
-        keys = (reader.gangs.keys() | horizon.nodes_of.keys()) if changed is None else (changed | horizon.assumed)
+        keys = (reader.gangs.keys() | horizon.nodes_of.keys()) if changed is None else (
+            changed | horizon.assumed | self.stopping.keys())
         for key in keys:
             gang = reader.gangs.get(key)
             if gang is None:
-                horizon.drop(key)
+                self._stopped(horizon, key, now)
                 continue
+            self.stopping.pop(key, None)
             request, uid, attempt, nodes = gang
             if horizon.nodes_of.get(key, ((), ()))[1] == (uid, attempt):
                 continue
@@ -77,3 +81,18 @@ class Estimator:
             horizon.put(key, start if start is not None else now, self.runtime(view), self.limit(view),
                         [(node, request.member_requests(index)) for index, node in nodes.items()], (uid, attempt))
         return horizon
+
+    def _stopped(self, horizon: Horizon, key: GangKey, now: float) -> None:
+        """A gang no longer placed (ended, stopped, requeued, deleted). While its pods terminate they still hold
+        their nodes, so it is not dropped yet: what they hold is predicted to free LIMIT_GRACE after it was first
+        seen stopped (then at once: a prediction that only errs early keeps reservations on the nodes about to
+        free). Dropped once none of its pods holds capacity. Were it dropped at once, the nodes its pods still hold
+        would be predicted never to free, and a blocked gang's reservation would move to nodes predicted to free
+        later, leaving a node where it would start first to a job that runs past that start."""
+        held = [(pod.holds.node, pod.holds.requests) for pod in self.state.pods_of(key) if pod.holds is not None]
+        if not held:
+            self.stopping.pop(key, None)
+            horizon.drop(key)
+            return
+        since = self.stopping.setdefault(key, now)
+        horizon.put(key, since, None, LIMIT_GRACE, held, ("stopping", tuple(sorted(held))))

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from superpod.api.convert import estimate_key
+from superpod.api.times import timestamp
 from superpod.controller.judge import Settings
 from superpod.core.cycle import ESTIMATE, PriorityFifo, ReservationRule, schedule
 from superpod.core.estimates import SERVICE, Ordering, counted, estimate, predicted_end, rounded, turn
@@ -152,6 +153,34 @@ def test_the_operator_predicts_a_start_from_a_limit_and_forgets_the_gangs_that_e
     assert set(c.controller.estimator.horizon.nodes_of) == {GangKey("team-a", "next")}
     assert {holder for releases in c.controller.estimator.horizon.on.values() for holder in releases} == {
         GangKey("team-a", "next")}
+
+
+def test_a_gang_stopped_at_its_limit_still_frees_its_nodes_for_the_reservation_while_its_pods_terminate():
+    """`soon` is stopped at its limit; for the 20 s its pods take to exit they still hold three of leaf su-2's nodes,
+    where `big` is reserved to start as they go. `slow` (an hour) must not take the fourth node meanwhile: were the
+    stopped gang forgotten with its pods still there, big's reservation would move to the leaf `hold` keeps for an
+    hour, and slow would take big's place."""
+    run, linger = "sim.superpod.dev/run-for", "sim.superpod.dev/terminate-after"
+    leaf = {"topology": {"required": "leaf"}}
+    c = MemoryCluster(nodes=8, nodes_per_unit=4)  # two leaves of four nodes
+    c.submit(training_job("hold", 4, maxRuntimeSeconds=3600, annotations={run: "600s"}, **leaf))
+    c.settle(2)
+    c.submit(training_job("soon", 3, maxRuntimeSeconds=100, annotations={run: "300s", linger: "20s"}, **leaf))
+    c.settle(2)
+    c.submit(training_job("big", 4, **leaf))
+    c.settle(2)
+    c.submit(training_job("slow", 1, maxRuntimeSeconds=3600, annotations={run: "600s"}))
+    c.settle(2)
+    assert "reserved for team-a/big" in c.status("slow")["message"]
+    stopped = timestamp(c.status("soon")["attemptStartTime"]) + 100
+    while c.now < stopped + 30:
+        c.tick(1)
+        c.cycle()
+        assert c.status("slow")["phase"] == "Queued", f"slow took a node {c.now - stopped:.0f} s after soon stopped"
+    assert c.status("soon")["reason"] == "MaxRuntimeExceeded"
+    assert c.status("big")["phase"] == "Running"
+    assert c.status("big")["domains"]["leaf"] == c.status("soon")["domains"]["leaf"] == ["su-2"]
+    assert GangKey("team-a", "soon") not in c.controller.estimator.horizon.nodes_of, "forgotten once its pods are gone"
 
 
 def test_runs_of_one_job_share_an_estimate_key_and_names_that_merely_end_alike_do_not():
