@@ -65,13 +65,15 @@ def free_port() -> int:
 
 
 LEAF_LABEL, CLIQUE_LABEL = "superpod.dev/leaf", "nvidia.com/gpu.clique"
+NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 def sim_cluster(api: client.ApiClient, preset: str, count: int, own_leaves: bool = False, dra: bool = False,
                 dra_only: bool = False, **shape: int) -> tuple[str, list[dict]]:
-    """A simulated cluster of its own (unique node names), all nodes Ready; `own_leaves`: its leaves' and NVLink
-    cliques' names its own too (otherwise every test's cluster shares the preset's, so a domain spans them all);
-    `dra`: its nodes publish their ResourceSlices; `dra_only`: and advertise no nvidia.com/gpu."""
+    """A simulated cluster of its own (unique node names), all nodes Ready and their not-ready taint lifted;
+    `own_leaves`: its leaves' and NVLink cliques' names its own too (otherwise every test's cluster shares the
+    preset's, so a domain spans them all); `dra`: its nodes publish their ResourceSlices; `dra_only`: and advertise
+    no nvidia.com/gpu."""
     name = f"t{uuid.uuid4().hex[:6]}"
     objs = presets.preset_nodes(preset, count, name, **shape)
     if own_leaves:
@@ -83,11 +85,11 @@ def sim_cluster(api: client.ApiClient, preset: str, count: int, own_leaves: bool
     nodes.create_nodes(api, objs, dra=dra, dra_only=dra_only)
     core = client.CoreV1Api(api)
 
-    def ready():
+    def ready():  # and the controller-manager's not-ready taint lifted: until then no job may use the node
         items = core.list_node(label_selector=f"{presets.SIM_LABEL}={name}").items
-        return len(items) == count and all(
-            any(c.type == "Ready" and c.status == "True" for c in n.status.conditions or []) for n in items)
-    wait_for(ready, 60, f"{count} simulated nodes Ready")
+        return len(items) == count and all(not any(t.key in NOT_READY_TAINTS for t in n.spec.taints or []) and any(
+            c.type == "Ready" and c.status == "True" for c in n.status.conditions or []) for n in items)
+    wait_for(ready, 60, f"{count} simulated nodes Ready and untainted")
     return name, objs
 
 
