@@ -20,8 +20,8 @@ similar run times, and who ask for time limits well above what their jobs take. 
   With `limits="round"` users give what real users give instead (Tsafrir, "Using inaccurate estimates accurately",
   JSSPP 2010: 90 % of jobs use about 20 limit values, and a limit modelled as a factor of each job's run time leaks
   that run time): each of a user's job scripts (stems) has one limit of `ROUND_LIMITS`, the first at least its
-  typical run time × the user's factor × `ROUND_HEADROOM` (the users who ask for the maximum: the largest); a run longer than its
-  script's limit is stopped at the limit."""
+  typical run time × the user's factor × `ROUND_HEADROOM` (the users who ask for the maximum: the largest); a run
+  longer than its script's limit is stopped at the limit."""
 
 from __future__ import annotations
 
