@@ -52,6 +52,14 @@ if have_all; then
 fi
 command -v go >/dev/null || { log "Go is not installed: it is needed to build the components"; exit 3; }
 mkdir -p "$bin"
+# One build at a time per cache: the test command builds what the later tests run in the background while the first
+# ones run (hack/test.sh), and a build.sh started meanwhile waits for it, then finds the binaries there.
+exec 9>"$cache/$key.lock"
+if ! flock -n 9; then
+  log "waiting for the build.sh already running"
+  flock 9
+  if have_all; then log "cached: $bin"; echo "$bin"; exit 0; fi
+fi
 work="$cache/$key/src"
 mkdir -p "$work"
 export GOFLAGS="${GOFLAGS:--buildvcs=false} -trimpath" CGO_ENABLED=0
@@ -129,21 +137,27 @@ install_tool() {
 # JobSet, Kubeflow's controllers and the DRA example driver: `go install module@version` fails only because the
 # proxy refuses their version lists; a wrapper module that requires the exact version builds them. Their CRDs and
 # webhook configurations come from the same modules (the Trainer's coscheduling PodGroup CRD from the
-# scheduler-plugins version it requires).
-# build_wrapped <name> <module> <version> <package> then the files to copy into <name>-config/, relative to a
-# module's folder as "<module>:<path>".
-build_wrapped() {
+# scheduler-plugins version it requires), copied before anything is compiled: the integration tests read them first.
+# wrapped_configs <name> <module> <version> <package> then the files to copy into <name>-config/, relative to a
+# module's folder as "<module>:<path>"; build_wrapped <name> <module> <version> <package>: the binary.
+wrapped_configs() {
   local name=$1 module=$2 version=$3 pkg=$4 w="$work/$1" entry dir
   shift 4
-  [ -x "$bin/$name" ] && [ "$(cat "$bin/.$name.version" 2>/dev/null)" = "$version" ] && { log "have $name"; return; }
-  log "building $name $version"
+  [ "$(cat "$bin/$name-config/.version" 2>/dev/null)" = "$version" ] && return
   wrapper_module "$w" "$module" "$version" "$pkg"
-  (cd "$w" && go build -ldflags "-s -w" -o "$bin/$name.tmp" "$pkg") && mv "$bin/$name.tmp" "$bin/$name"
-  [ $# -eq 0 ] || mkdir -p "$bin/$name-config"
+  mkdir -p "$bin/$name-config"
   for entry in "$@"; do
     dir=$(cd "$w" && go list -m -f '{{.Dir}}' "${entry%%:*}")
     install -m 0644 "$dir/${entry#*:}" "$bin/$name-config/"
   done
+  echo "$version" >"$bin/$name-config/.version"
+}
+build_wrapped() {
+  local name=$1 module=$2 version=$3 pkg=$4 w="$work/$1"
+  [ -x "$bin/$name" ] && [ "$(cat "$bin/.$name.version" 2>/dev/null)" = "$version" ] && { log "have $name"; return; }
+  log "building $name $version"
+  grep -qs "require $module $version\$" "$w/go.mod" || wrapper_module "$w" "$module" "$version" "$pkg"
+  (cd "$w" && go build -ldflags "-s -w" -o "$bin/$name.tmp" "$pkg") && mv "$bin/$name.tmp" "$bin/$name"
   echo "$version" >"$bin/.$name.version"
 }
 
@@ -179,20 +193,24 @@ build_containerd() {
 
 start=$(date +%s)
 wants() { [[ " ${tools[*]} " == *" $1 "* ]]; }
-build_k8s
-wants jobset && build_wrapped jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset \
+trainer=github.com/kubeflow/trainer/v2
+operator_v1=github.com/kubeflow/training-operator
+wants jobset && wrapped_configs jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset \
   sigs.k8s.io/jobset:config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml \
   sigs.k8s.io/jobset:config/components/webhook/manifests.yaml
-trainer=github.com/kubeflow/trainer/v2
-wants trainer && build_wrapped trainer "$trainer" "$TRAINER_VERSION" "$trainer/cmd/trainer-controller-manager" \
+wants trainer && wrapped_configs trainer "$trainer" "$TRAINER_VERSION" "$trainer/cmd/trainer-controller-manager" \
   "$trainer:manifests/base/crds/trainer.kubeflow.org_trainjobs.yaml" \
   "$trainer:manifests/base/crds/trainer.kubeflow.org_trainingruntimes.yaml" \
   "$trainer:manifests/base/crds/trainer.kubeflow.org_clustertrainingruntimes.yaml" \
   "$trainer:manifests/base/webhook/manifests.yaml" \
   sigs.k8s.io/scheduler-plugins:config/crd/bases/scheduling.x-k8s.io_podgroups.yaml
-operator_v1=github.com/kubeflow/training-operator
-wants training-operator && build_wrapped training-operator "$operator_v1" "$TRAINING_OPERATOR_VERSION" "$operator_v1/cmd/training-operator.v1" \
-  "$operator_v1:manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
+wants training-operator && wrapped_configs training-operator "$operator_v1" "$TRAINING_OPERATOR_VERSION" \
+  "$operator_v1/cmd/training-operator.v1" "$operator_v1:manifests/base/crds/kubeflow.org_pytorchjobs.yaml"
+build_k8s
+wants jobset && build_wrapped jobset sigs.k8s.io/jobset "$JOBSET_VERSION" sigs.k8s.io/jobset
+wants trainer && build_wrapped trainer "$trainer" "$TRAINER_VERSION" "$trainer/cmd/trainer-controller-manager"
+wants training-operator && build_wrapped training-operator "$operator_v1" "$TRAINING_OPERATOR_VERSION" \
+  "$operator_v1/cmd/training-operator.v1"
 install_tool kwok sigs.k8s.io/kwok/cmd/kwok "$KWOK_VERSION"
 wants helm && install_tool helm helm.sh/helm/v3/cmd/helm "$HELM_VERSION"
 if wants kueue; then  # served by the proxy: go install builds it as published

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,8 @@ from kubernetes import client
 from superpod.k8s.client import load
 from superpod.localcluster.cluster import LocalCluster, Ports, state_dir
 
+BUILDING = "SUPERPOD_BUILDING"  # set by hack/test.sh while it builds what the later tests run, in the background
+BUILD_CONFIGS_WAIT = 600.0  # seconds a background build may take to copy the configurations it starts with
 TEST_PORTS = Ports(etcd=12479, etcd_peer=12480, apiserver=16543, controller_manager=20357, scheduler=20359, kwok=20347)
 
 
@@ -53,12 +56,35 @@ def cluster():
         pytest.skip("Go is not installed: the local control plane is built from Go modules (or set KUBECONFIG)")
     local = LocalCluster(state_dir().parent / "cluster-test", TEST_PORTS)
     local.wipe()
-    bin_dir = local.build(for_tests=True)
+    bin_dir = local.build()
     local.up(bin_dir)
     try:
         yield Cluster(local.kubeconfig, str(bin_dir / "kubectl"), load(local.kubeconfig), local)
     finally:
         local.down()
+
+
+@pytest.fixture(scope="session")
+def test_tools(cluster) -> None:
+    """What the tests run beside the control plane (Helm, JobSet, Kubeflow's controllers), built into the control
+    plane's folder: the test command builds them in the background while the tests that need none run first
+    (tests/conftest.py orders them), and this waits for that build."""
+    if cluster.local is not None:
+        cluster.local.build(for_tests=True)
+
+
+def podgroup_crd(cluster: Cluster) -> Path:
+    """The coscheduling PodGroup CRD: copied before the background build compiles anything (hack/build.sh), so
+    waited for briefly; built here when no build is under way."""
+    from tests.integration.workload_controllers import PODGROUP_CRD
+
+    path = Path(cluster.kubectl_path).parent / PODGROUP_CRD
+    deadline = time.monotonic() + BUILD_CONFIGS_WAIT
+    while not path.exists() and os.environ.get(BUILDING) and time.monotonic() < deadline:
+        time.sleep(2)
+    if not path.exists():
+        cluster.local.build(for_tests=True)
+    return path
 
 
 @pytest.fixture
@@ -80,14 +106,14 @@ def crds(cluster):
                     "crd/gpuusages.superpod.dev", "--timeout=60s")
     ensure_topology(cluster.api)
     if cluster.local is not None:  # before the operator starts: it watches PodGroups where they are served
-        from tests.integration.workload_controllers import PODGROUP_CRD, apply_crd
+        from tests.integration.workload_controllers import apply_crd
 
-        apply_crd(cluster, Path(cluster.kubectl_path).parent / PODGROUP_CRD)
+        apply_crd(cluster, podgroup_crd(cluster))
     return cluster
 
 
 @pytest.fixture(scope="session")
-def jobset_controller(crds, tmp_path_factory):
+def jobset_controller(crds, test_tools, tmp_path_factory):
     """JobSet's own controller and webhooks, beside the local control plane; yielded once its webhooks answer (its
     readiness probe can pass before they are served: a JobSet created then was refused with a 404 from them)."""
     import yaml
@@ -106,7 +132,7 @@ def jobset_controller(crds, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def training_operator(crds, tmp_path_factory):
+def training_operator(crds, test_tools, tmp_path_factory):
     """The Kubeflow Training Operator (v1), run with --gang-scheduler-name=superpod-scheduler."""
     from tests.integration.workload_controllers import TRAINING_OPERATOR, running
 

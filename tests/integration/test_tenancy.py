@@ -129,7 +129,7 @@ def assert_the_fleet_holds(fleet: Fleet, attack: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(cluster, operator):
+def fleet(cluster, operator, test_tools):
     run = uuid.uuid4().hex[:6]
     allowed_class = f"tenants-{run}"
     roles = cluster.helm("template", f"tenancy-{run}", CHART, "--kube-version", "1.37.2",
@@ -499,3 +499,45 @@ def test_a_pod_kube_scheduler_places_names_only_a_priority_class_the_chart_allow
         for name in (high, fleet.allowed_class):
             scheduling.delete_priority_class(name)
     assert_the_fleet_holds(fleet, "priority")
+
+
+def claim_template(count: int) -> dict:
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "gpus"},
+            "spec": {"spec": {"devices": {"requests": [{"name": "gpus", "exactly": {
+                "deviceClassName": "gpu.nvidia.com", "count": count}}]}}}}
+
+
+def test_a_claim_template_swapped_under_a_running_job_is_counted_at_what_its_claims_hold(fleet):
+    """H1 of the DRA review: the tenant swaps the ResourceClaimTemplate its running job's replicas claim 5 GPUs from
+    (one replica a node) for one of 8 (delete and create under its name), and the claim of a replica made again
+    after a node failure holds 8. The attempt stops with ClaimsChanged, and the job is placed again counted at 8 a
+    replica: its queue never shows less than its claims hold."""
+    a = fleet.a
+    sim, _ = sim_cluster(fleet.admin, "dgx-h100", 3, own_leaves=True, dra=True, nodes_per_unit=3)
+    templates = lambda *args: a.custom.create_namespaced_custom_object(  # noqa: E731
+        "resource.k8s.io", "v1", a.namespace, "resourceclaimtemplates", *args)
+    templates(claim_template(5))
+    job = training_job("swapped", sim, 2, nodeFailure="Replace")
+    job["spec"]["resources"] = {}
+    job["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimTemplateName": "gpus"}]
+    job["spec"]["template"]["spec"]["containers"][0]["resources"] = {"claims": [{"name": "gpus"}]}
+    a.jobs.create(job)
+    status = a.jobs.wait_phase("swapped", "Running", 120)
+    assert status["admitted"]["claimedGpus"] == 5 and len(status["placement"]) == 2, status
+    a.custom.delete_namespaced_custom_object("resource.k8s.io", "v1", a.namespace, "resourceclaimtemplates", "gpus")
+    templates(claim_template(8))
+    lost = a.pod("swapped-a1-1").spec.node_name
+    client.CoreV1Api(fleet.admin).delete_node(lost)  # (a node failure: the replica is made again elsewhere)
+
+    def said() -> str:
+        events = a.core.list_namespaced_event(a.namespace, field_selector="involvedObject.name=swapped").items
+        return next((e.message for e in events if e.reason == "ClaimsChanged"), "")
+    why = wait_for(said, 120, "the attempt stopped for claims that hold more than admitted")
+    assert "replica 1's claims" in why and "admitted with 5 a replica" in why, why
+    placed = wait_for(lambda: (s := a.jobs.status("swapped")).get("attempt", 0) >= 2 and s.get("admitted") and s,
+                      120, "placed again")
+    assert placed["admitted"]["claimedGpus"] == 8, placed["admitted"]
+    queue = client.CustomObjectsApi(fleet.admin).get_cluster_custom_object(GROUP, VERSION, "gpuqueues", a.namespace)
+    assert all(f["allocated"] <= LIMIT for f in queue["status"]["flavors"]), queue["status"]
+    a.custom.delete_namespaced_custom_object("resource.k8s.io", "v1", a.namespace, "resourceclaimtemplates", "gpus")
+    assert_the_fleet_holds(fleet, "swap")
