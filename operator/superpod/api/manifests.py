@@ -151,6 +151,19 @@ def pinned(affinity: dict, node: str) -> dict:
     return {**affinity, "nodeAffinity": node_affinity}
 
 
+def pinned_to(pod_spec: dict) -> str | None:
+    """The node `pinned` pins a pod to (its required node affinity naming one node by metadata.name), or None."""
+    try:
+        terms = pod_spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"]
+        named = {value for term in terms for field in term.get("matchFields") or ()
+                 if field.get("key") == "metadata.name" and field.get("operator") == "In"
+                 for value in field.get("values") or ()}
+    except (KeyError, TypeError, AttributeError):
+        return None
+    return next(iter(named)) if len(named) == 1 else None
+
+
 def replica_requests(job: dict) -> dict[str, int]:
     """What one replica's pod requests of its node (canonical units), from the rendered pod itself."""
     where = f"TrainingJob {job['metadata'].get('namespace')}/{job['metadata']['name']}"

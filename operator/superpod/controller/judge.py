@@ -132,7 +132,8 @@ def judge(state: ClusterState, view: JobView, now: float, settings: Settings, me
                        labels)
     replacing = frozenset(status.replacing or ())
     # a replaced replica's pod left on its lost node: it goes at once (its kubelet is not there to stop it)
-    displaced = [p for p in mine if p.attempt == attempt and p.index in replacing and p.node != placement[p.index]]
+    # (a replica made again for kube-scheduler is pinned to its new node until bound there: not displaced)
+    displaced = [p for p in mine if p.attempt == attempt and p.index in replacing and p.where != placement[p.index]]
     ours = [p for p in mine if p.attempt == attempt and p.index is not None and p not in displaced]
     current = {p.index: p for p in ours if not p.deleting}
     if found := held_claims.fault(state, view, current.values()):

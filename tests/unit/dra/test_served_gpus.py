@@ -150,3 +150,27 @@ def test_a_tenants_claim_annotated_as_kube_schedulers_is_still_counted_where_its
     c.settle(3)
     billed = [r["spec"] for r in c.store.objects.get(GPUUSAGES, {}).values() if r["spec"].get("pod") == "s-0"]
     assert billed and billed[0]["gpus"] == 8, billed
+
+
+def test_a_replica_made_again_for_kube_scheduler_is_left_to_it_until_it_binds():
+    """Found on the real control plane: a replica made again after its node was lost, pinned to its new node for
+    kube-scheduler and not bound yet, was taken for the lost pod (not on its new node) and deleted at each cycle, and
+    made again: kube-scheduler never bound it, and its claims went with it."""
+    c = served_cluster(3)
+    c.submit(training_job("r", 2, gpus=8, nodeFailure="Replace"))
+    c.settle(3)
+    kube_scheduler_binds(c, "r")
+    c.settle(2)
+    assert c.decided("r")["phase"] == "Running"
+    lost = stored(c, "r-a1-1")["spec"]["nodeName"]
+    c.store.delete_now(NODES, lost)
+    c.settle(3)
+    made = stored(c, "r-a1-1")
+    assert pinned_node(made) != lost and not made["spec"].get("nodeName"), "the dangerous moment: made again, unbound"
+    c.settle(4)
+    again = stored(c, "r-a1-1")
+    assert again["metadata"]["uid"] == made["metadata"]["uid"], "deleted and made again while kube-scheduler binds it"
+    kube_scheduler_binds(c, "r", first_device=0)
+    c.settle(3)
+    status = c.decided("r")
+    assert status["phase"] == "Running" and status["replacements"] == 1 and status["attempt"] == 1, status

@@ -6,7 +6,15 @@ import logging
 from dataclasses import dataclass, replace
 
 from superpod.api.convert import pod_from_k8s, pod_resources
-from superpod.api.manifests import ATTEMPT_LABEL, GANG_ANNOTATION, INDEX_LABEL, JOB_LABEL, SCHEDULER_NAME, is_replica
+from superpod.api.manifests import (
+    ATTEMPT_LABEL,
+    GANG_ANNOTATION,
+    INDEX_LABEL,
+    JOB_LABEL,
+    SCHEDULER_NAME,
+    is_replica,
+    pinned_to,
+)
 from superpod.api.models import GROUP
 from superpod.api.podgang import QUEUE_LABEL, grouping
 from superpod.api.resources import ConvertError
@@ -54,6 +62,12 @@ class PodInfo:
     gang_spec: str | None = None  # a TrainingJob pod's digest of the spec it was made from (manifests.gang_digest)
     gpus: PodGpus | None = None  # bound and asking for GPUs: what billing reads of it
     claims_named: frozenset[str] = frozenset()  # the ResourceClaims its spec uses by name (DraStore.extended)
+    pinned: str | None = None  # unbound, the node its affinity pins it to for kube-scheduler (manifests.pinned_to)
+
+    @property
+    def where(self) -> str | None:
+        """The node it is bound to, or pinned to while kube-scheduler has not bound it."""
+        return self.node or self.pinned
 
 
 def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None = None) -> PodInfo:
@@ -88,6 +102,7 @@ def pod_info(obj: dict, scheduler_name: str = SCHEDULER_NAME, held: Pod | None =
         state=state, run=Run(_time(status.get("startTime")), _ended(obj)), last_known=_last_known(status, meta),
         gang_spec=(meta.get("annotations") or {}).get(GANG_ANNOTATION) if owner else None,
         gpus=_gpus(obj, holds, state.phase, labels, replica), claims_named=_claims_named(obj),
+        pinned=None if (obj.get("spec") or {}).get("nodeName") or not owner else pinned_to(obj.get("spec") or {}),
     )
 
 
