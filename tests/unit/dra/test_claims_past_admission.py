@@ -5,6 +5,7 @@ queue counted and the bill charged what the templates were worth at placement, 1
 
 from __future__ import annotations
 
+from superpod.api.manifests import pinned_to
 from superpod.k8s.api import GPUQUEUES, GPUUSAGES, PODS, RESOURCECLAIMS, RESOURCECLAIMTEMPLATES
 from tests.unit.memory_cluster import MemoryCluster, run, training_job
 from tests.unit.podgangs.test_pod_gang_claims import CLAIM_SPEC, claiming, devices, dra_cluster
@@ -38,9 +39,8 @@ def placed_at_one_gpu() -> MemoryCluster:
     return c
 
 
-def pinned_node(pod: dict) -> str:
-    terms = pod["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    return terms["nodeSelectorTerms"][0]["matchFields"][0]["values"][0]
+def pinned_node(pod: dict) -> str | None:
+    return pinned_to(pod["spec"])
 
 
 def make_claims(c: MemoryCluster, allocated: bool, job: str = "cheap") -> None:
