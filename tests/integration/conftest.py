@@ -65,7 +65,7 @@ def cluster():
 
 
 @pytest.fixture(scope="session")
-def test_tools(cluster) -> None:
+def built_tools(cluster) -> None:
     """What the tests run beside the control plane (Helm, JobSet, Kubeflow's controllers), built into the control
     plane's folder: the test command builds them in the background while the tests that need none run first
     (tests/conftest.py orders them), and this waits for that build."""
@@ -113,7 +113,7 @@ def crds(cluster):
 
 
 @pytest.fixture(scope="session")
-def jobset_controller(crds, test_tools, tmp_path_factory):
+def jobset_controller(crds, built_tools, tmp_path_factory):
     """JobSet's own controller and webhooks, beside the local control plane; yielded once its webhooks answer (its
     readiness probe can pass before they are served: a JobSet created then was refused with a 404 from them)."""
     import yaml
@@ -132,7 +132,7 @@ def jobset_controller(crds, test_tools, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def training_operator(crds, test_tools, tmp_path_factory):
+def training_operator(crds, built_tools, tmp_path_factory):
     """The Kubeflow Training Operator (v1), run with --gang-scheduler-name=superpod-scheduler."""
     from tests.integration.workload_controllers import TRAINING_OPERATOR, running
 

@@ -27,7 +27,7 @@ NS = "superpod-helm"
 RELEASE = "superpod-scheduler"
 
 
-def test_lint_and_template_are_clean(cluster, test_tools):
+def test_lint_and_template_are_clean(cluster, built_tools):
     lint = cluster.helm("lint", CHART, "--strict")
     assert "0 chart(s) failed" in lint.stdout
     out = cluster.helm("template", RELEASE, CHART, "-n", NS, "--kube-version", "1.37.2",
@@ -101,7 +101,7 @@ def token_kubeconfig(cluster, tmp_path) -> tuple:
 
 
 @pytest.fixture
-def installed(cluster, crds, operator, test_tools):
+def installed(cluster, crds, operator, built_tools):
     sim_cluster(cluster.api, "dgx-h100", 2, nodes_per_unit=2)  # somewhere for the Deployment's pods to run
     cluster.helm("install", RELEASE, CHART, "-n", NS, "--create-namespace", "--wait", "--timeout", "120s")
     operator.stop()  # the admin-credentialled test operator steps aside: only the chart's identity schedules

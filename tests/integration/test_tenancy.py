@@ -129,7 +129,7 @@ def assert_the_fleet_holds(fleet: Fleet, attack: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def fleet(cluster, operator, test_tools):
+def fleet(cluster, operator, built_tools):
     run = uuid.uuid4().hex[:6]
     allowed_class = f"tenants-{run}"
     roles = cluster.helm("template", f"tenancy-{run}", CHART, "--kube-version", "1.37.2",
